@@ -78,6 +78,28 @@ def warm_up():
     _thread_pool()
 
 
+def parallel_copy(dst, src, add=False):
+    """dst[...] = src (or += src) over the thread pool, in slabs of about 64 MB.
+
+    A single thread copying into freshly allocated memory (say, MXNet's output)
+    spends most of its time in page faults; several threads take them in parallel.
+    """
+    if dst.shape != src.shape:
+        raise ShapeError(f"cannot copy {src.shape} into {dst.shape}")
+    rows = max(1, (64 << 20) // max(1, src[:1].nbytes)) if src.ndim else 1
+    if src.ndim == 0 or len(src) <= rows:
+        np.add(dst, src, out=dst) if add else np.copyto(dst, src)
+        return dst
+
+    def work(start):
+        part = slice(start, start + rows)
+        np.add(dst[part], src[part], out=dst[part]) if add else np.copyto(dst[part], src[part])
+
+    for _ in _thread_pool().map(work, range(0, len(src), rows)):
+        pass
+    return dst
+
+
 def conv2d_forward_cpu(x, k, out=None):
     """Fast float32 path: im2col of a chunk of images, then one GEMM per image.
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cpu import parallel_copy
 from ..errors import GpuError, ShapeError
 
 SOURCE = Path(__file__).with_name("conv_forward.cu")
@@ -37,10 +38,10 @@ TILE = 16                 # v2-v4 output tile edge
 MB = 4                    # v4 filters per thread
 GEMM_TILE = 16            # v5, v6
 V1_THREADS = 256
-V7_THREADS = 128
+V7_THREADS = 128          # v7 threads per block
 CONST_WEIGHTS = 16384     # floats of __constant__ memory (64 KB)
 V7_MAX_REGS = 128         # v7 keeps C*K*(VEC+K-1) inputs in registers (K*(VEC+K-1) at least)
-V7_MAX_UNROLLED_FMAS = 20000
+V7_TUNING = {"VEC": 4, "UNROLL_M": 1, "STREAM": 1, "THREADS": V7_THREADS}   # set from the H100 benchmark
 IM2COL_BYTES = 256 << 20  # v5 workspace: im2col of as many images as fit
 
 
@@ -111,8 +112,9 @@ class ConvShape:
 
     @property
     def vec(self):
-        """v7's outputs per thread: 4 where a channel's strip fits in registers, else 1."""
-        return 4 if self.WO >= 4 and self.K * (self.K + 3) <= V7_MAX_REGS else 1
+        """v7's outputs per thread: the tuned width where a channel's strip fits in registers, else 1."""
+        wide = V7_TUNING["VEC"]
+        return wide if self.WO >= wide and self.K * (self.K + wide - 1) <= V7_MAX_REGS else 1
 
     @property
     def v7_all_channels(self):
@@ -120,10 +122,10 @@ class ConvShape:
         return self.C * self.K * (self.vec + self.K - 1) <= V7_MAX_REGS
 
     def defines(self):
-        unroll = self.M * self.CKK * self.vec <= V7_MAX_UNROLLED_FMAS
         return {"CONV_C": self.C, "CONV_H": self.H, "CONV_W": self.W, "CONV_M": self.M,
                 "CONV_K": self.K, "TILE": TILE, "MB": MB, "GEMM_TILE": GEMM_TILE, "VEC": self.vec,
-                "V7_THREADS": V7_THREADS, "V7_UNROLL_M": int(unroll), "CONST_WEIGHTS": CONST_WEIGHTS,
+                "V7_THREADS": V7_TUNING["THREADS"], "V7_UNROLL_M": min(V7_TUNING["UNROLL_M"], self.M),
+                "V7_STREAM": V7_TUNING["STREAM"], "CONST_WEIGHTS": CONST_WEIGHTS,
                 "V7_ENABLED": int(unsupported_reason(7, self) is None),
                 "V7_ALL_CHANNELS": int(self.v7_all_channels)}
 
@@ -388,9 +390,9 @@ class ConvPlan:
                             block=(GEMM_TILE, GEMM_TILE, 1),
                             grid=(math.ceil(s.HO * s.WO / GEMM_TILE), math.ceil(s.M / GEMM_TILE), z))
         elif v == 7:
-            threads = batch * s.HO * math.ceil(s.WO / s.vec)
-            self.kernels[0](ptr(y), ptr(x), np.int32(batch), block=(V7_THREADS, 1, 1),
-                            grid=(math.ceil(threads / V7_THREADS), 1))
+            threads, per_block = batch * s.HO * math.ceil(s.WO / s.vec), s.defines()["V7_THREADS"]
+            self.kernels[0](ptr(y), ptr(x), np.int32(batch), block=(per_block, 1, 1),
+                            grid=(math.ceil(threads / per_block), 1))
 
     def forward(self, y, x, k, batch):
         """The course's Op Time: zero y, synchronise, clock, kernels, synchronise, clock."""
@@ -450,10 +452,7 @@ def conv2d_forward_gpu(x, k, out=None, version=None, accumulate=False, device=No
         with _timed(dev, "[CUDA memcpy DtoH] y"):
             cuda.memcpy_dtoh(staging, yd)
     start = time.perf_counter()
-    if accumulate:
-        np.add(out, staging, out=out)
-    else:
-        np.copyto(out, staging)
+    parallel_copy(out, staging, add=accumulate)
     if profile is not None:
         profile.add("[host copy] y -> caller", time.perf_counter() - start)
     return out, seconds

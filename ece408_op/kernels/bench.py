@@ -82,7 +82,8 @@ def run(batch, C, H, W, M, K, repeats=30, versions=None, seed=408):
     entries["memcpy DtoD (floor)"] = {**copy, "note": f"{y_bytes / 1e6:.0f} MB copied"}
 
     def ours(version):
-        plan = plan_for(dev, shape, version)
+        with dev.active():
+            plan = plan_for(dev, shape, version)
 
         def fn():
             with dev.active():

@@ -60,7 +60,10 @@
 #define V7_THREADS 128     // v7: threads per block
 #endif
 #ifndef V7_UNROLL_M
-#define V7_UNROLL_M 1      // v7: unroll the filter loop (weights become immediate operands)
+#define V7_UNROLL_M 1      // v7: unroll factor of the filter loop (CONV_M: fully, weights as immediates)
+#endif
+#ifndef V7_STREAM
+#define V7_STREAM 1        // v7: streaming (evict-first) stores for y, which nothing here reads again
 #endif
 #ifndef V7_ENABLED
 #define V7_ENABLED 1       // v7: 0 where even one channel's strip does not fit (the launcher refuses v7)
@@ -270,7 +273,26 @@ extern "C" __global__ void conv_forward_v6(float* __restrict__ y, const float* _
 #define V7_STRIP (VEC + CONV_K - 1)
 #define V7_STRIPS ((CONV_WO + VEC - 1) / VEC)
 #define V7_EXACT (CONV_WO % VEC == 0)               // every strip lies inside the row
-#define V7_VEC4_IO (VEC == 4 && V7_EXACT && CONV_W % 4 == 0 && V7_STRIP % 4 == 0)
+#define V7_VEC4_IO (VEC % 4 == 0 && V7_EXACT && CONV_W % 4 == 0 && V7_STRIP % 4 == 0)
+constexpr int kV7UnrollM = V7_UNROLL_M;
+
+__device__ __forceinline__ void v7_store(float* p, float v)
+{
+#if V7_STREAM
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+
+__device__ __forceinline__ void v7_store4(float* p, float a, float b, float c, float d)
+{
+#if V7_STREAM
+    __stcs(reinterpret_cast<float4*>(p), make_float4(a, b, c, d));
+#else
+    *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
+#endif
+}
 
 // The K x V7_STRIP inputs of channel c under this thread's outputs, into registers.
 __device__ __forceinline__ void v7_load_channel(float (&in)[CONV_K][V7_STRIP], const float* __restrict__ xb,
@@ -324,11 +346,7 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
 #endif
 
     float* yb = y + b * CONV_M * CONV_HOWO + h * CONV_WO + w0;
-#if V7_UNROLL_M
-#pragma unroll
-#else
-#pragma unroll 1
-#endif
+#pragma unroll kV7UnrollM
     for (int m = 0; m < CONV_M; ++m) {
         float acc[VEC];
 #pragma unroll
@@ -346,11 +364,12 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
 #endif
         float* out = yb + (long long)m * CONV_HOWO;
 #if V7_VEC4_IO
-        __stcs(reinterpret_cast<float4*>(out), make_float4(acc[0], acc[1], acc[2], acc[3]));
+#pragma unroll
+        for (int v = 0; v < VEC; v += 4) v7_store4(out + v, acc[v], acc[v + 1], acc[v + 2], acc[v + 3]);
 #else
 #pragma unroll
         for (int v = 0; v < VEC; ++v)
-            if (V7_EXACT || w0 + v < CONV_WO) __stcs(out + v, acc[v]);
+            if (V7_EXACT || w0 + v < CONV_WO) v7_store(out + v, acc[v]);
 #endif
     }
 #endif  // V7_ENABLED
