@@ -28,6 +28,7 @@ setup(
     extras_require={
         "gpu": ["pycuda"],
         "test": ["pytest"],
+        "bench": ["pycuda", "torch", "matplotlib"],      # scripts/bench_gpu.py (no MXNet needed)
     },
     scripts=[],
 )

@@ -31,6 +31,17 @@ def assert_close(got, ref, atol=1e-4, rtol=1e-5, what="output"):
 
 
 @pytest.fixture(scope="session")
+def gpu():
+    """The CUDA device the GPU tests use; skips them cleanly where there is none."""
+    from ece408_op import kernels
+    from ece408_op.errors import GpuError
+    try:
+        return kernels.GpuDevice.get()
+    except GpuError as exc:
+        pytest.skip(f"no GPU: {exc}")
+
+
+@pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(408)
 

@@ -6,15 +6,6 @@ from test_harness import CUSTOM_OUTPUT
 
 pytest.importorskip("ece408_op.harness")
 from ece408_op import kernels  # noqa: E402
-from ece408_op.errors import GpuError  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    try:
-        return kernels.GpuDevice.get()
-    except GpuError as exc:
-        pytest.skip(f"no GPU: {exc}")
 
 
 def _correctness(result):

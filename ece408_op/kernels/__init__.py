@@ -303,8 +303,14 @@ def compile_module(shape, arch):
     try:
         return SourceModule(SOURCE.read_text(), options=options, no_extern_c=True, arch=arch)
     except cuda.CompileError as exc:
-        lines = [line for line in str(exc).splitlines() if "error" in line.lower()]
-        raise GpuError(f"kernel compile failed for {shape}: {(lines or [cuda_error_line(exc)])[0].strip()}") from exc
+        raise GpuError(f"kernel compile failed for {shape}: {compile_error_line(str(exc))}") from exc
+
+
+def compile_error_line(log):
+    """The first line of an nvcc log that names an error (else its first line)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["nvcc failed"])[0]
 
 
 # ---------------------------------------------------------------- profiling
