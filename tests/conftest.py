@@ -10,6 +10,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
 
+def require_mxnet(module="ece408_op.op"):
+    """Import an MXNet-dependent module of ours, or skip (module level too) where MXNet is unusable
+    (not installed, or NumPy 2 as in the GPU benchmark environment)."""
+    import importlib
+
+    import ece408_op
+    if ece408_op._OP_UNAVAILABLE is not None:
+        pytest.skip(f"MXNet unusable here: {ece408_op._OP_UNAVAILABLE}", allow_module_level=True)
+    return importlib.import_module(module)
+
+
 def run_script(name, *args, env=None, cwd=None):
     """Run one of scripts/ in a fresh interpreter (same -S as ours); returns CompletedProcess (text)."""
     python = [sys.executable] + (["-S"] if sys.flags.no_site else [])

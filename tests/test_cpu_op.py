@@ -4,9 +4,9 @@ import pytest
 
 from ece408_op.cpu import conv2d_forward_cpu, conv2d_forward_reference, output_shape
 from ece408_op.errors import ShapeError
-from conftest import assert_close
+from conftest import assert_close, require_mxnet
 
-mx = pytest.importorskip("ece408_op.op").mx
+mx = require_mxnet().mx
 from ece408_op.op import Conv2dForward, op_times, parse_kernel, take_last_error  # noqa: E402
 
 # (B, C, H, W, M, K): B=1, C>1, K=1, K=H, odd and non-square sizes, M not a multiple of anything.

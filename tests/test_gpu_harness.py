@@ -1,10 +1,10 @@
 """m3 / final on the GPU: the course output, Correctness equal to m2's, kernel selection (needs MXNet + GPU)."""
 import pytest
 
-from conftest import run_script
+from conftest import require_mxnet, run_script
 from test_harness import CUSTOM_OUTPUT
 
-pytest.importorskip("ece408_op.harness")
+require_mxnet("ece408_op.harness")
 from ece408_op import kernels  # noqa: E402
 
 

@@ -3,9 +3,9 @@ import re
 
 import pytest
 
-from conftest import run_script
+from conftest import require_mxnet, run_script
 
-harness = pytest.importorskip("ece408_op.harness")
+harness = require_mxnet("ece408_op.harness")
 from ece408_op.errors import UsageError  # noqa: E402
 
 CUSTOM_OUTPUT = re.compile(

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from conftest import assert_close
+from conftest import assert_close, require_mxnet
 
-models = pytest.importorskip("ece408_op.models")
+models = require_mxnet("ece408_op.models")
 mx = models.mx
 from ece408_op.errors import ModelError  # noqa: E402
 from ece408_op.harness import run_inference  # noqa: E402
