@@ -78,25 +78,34 @@ def warm_up():
     _thread_pool()
 
 
-def parallel_copy(dst, src, add=False):
-    """dst[...] = src (or += src) over the thread pool, in slabs of about 64 MB.
+def _over_slabs(array, work):
+    """Call work(slice) for slabs of about 64 MB along the first axis, on the thread pool.
 
-    A single thread copying into freshly allocated memory (say, MXNet's output)
-    spends most of its time in page faults; several threads take them in parallel.
+    A single thread writing freshly allocated memory (say, MXNet's output) spends
+    most of its time in page faults; several threads take them in parallel.
     """
+    rows = max(1, (64 << 20) // max(1, array[:1].nbytes)) if array.ndim else 1
+    if array.ndim == 0 or len(array) <= rows:
+        work(slice(None))
+        return
+    for _ in _thread_pool().map(lambda start: work(slice(start, start + rows)), range(0, len(array), rows)):
+        pass
+
+
+def parallel_copy(dst, src, add=False):
+    """dst[...] = src (or += src), in parallel slabs."""
     if dst.shape != src.shape:
         raise ShapeError(f"cannot copy {src.shape} into {dst.shape}")
-    rows = max(1, (64 << 20) // max(1, src[:1].nbytes)) if src.ndim else 1
-    if src.ndim == 0 or len(src) <= rows:
-        np.add(dst, src, out=dst) if add else np.copyto(dst, src)
-        return dst
 
-    def work(start):
-        part = slice(start, start + rows)
+    def work(part):
         np.add(dst[part], src[part], out=dst[part]) if add else np.copyto(dst[part], src[part])
+    _over_slabs(dst, work)
+    return dst
 
-    for _ in _thread_pool().map(work, range(0, len(src), rows)):
-        pass
+
+def parallel_zero(dst):
+    """dst[...] = 0 in parallel slabs (the course zeroed y before starting the clock)."""
+    _over_slabs(dst, lambda part: dst[part].fill(0))
     return dst
 
 

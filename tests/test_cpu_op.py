@@ -150,3 +150,17 @@ def test_bad_shapes_are_rejected_with_clear_errors():
         y.infer_shape(data=(1, 1, 4, 4))
     cause = take_last_error()
     assert isinstance(cause, ShapeError) and "does not fit" in str(cause)
+
+
+def test_parallel_copy_add_and_zero_cover_every_slab(rng):
+    from ece408_op.cpu import parallel_copy, parallel_zero
+    src = _random((300, 50, 24, 24), rng)          # 3 x 64 MB slabs and a remainder
+    dst = np.full_like(src, np.nan)
+    assert parallel_copy(dst, src) is dst and np.array_equal(dst, src)
+    parallel_copy(dst, src, add=True)
+    assert np.array_equal(dst, 2 * src)
+    parallel_zero(dst)
+    assert not dst.any()
+    with pytest.raises(ShapeError):
+        # bad input: shapes that differ
+        parallel_copy(dst[:2], src[:3])
