@@ -11,6 +11,7 @@ instead of the Op Time / Correctness lines. Arguments ``[model] [dataset_size]``
 come in either order; the size is clamped to [0, 10000]; the images are the
 first N of the test split, all in one batch.
 """
+import contextlib
 import os
 import sys
 import traceback
@@ -164,8 +165,7 @@ def run_inference(model, count, use_custom=True, device="cpu", data_dir=None, op
     name, symbol, arg_params, aux_params = load_model(model)
     images, labels = load_test_batch(count, data_dir)
     module = bind_model(prepare(symbol, use_custom, device, op_attrs), arg_params, aux_params, len(images))
-    start = len(op_times.records)
-    with op_times.capture(echo=False):
+    with op_times.capture(echo=False) as start:
         metric = score(module, images, labels)
     return {"name": name, "accuracy": metric.get()[1],
             "op_times": [seconds for seconds, _ in op_times.since(start)]}
@@ -244,11 +244,8 @@ def main(milestone_name, argv=None):
         script = milestone.script
     debug = "--debug" in argv
     try:
-        if debug:
+        with contextlib.nullcontext() if debug else quiet_callback_tracebacks():
             run_milestone(milestone, parse_args(argv, script, milestone.device == "gpu"))
-        else:
-            with quiet_callback_tracebacks():
-                run_milestone(milestone, parse_args(argv, script, milestone.device == "gpu"))
         return 0
     except UsageError as exc:
         print(exc, file=sys.stderr)

@@ -150,12 +150,8 @@ def unsupported_reason(version, shape):
     return None
 
 
-def supported_versions(shape):
-    return [n for n in VERSIONS if unsupported_reason(n, shape) is None]
-
-
 def default_version(shape):
-    """The fastest version that supports ``shape`` (v1..v6 support every shape except v3/v4's weight limit)."""
+    """The fastest version that supports ``shape`` (v1, v2, v5 and v6 support every shape)."""
     return next(n for n in PREFERENCE if unsupported_reason(n, shape) is None)
 
 
