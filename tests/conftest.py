@@ -21,10 +21,14 @@ def require_mxnet(module="ece408_op.op"):
     return importlib.import_module(module)
 
 
+def python_command():
+    """This interpreter, with the same -S (the GPU kit's mxpy runs without site)."""
+    return [sys.executable] + (["-S"] if sys.flags.no_site else [])
+
+
 def run_script(name, *args, env=None, cwd=None):
-    """Run one of scripts/ in a fresh interpreter (same -S as ours); returns CompletedProcess (text)."""
-    python = [sys.executable] + (["-S"] if sys.flags.no_site else [])
-    return subprocess.run([*python, str(SCRIPTS / name), *map(str, args)],
+    """Run one of scripts/ in a fresh interpreter; returns CompletedProcess (text)."""
+    return subprocess.run([*python_command(), str(SCRIPTS / name), *map(str, args)],
                           capture_output=True, text=True, cwd=cwd or ROOT,
                           env={**os.environ, **(env or {})}, timeout=600)
 

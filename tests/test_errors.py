@@ -2,12 +2,11 @@
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, require_mxnet, run_script
+from conftest import ROOT, python_command, require_mxnet, run_script
 from ece408_op import kernels
 from ece408_op.errors import GpuError
 
@@ -16,8 +15,7 @@ def test_import_is_clean_with_warnings_as_errors():
     import ece408_op
     # Where MXNet is unusable the package still imports (kernel layer only).
     modules = "ece408_op" if ece408_op._OP_UNAVAILABLE else "ece408_op, ece408_op.harness"
-    python = [sys.executable] + (["-S"] if sys.flags.no_site else [])
-    result = subprocess.run([*python, "-W", "error", "-c", f"import {modules}"],
+    result = subprocess.run([*python_command(), "-W", "error", "-c", f"import {modules}"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
