@@ -14,17 +14,17 @@ $(VENV)/.installed: setup.py
 	touch $@
 
 data: $(VENV)/.installed
-	$(PY) scripts/fetch_data.py
+	$(PY) -m ece408_op fetch
 
 run: data
-	$(PY) scripts/m2_cpu.py ece408-high 10000
+	$(PY) -m ece408_op m2 ece408-high 10000
 
 # pytest exits 5 when it collects no test: not a failure of the suite.
 test: data
 	$(PY) -m pytest tests -q -rs || [ $$? -eq 5 ]
 
 bench-cpu: data
-	$(PY) scripts/bench_cpu.py --json bench-cpu.json
+	$(PY) -m ece408_op bench cpu --json bench-cpu.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

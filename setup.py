@@ -16,7 +16,7 @@ setup(
     license="MIT",
     python_requires=">=3.9",
     packages=find_packages(include=["ece408_op", "ece408_op.*"]),
-    package_data={"ece408_op": ["kernels/*.cu"]},
+    package_data={"ece408_op": ["kernels/*.cu", "kernels/*.json"]},
     data_files=[("share/ece408_op/models", sorted(glob("models/*-symbol.json") + glob("models/*.params")))],
     install_requires=[
         "mxnet==1.9.1",
@@ -28,7 +28,7 @@ setup(
     extras_require={
         "gpu": ["pycuda"],
         "test": ["pytest"],
-        "bench": ["pycuda", "torch", "matplotlib"],      # scripts/bench_gpu.py (no MXNet needed)
+        "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
     },
-    scripts=[],
+    entry_points={"console_scripts": ["ece408 = ece408_op.cli:main"]},
 )

@@ -1,28 +1,58 @@
 """ece408_op: the UIUC ECE 408 convolution project harness as an MXNet 1.9.1 plugin.
 
-``import ece408_op`` registers the ``ece408_conv`` custom operator with MXNet
-(``mx.sym.Custom(data, weight, op_type="ece408_conv", num_filter=..., kernel=...)``).
-Where MXNet cannot be imported (the GPU benchmark environment, with NumPy 2),
-the package still imports: the kernel and data layers need no MXNet, and
-``ece408_op.require_op()`` raises the reason the operator is unavailable.
+``import ece408_op`` makes ``ece408_conv`` available to MXNet: at once where MXNet is
+already imported, else as soon as it is (``mx/hook.py``), in either import order. It
+never imports MXNet itself, so the NumPy layer (``conv``), the PyCUDA layer (``kernels``)
+and the data layer (``data``) work where MXNet is missing or unusable (NumPy 2).
+
+Layers, each importing only the ones above it in this list:
+
+    errors    exception classes
+    conv/     NumPy: shape rules, float64 reference, CPU fast path, thread pool
+    kernels/  PyCUDA: CUDA sources, version table, device, launch, GPU benchmark
+    data/     Fashion-MNIST: IDX format, lookup, fetchers
+    mx/       the only MXNet importer: shims, the operator, models, graph swap, inference
+    cli/      python -m ece408_op <command>: milestones, fetch, train, bench
 """
 __version__ = "0.1.0"
 
 OP_TYPE = "ece408_conv"
-_OP_UNAVAILABLE = None
-
-try:
-    from . import op  # noqa: F401  (registers the operator)
-except ImportError as _exc:            # MXNet not installed
-    _OP_UNAVAILABLE = f"MXNet is not importable ({_exc}); run: pip install 'mxnet==1.9.1' 'numpy<2'"
-except Exception as _exc:              # noqa: BLE001  e.g. NumPy 2 refused by _compat
-    _OP_UNAVAILABLE = str(_exc)
 
 
-def require_op():
-    """Return the registered operator module, or raise a one-line Ece408Error saying why not."""
-    if _OP_UNAVAILABLE is not None:
+def require_mxnet():
+    """Import the MXNet layer (registering the operator) and return the ``mxnet`` module,
+    or raise a one-line Ece408Error saying why MXNet is unusable here."""
+    from .mx.compat import import_mxnet
+    mxnet = import_mxnet()
+    from .mx import hook
+    error = hook.register()
+    if error is not None:
         from .errors import Ece408Error
-        raise Ece408Error(_OP_UNAVAILABLE)
-    from . import op as registered
-    return registered
+        raise Ece408Error(f"ece408_conv could not be registered with MXNet: {error}")
+    return mxnet
+
+
+def mxnet_unavailable():
+    """None where MXNet and the operator are usable, else the reason (one line)."""
+    from .errors import Ece408Error
+    try:
+        require_mxnet()
+    except Ece408Error as exc:
+        return str(exc)
+    return None
+
+
+def __getattr__(name):
+    if name == "swap_convolutions":
+        require_mxnet()
+        from .mx.swap import swap_convolutions
+        return swap_convolutions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _install_hook():
+    from .mx import hook
+    hook.install()
+
+
+_install_hook()

@@ -1,10 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: ece408_conv's CPU Op Time vs MXNet's built-in CPU Convolution (same run, same tensors)."""
-import os
-import sys
-
-sys.path.append(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # run from a checkout
-from ece408_op.bench import cpu_main  # noqa: E402
-
-if __name__ == "__main__":
-    sys.exit(cpu_main())
+"""ece408_conv's CPU Op Time against MXNet's built-in Convolution."""
+import os, sys; sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))  # noqa: E401,E702
+from ece408_op.cli import main  # noqa: E402
+sys.exit(main(['bench', 'cpu', *sys.argv[1:]]))

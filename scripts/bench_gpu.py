@@ -1,10 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark every GPU kernel version against cuDNN and the memory floor (needs PyTorch, PyCUDA; no MXNet)."""
-import os
-import sys
-
-sys.path.append(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # run from a checkout
-from ece408_op.kernels.bench import main  # noqa: E402
-
-if __name__ == "__main__":
-    sys.exit(main())
+"""Every GPU kernel version against cuDNN and the memory floor (PyTorch + PyCUDA, no MXNet)."""
+import os, sys; sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))  # noqa: E401,E702
+from ece408_op.cli import main  # noqa: E402
+sys.exit(main(['bench', 'gpu', *sys.argv[1:]]))

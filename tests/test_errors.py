@@ -14,7 +14,7 @@ from ece408_op.errors import GpuError
 def test_import_is_clean_with_warnings_as_errors():
     import ece408_op
     # Where MXNet is unusable the package still imports (kernel layer only).
-    modules = "ece408_op" if ece408_op._OP_UNAVAILABLE else "ece408_op, ece408_op.harness"
+    modules = "ece408_op" if ece408_op.mxnet_unavailable() else "ece408_op, ece408_op.mx.inference, mxnet"
     result = subprocess.run([*python_command(), "-W", "error", "-c", f"import {modules}"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0 and result.stderr == "", result.stderr
@@ -27,7 +27,7 @@ def test_compat_restores_expired_numpy_aliases():
 
 def test_m3_without_a_usable_gpu_is_one_line_error():
     # bad input: no visible CUDA device (and, on CI, no PyCUDA at all)
-    require_mxnet("ece408_op.harness")
+    require_mxnet("ece408_op.mx.inference")
     result = run_script("m3_gpu.py", 10, env={"CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()

@@ -4,7 +4,7 @@ import pytest
 from conftest import require_mxnet, run_script
 from test_harness import CUSTOM_OUTPUT
 
-require_mxnet("ece408_op.harness")
+require_mxnet("ece408_op.mx.inference")
 from ece408_op import kernels  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def test_unknown_kernel_is_one_line_error(gpu):
 
 def test_operator_gpu_path_matches_cpu_in_mxnet(gpu):
     import numpy as np
-    from ece408_op.op import mx
+    from ece408_op.mx.op import mx
     rng = np.random.default_rng(0)
     for shape in [(3, 2, 9, 11, 7, 3), (5, 1, 28, 28, 50, 5), (2, 12, 33, 33, 24, 5)]:
         b, c, h, w, m, ksize = shape

@@ -39,14 +39,14 @@ def _sample(b, seed):
 
 def test_every_version_runs_on_at_least_25_of_the_shapes():
     for number in kernels.VERSIONS:
-        runs = [s for s in SHAPES if kernels.unsupported_reason(number, kernels.ConvShape(*s[1:])) is None]
+        runs = [s for s in SHAPES if kernels.VERSIONS[number].unsupported(kernels.ConvShape(*s[1:])) is None]
         assert len(runs) >= 25, f"v{number} supports only {len(runs)} test shapes"
 
 
 @pytest.mark.parametrize("version", sorted(kernels.VERSIONS))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B%dC%dH%dW%dM%dK%d" % s)
 def test_version_matches_reference(gpu, version, shape):
-    reason = kernels.unsupported_reason(version, kernels.ConvShape(*shape[1:]))
+    reason = kernels.VERSIONS[version].unsupported(kernels.ConvShape(*shape[1:]))
     if reason:
         with pytest.raises(ShapeError):
             kernels.choose_version(version, kernels.ConvShape(*shape[1:]))
@@ -80,23 +80,52 @@ def test_device_pointer_path_and_add(gpu):
     check_against_reference(y - 1.0, x, k, what="device pointers, accumulate")
 
 
-def test_calls_from_other_threads(gpu):
-    x, k = _data((8, 1, 28, 28, 50, 5), 4)
-    results, errors = [], []
+def test_concurrent_calls_with_different_inputs_and_shapes(gpu):
+    # Each thread its own layer and batch (the staging buffer grows and is reused between them);
+    # every result is checked, so a thread reading another's output fails.
+    layers = [(64, 1, 28, 28, 50, 5), (3000, 1, 28, 28, 50, 5), (40, 3, 17, 13, 7, 3), (500, 1, 64, 64, 6, 5),
+              (25, 6, 30, 30, 16, 5), (1200, 1, 28, 28, 50, 5), (7, 2, 9, 9, 5, 1), (90, 12, 33, 33, 24, 5)]
+    inputs = [_data(layer, 100 + i) for i, layer in enumerate(layers)]
+    results, errors = {}, []
+    start = threading.Barrier(len(layers))
 
-    def work():
+    def work(i):
         try:
-            results.append(kernels.conv2d_forward_gpu(x, k)[0])
-        except Exception as exc:       # noqa: BLE001  reported below
+            start.wait()
+            for _ in range(3):
+                x, k = inputs[i]
+                results[i] = kernels.conv2d_forward_gpu(x, k)[0].copy()
+                check_against_reference(results[i], x, k, _sample(len(x), i), what=f"thread {i} {layers[i]}")
+        except BaseException as exc:       # noqa: BLE001  reported below (pytest.fail raises BaseException)
             errors.append(exc)
-    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(layers))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors
-    for y in results:
-        check_against_reference(y, x, k, what="threaded call")
+    assert sorted(results) == list(range(len(layers)))
+
+
+def test_plans_and_modules_are_keyed_by_their_defines(gpu):
+    # Two v7 tunings of one shape: two modules, two plans, both correct.
+    shape = kernels.ConvShape(1, 28, 28, 50, 5)
+    x, k = _data((200, 1, 28, 28, 50, 5), 9)
+    import pycuda.gpuarray as gpuarray
+    with gpu.active():
+        tuned = kernels.plan_for(gpu, shape, 7)
+        other = kernels.plan_for(gpu, shape, 7, {"THREADS": 128, "UNROLL_M": 2})
+        assert tuned is kernels.plan_for(gpu, shape, 7) and other is not tuned
+        assert other.defines["V7_THREADS"] == 128 and tuned.defines["V7_THREADS"] == 256
+        assert other.kernels[0] is not tuned.kernels[0]
+        xd, kd = gpuarray.to_gpu(x), gpuarray.to_gpu(k)
+        for plan in (tuned, other):
+            yd = gpuarray.empty((200, 50, 24, 24), np.float32)
+            yd.fill(np.nan)
+            plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), 200)
+            check_against_reference(yd.get(), x, k, what=f"v7 with {plan.defines['V7_THREADS']} threads")
+            del yd
+        del xd, kd
 
 
 def test_200_forwards_do_not_grow_device_memory(gpu):
@@ -123,6 +152,16 @@ def test_parse_version_rejects_unknown():
     # bad input: a kernel version that does not exist
     with pytest.raises(Ece408Error, match="unknown kernel"):
         kernels.parse_version("v9")
+
+
+def test_profile_is_held_by_the_device(gpu):
+    x, k = _data((10, 1, 28, 28, 50, 5), 6)
+    with gpu.profiling() as profile:
+        kernels.conv2d_forward_gpu(x, k, version=4)
+    kernels.conv2d_forward_gpu(x, k, version=4)          # outside the block: not recorded
+    assert gpu.profile is None
+    assert len(profile.samples["conv_forward v4 register"]) == 1
+    assert {"[CUDA memcpy HtoD] x, k", "[CUDA memcpy DtoH] y", "[host copy] y -> caller"} <= set(profile.samples)
 
 
 def test_profile_table_format():

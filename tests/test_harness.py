@@ -5,8 +5,10 @@ import pytest
 
 from conftest import require_mxnet, run_script
 
-harness = require_mxnet("ece408_op.harness")
+require_mxnet("ece408_op.mx.inference")
+from ece408_op.cli import milestone as harness  # noqa: E402
 from ece408_op.errors import UsageError  # noqa: E402
+from ece408_op.mx.inference import run_inference  # noqa: E402
 
 CUSTOM_OUTPUT = re.compile(
     r"\ALoading fashion-mnist data\.\.\. done\n"
@@ -93,7 +95,7 @@ def test_classic_name_runs_from_scripts_folder():
 
 
 def test_run_inference_reports_op_times_and_accuracy():
-    quiet = harness.run_inference("ece408-high", 200)
+    quiet = run_inference("ece408-high", 200)
     assert quiet["name"] == "ece408-high" and len(quiet["op_times"]) == 1
-    builtin = harness.run_inference("ece408-high", 200, use_custom=False)
+    builtin = run_inference("ece408-high", 200, use_custom=False)
     assert builtin["op_times"] == [] and builtin["accuracy"] == quiet["accuracy"]

@@ -4,10 +4,11 @@ import pytest
 
 from conftest import assert_close, require_mxnet
 
-models = require_mxnet("ece408_op.models")
+models = require_mxnet("ece408_op.mx.models")
 mx = models.mx
 from ece408_op.errors import ModelError  # noqa: E402
-from ece408_op.harness import run_inference  # noqa: E402
+from ece408_op.mx.inference import run_inference  # noqa: E402
+from ece408_op.mx.swap import swap_convolutions  # noqa: E402
 
 
 def test_course_models_are_present_and_float16_on_disk():
@@ -55,7 +56,7 @@ def _mixed_network():
 
 def test_swap_convolutions_in_any_network(rng):
     net = _mixed_network()
-    swapped, names = models.swap_convolutions(net, device="cpu")
+    swapped, names = swap_convolutions(net, device="cpu")
     assert names == ["a", "one"]
     assert swapped.list_arguments() == net.list_arguments()
     shapes, _, _ = net.infer_shape(data=(2, 3, 17, 17))

@@ -1,6 +1,7 @@
 """GPU benchmark: every kernel version, cuDNN (through PyTorch, fp32, TF32 off) and the memory floor.
 
-    python -m ece408_op.kernels.bench [--batch 10000] [--repeats 30] [--out DIR]
+    python -m ece408_op bench gpu [--batch 10000] [--repeats 30] [--out DIR]
+    python -m ece408_op bench gpu --sweep [--apply]     # v7's tuning sweep (tuning.json)
 
 Runs without MXNet (PyTorch, PyCUDA and NumPy only). cuDNN is "just another
 version": every entry is validated against the float64 NumPy reference on a
@@ -14,13 +15,18 @@ measured in the same run (a copy reads and writes each byte).
 import argparse
 import csv
 import json
+import os
 import statistics
 from pathlib import Path
 
 import numpy as np
 
-from . import VERSIONS, ConvShape, GpuDevice, plan_for, unsupported_reason
-from ..cpu import reference_and_bound
+from ..conv.reference import reference_and_bound
+from . import tuning
+from .device import GpuDevice
+from .launch import plan_for
+from .shape import ConvShape
+from .versions import VERSIONS, Strip, module_defines
 
 COURSE_LAYER = dict(batch=10000, C=1, H=28, W=28, M=50, K=5)
 
@@ -58,64 +64,153 @@ def validate(y, x, k, sample):
     return bool((err <= bound).all()), float((err / np.maximum(bound, 1e-30)).max())
 
 
-def run(batch, C, H, W, M, K, repeats=30, versions=None, seed=408):
-    torch = _torch()
-    dev = GpuDevice.get()
-    shape = ConvShape(C, H, W, M, K)
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (batch, C, H, W)).astype(np.float32)   # pixel-like values, never zeros
-    k = (rng.standard_normal((M, C, K, K)) * 0.01).astype(np.float32)
-    xd, kd = torch.from_numpy(x).cuda(), torch.from_numpy(k).cuda()
-    yd = torch.empty((batch, M, shape.HO, shape.WO), device="cuda")
-    sample = np.unique(np.concatenate([[0, batch - 1], rng.integers(0, batch, 30)]))
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
-    x_bytes, y_bytes = x.nbytes, yd.numel() * 4
-    flops = 2.0 * batch * M * shape.HO * shape.WO * shape.CKK
+class Bench:
+    """One layer's tensors on the device, and validated, event-timed measurements of callables."""
 
-    entries = {}
-    copy_src = torch.empty(y_bytes // 4, device="cuda").uniform_()
-    copy_dst = torch.empty_like(copy_src)
-    copy = time_events(torch, lambda: copy_dst.copy_(copy_src), repeats, flush=flush)
-    copy_bw = 2 * y_bytes / copy["median_s"]
-    floor_s = (x_bytes + y_bytes) / copy_bw
-    entries["memcpy DtoD (floor)"] = {**copy, "note": f"{y_bytes / 1e6:.0f} MB copied"}
+    def __init__(self, batch, C, H, W, M, K, repeats=30, seed=408):
+        self.torch = torch = _torch()
+        self.device = GpuDevice.get()
+        self.shape = shape = ConvShape(C, H, W, M, K)
+        self.batch, self.repeats = batch, repeats
+        self.layer = dict(batch=batch, C=C, H=H, W=W, M=M, K=K)
+        rng = np.random.default_rng(seed)
+        self.x = rng.integers(0, 256, (batch, C, H, W)).astype(np.float32)   # pixel-like, never zeros
+        self.k = (rng.standard_normal((M, C, K, K)) * 0.01).astype(np.float32)
+        self.xd, self.kd = torch.from_numpy(self.x).cuda(), torch.from_numpy(self.k).cuda()
+        self.yd = torch.empty((batch, M, shape.HO, shape.WO), device="cuda")
+        self.sample = np.unique(np.concatenate([[0, batch - 1], rng.integers(0, batch, 30)]))
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
+        self.x_bytes, self.y_bytes = self.x.nbytes, self.yd.numel() * 4
+        self.flops = 2.0 * batch * M * shape.HO * shape.WO * shape.CKK
 
-    def ours(version):
+    def time(self, fn):
+        return time_events(self.torch, fn, self.repeats, flush=self.flush)
+
+    def measure(self, fn, timed=None):
+        """Validate ``fn``'s output (poisoned first: every element must be written), then time
+        ``timed`` (default ``fn``)."""
+        self.yd.fill_(float("nan"))
+        fn()
+        self.torch.cuda.synchronize()
+        ok, worst = validate(self.yd.cpu().numpy(), self.x, self.k, self.sample)
+        entry = self.time(timed or fn)
+        entry.update(valid=ok, worst_error_vs_bound=worst)
+        return entry
+
+    def ours(self, version, tuning_overrides=None):
+        """A callable launching our ``version`` into yd (compiled now, outside the timing)."""
+        dev = self.device
         with dev.active():
-            plan = plan_for(dev, shape, version)
+            plan = plan_for(dev, self.shape, version, tuning_overrides)
 
         def fn():
             with dev.active():
-                plan.launch(yd.data_ptr(), xd.data_ptr(), kd.data_ptr(), batch)
+                plan.launch(self.yd.data_ptr(), self.xd.data_ptr(), self.kd.data_ptr(), self.batch)
         return fn
 
-    candidates = [(f"v{n} {VERSIONS[n].name}", ours(n)) for n in (versions or VERSIONS)
-                  if unsupported_reason(n, shape) is None]
-    candidates.append(("cudnn (torch fp32)", lambda: yd.copy_(torch.nn.functional.conv2d(xd, kd))))
-    for name, fn in candidates:
-        yd.fill_(float("nan"))                          # poison: every element must be written
-        fn()
-        torch.cuda.synchronize()
-        ok, worst = validate(yd.cpu().numpy(), x, k, sample)
-        if name.startswith("cudnn"):                    # time the library call alone, not the copy
-            fn = (lambda: torch.nn.functional.conv2d(xd, kd))
-        entry = time_events(torch, fn, repeats, flush=flush)
-        entry.update(valid=ok, worst_error_vs_bound=worst)
-        entries[name] = entry
+
+def run(batch, C, H, W, M, K, repeats=30, versions=None, seed=408):
+    bench = Bench(batch, C, H, W, M, K, repeats, seed)
+    torch, shape = bench.torch, bench.shape
+    entries = {}
+    copy_src = torch.empty(bench.y_bytes // 4, device="cuda").uniform_()
+    copy_dst = torch.empty_like(copy_src)
+    copy = bench.time(lambda: copy_dst.copy_(copy_src))
+    copy_bw = 2 * bench.y_bytes / copy["median_s"]
+    floor_s = (bench.x_bytes + bench.y_bytes) / copy_bw
+    entries["memcpy DtoD (floor)"] = {**copy, "note": f"{bench.y_bytes / 1e6:.0f} MB copied"}
+    for n in (versions or VERSIONS):
+        if VERSIONS[n].unsupported(shape) is None:
+            entries[VERSIONS[n].label] = bench.measure(bench.ours(n))
+    conv = torch.nn.functional.conv2d
+    # cuDNN is "just another version": validated through a copy into yd, timed alone.
+    entries["cudnn (torch fp32)"] = bench.measure(lambda: bench.yd.copy_(conv(bench.xd, bench.kd)),
+                                                  timed=lambda: conv(bench.xd, bench.kd))
     cudnn_s = entries["cudnn (torch fp32)"]["median_s"]
     for name, entry in entries.items():
-        entry["GB_per_s"] = (x_bytes + y_bytes) / entry["median_s"] / 1e9 if "floor" not in name \
-            else 2 * y_bytes / entry["median_s"] / 1e9
-        entry["TFLOP_per_s"] = flops / entry["median_s"] / 1e12 if "floor" not in name else None
+        moved = 2 * bench.y_bytes if "floor" in name else bench.x_bytes + bench.y_bytes
+        entry["GB_per_s"] = moved / entry["median_s"] / 1e9
+        entry["TFLOP_per_s"] = None if "floor" in name else bench.flops / entry["median_s"] / 1e12
         entry["vs_cudnn"] = entry["median_s"] / cudnn_s
         entry["vs_floor"] = entry["median_s"] / floor_s
     return {
-        "device": dev.name, "layer": dict(batch=batch, C=C, H=H, W=W, M=M, K=K),
-        "bytes": {"x": x_bytes, "y": y_bytes}, "flops": flops,
+        "device": bench.device.name, "layer": bench.layer,
+        "bytes": {"x": bench.x_bytes, "y": bench.y_bytes}, "flops": bench.flops,
         "copy_bandwidth_GB_per_s": copy_bw / 1e9, "memory_floor_s": floor_s,
         "repeats": repeats, "entries": entries,
     }
+
+
+# v7's sweep: every combination below (32 builds of the module, compiled in parallel first).
+SWEEP_GRID = {"VEC": (4, 8), "UNROLL_M": ("full", 1, 2, 5), "STREAM": (0, 1), "THREADS": (128, 256)}
+
+
+def sweep_configs(grid=SWEEP_GRID):
+    keys = list(grid)
+    configs = [{}]
+    for key in keys:
+        configs = [{**c, key: value} for c in configs for value in grid[key]]
+    return configs
+
+
+def _precompile(bench, configs):
+    """Build every config's module on all cores (nvcc runs outside the GIL) into PyCUDA's disk cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pycuda.compiler import compile as nvcc_compile
+
+    from .device import SOURCE
+
+    source = SOURCE.read_text()
+
+    def build(config):
+        defines = sorted(module_defines(bench.shape, config).items())
+        nvcc_compile(source, options=[f"-D{k}={v}" for k, v in defines], no_extern_c=True,
+                     arch=bench.device.arch)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(build, configs))
+
+
+def sweep(batch, C, H, W, M, K, repeats=20, seed=408):
+    """Time v7 under every SWEEP_GRID config on one layer; rows sorted by median (valid first)."""
+    bench = Bench(batch, C, H, W, M, K, repeats, seed)
+    configs = [c for c in sweep_configs() if Strip().unsupported(bench.shape, c) is None]
+    _precompile(bench, configs)
+    rows = []
+    for config in configs:
+        entry = bench.measure(bench.ours(7, config))
+        defines = module_defines(bench.shape, config)
+        rows.append({**config, "unroll_compiled": defines["V7_UNROLL_M"], **entry})
+    cudnn = bench.time(lambda: bench.torch.nn.functional.conv2d(bench.xd, bench.kd))
+    rows.sort(key=lambda r: (not r["valid"], r["median_s"]))
+    return {"device": bench.device.name, "layer": bench.layer, "repeats": repeats,
+            "cudnn_median_s": cudnn["median_s"], "rows": rows}
+
+
+def sweep_markdown(result):
+    layer = result["layer"]
+    lines = [f"v7 sweep on {result['device']}, layer B={layer['batch']} C={layer['C']} M={layer['M']} "
+             f"{layer['H']}x{layer['W']} K={layer['K']}; median of {result['repeats']} (L2 flushed); "
+             f"cuDNN fp32 {result['cudnn_median_s'] * 1e3:.3f} ms in the same run.",
+             "", "| VEC | filter-loop unroll | stores | threads/block | median ms | valid |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for row in result["rows"]:
+        unroll = f"full ({row['unroll_compiled']})" if row["UNROLL_M"] == "full" else str(row["UNROLL_M"])
+        lines.append(f"| {row['VEC']} | {unroll} | {'streaming' if row['STREAM'] else 'plain'} | "
+                     f"{row['THREADS']} | {row['median_s'] * 1e3:.3f} | {row['valid']} |")
+    return "\n".join(lines) + "\n"
+
+
+def save_sweep(result, out_dir, apply=False):
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "v7_sweep.json").write_text(json.dumps(result, indent=2))
+    (out / "v7_sweep.md").write_text(sweep_markdown(result))
+    best = next((row for row in result["rows"] if row["valid"]), None)
+    if apply and best is not None:
+        tuning.store_v7(best, result["device"], result["layer"], "docs/bench/v7_sweep.json")
+    return best
 
 
 def print_table(result):
@@ -162,15 +257,26 @@ def save(result, out_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu", description=__doc__.splitlines()[0])
     for key, value in COURSE_LAYER.items():
         parser.add_argument(f"--{key}", type=int, default=value)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--versions", help="comma-separated version numbers (default: all)")
-    parser.add_argument("--out", default="bench-gpu", help="folder for bench_gpu.json/.csv/.png")
+    parser.add_argument("--out", default="bench-gpu", help="folder for the JSON/CSV/PNG (and the sweep's table)")
+    parser.add_argument("--sweep", action="store_true", help="run v7's tuning sweep instead")
+    parser.add_argument("--apply", action="store_true", help="with --sweep: store the winner in tuning.json")
     args = parser.parse_args(argv)
+    layer = [getattr(args, key) for key in COURSE_LAYER]
+    if args.sweep:
+        result = sweep(*layer, repeats=args.repeats)
+        best = save_sweep(result, args.out, apply=args.apply)
+        print(sweep_markdown(result))
+        if best is None:
+            print("INVALID results: no v7 configuration was valid")
+            return 1
+        return 0
     versions = [int(v) for v in args.versions.split(",")] if args.versions else None
-    result = run(args.batch, args.C, args.H, args.W, args.M, args.K, args.repeats, versions)
+    result = run(*layer, repeats=args.repeats, versions=versions)
     save(result, args.out)
     print_table(result)
     bad = [name for name, e in result["entries"].items() if e.get("valid") is False]

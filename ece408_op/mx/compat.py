@@ -1,7 +1,7 @@
 """Shims that let MXNet 1.9.1 import on current Python and NumPy.
 
-Import this module before ``mxnet`` (``ece408_op/__init__.py`` does). It is the
-only place that knows about these breakages:
+``hook.py`` applies them whenever ``mxnet`` is imported; ``import_mxnet()`` does it
+explicitly. This module is the only place that knows about these breakages:
 
 * NumPy 1.24-1.26 removed the aliases ``np.bool``, ``np.int``, ``np.float``,
   ``np.object``... that MXNet 1.9.1 still uses at import time; they are put
@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from .errors import Ece408Error
+from ..errors import Ece408Error
 
 _EXPIRED_ALIASES = {"bool": bool, "int": int, "float": float, "complex": complex,
                     "object": object, "str": str}
@@ -47,11 +47,15 @@ def apply():
 
 
 def import_mxnet():
-    """Import MXNet with the shims in place and its import-time warnings kept quiet."""
+    """Import MXNet with the shims in place and its import-time warnings kept quiet;
+    raises Ece408Error with the reason where it cannot be imported."""
     apply()
     # MXNet logs "Subgraph backend MKLDNN is activated." at every bind otherwise.
     os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import mxnet
+        try:
+            import mxnet
+        except ImportError as exc:
+            raise Ece408Error(f"MXNet is not importable ({exc}); run: pip install 'mxnet==1.9.1' 'numpy<2'") from exc
     return mxnet

@@ -6,7 +6,6 @@ bias, conv(x / 255, w) == conv(x, w / 255), so the scale is folded into the
 saved conv1 weights exactly. Weights are stored as float16 (MXNet casts them to
 float32 on load) to keep each checkpoint near 7 MB.
 """
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -14,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import load_fashion_mnist
-from .models import course_symbol, mx
+from ..data import load_fashion_mnist
+from .compat import import_mxnet
+from .models import course_symbol
+
+mx = import_mxnet()
 
 SCALE = 1.0 / 255.0
 
@@ -76,7 +78,7 @@ def save_float16(prefix, arg_params, aux_params, epoch=1):
 
 def evaluate(prefix_or_name, data_dir=None, count=10000):
     """Accuracy of a saved checkpoint on the first ``count`` test images (built-in Convolution)."""
-    from .harness import run_inference
+    from .inference import run_inference
     return run_inference(prefix_or_name, count, use_custom=False, data_dir=data_dir)["accuracy"]
 
 
@@ -94,19 +96,3 @@ def train_and_save(names, out_dir, data_dir=None, progress=True):
                          **recipe.__dict__}
         print(f"{name}: test accuracy {accuracy} ({results[name]['seconds']} s)", flush=True)
     return results
-
-
-def main(argv=None):
-    import argparse
-    parser = argparse.ArgumentParser(description="Train the ece408-high / ece408-low models.")
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"models to train (default: all of {', '.join(RECIPES)})")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "models"))
-    parser.add_argument("--data-dir")
-    args = parser.parse_args(argv)
-    unknown = [name for name in args.names if name not in RECIPES]
-    if unknown:
-        parser.error(f"unknown model {unknown[0]!r}; choose from {', '.join(RECIPES)}")
-    args.names = args.names or list(RECIPES)
-    results = train_and_save(args.names, args.out, args.data_dir)
-    print(json.dumps(results, indent=2))

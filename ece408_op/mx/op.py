@@ -23,7 +23,6 @@ Op Time: every forward appends (seconds, path) to ``op_times``; the harness
 turns on printing of ``Op Time: %f`` lines (``$ECE408_PRINT_OP_TIME=1`` does it
 for any program).
 """
-import ast
 import ctypes
 import functools
 import os
@@ -34,13 +33,14 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ._compat import import_mxnet
-from .cpu import conv2d_forward_cpu, output_shape, parallel_copy, parallel_zero, warm_up
-from .errors import Ece408Error, ShapeError
+from .. import OP_TYPE
+from ..conv import (conv2d_forward_cpu, output_shape, parallel_copy, parallel_zero, parse_kernel,
+                    parse_num_filter, warm_up)
+from ..errors import Ece408Error, ShapeError
+from .compat import import_mxnet
 
 mx = import_mxnet()
 
-OP_TYPE = "ece408_conv"
 DEVICES = ("auto", "cpu", "gpu")
 
 
@@ -122,30 +122,6 @@ def quiet_callback_tracebacks():
         del mx_operator.print
 
 
-def parse_kernel(text):
-    """'5', '(5, 5)', '[5,5]' or '(5,)' -> 5. Raises ShapeError for non-square or bad values."""
-    try:
-        value = ast.literal_eval(str(text).strip())
-    except (ValueError, SyntaxError) as exc:
-        raise ShapeError(f"kernel={text!r} is not a size; use e.g. kernel=(5, 5)") from exc
-    sizes = list(value) if isinstance(value, (tuple, list)) else [value]
-    if not sizes or len(sizes) > 2 or not all(isinstance(s, int) and s > 0 for s in sizes):
-        raise ShapeError(f"kernel={text!r} must be one or two positive integers")
-    if len(set(sizes)) != 1:
-        raise ShapeError(f"kernel={text!r}: only square kernels are supported")
-    return sizes[0]
-
-
-def parse_num_filter(text):
-    try:
-        value = int(str(text))
-    except ValueError as exc:
-        raise ShapeError(f"num_filter={text!r} is not an integer") from exc
-    if value < 1:
-        raise ShapeError(f"num_filter={text!r} must be at least 1")
-    return value
-
-
 def resolve_device(attr, array_device):
     """Which path runs: the attribute, else $ECE408_DEVICE, else where the data lives."""
     choice = (attr or "auto").lower()
@@ -204,7 +180,7 @@ class Conv2dForward(mx.operator.CustomOp):
         k = host_view(k_nd) if on_host else k_nd.asnumpy()
         out = host_view(y_nd) if on_host else None
         if path == "gpu":
-            from . import kernels
+            from .. import kernels
             y, seconds = kernels.conv2d_forward_gpu(x, k, out=out, version=self.kernel, accumulate=accumulate)
         else:
             # As the course did: zero the output before the clock starts (this also takes
@@ -224,7 +200,7 @@ class Conv2dForward(mx.operator.CustomOp):
 
     def _forward_gpu_arrays(self, x_nd, k_nd, y_nd, accumulate):
         """mxnet-cu builds: the arrays already live on the GPU; pass their device pointers."""
-        from . import kernels
+        from .. import kernels
         # MXNet calls forward once the inputs are ready; the plan's context-wide
         # synchronize before the kernels also waits for MXNet's streams, and the one
         # after them finishes our work before MXNet reads y. (No mx.nd.waitall()
@@ -254,7 +230,7 @@ class Conv2dForwardProp(mx.operator.CustomOpProp):
             raise Ece408Error(f"device={device!r} is not one of {', '.join(DEVICES)}")
         self.gpu_kernel = str(gpu_kernel)
         if self.gpu_kernel.lower() != "auto":
-            from .kernels import parse_version
+            from ..kernels import parse_version
             parse_version(self.gpu_kernel)          # reject unknown versions at bind time
 
     def list_arguments(self):

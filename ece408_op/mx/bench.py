@@ -1,22 +1,24 @@
 """CPU benchmark: ece408_conv's Op Time against MXNet's built-in CPU Convolution.
 
-    python scripts/bench_cpu.py [--images 10000] [--repeats 5] [--json out.json]
+    python -m ece408_op bench cpu [--images 10000] [--repeats 5] [--json out.json]
 
 Both run on the same tensors: the first N test images and the model's conv1
 weights. Reported: median and spread of the repeats, and the ratio
 ours / built-in measured in the same run.
 """
-import argparse
-import json
+import os
 import platform
 import statistics
 import time
 
 import numpy as np
 
-from .harness import load_test_batch
-from .models import load_model, mx
+from .compat import import_mxnet
+from .inference import load_test_batch
+from .models import load_model
 from .op import op_times
+
+mx = import_mxnet()
 
 
 def _timed(fn, repeats):
@@ -52,34 +54,10 @@ def bench_cpu(model="ece408-high", images=10000, repeats=5, data_dir=None):
     ours = [seconds for seconds, _ in op_times.since(start)][1:]     # drop the warm-up's
     result = {
         "layer": {"B": images, "C": int(x.shape[1]), "M": int(m), "H": int(x.shape[2]), "K": int(ksize)},
-        "machine": {"cpus": __import__("os").cpu_count(), "processor": platform.processor() or platform.machine()},
+        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
         "builtin_convolution": _summary(builtin_s),
         "ece408_op_time": _summary(ours),
         "ece408_call_with_copies": _summary(custom_wall),
     }
     result["ratio_op_time_vs_builtin"] = result["ece408_op_time"]["median_s"] / result["builtin_convolution"]["median_s"]
     return result
-
-
-def cpu_main(argv=None):
-    parser = argparse.ArgumentParser(description="Op Time of ece408_conv (CPU) vs MXNet's built-in Convolution.")
-    parser.add_argument("--model", default="ece408-high")
-    parser.add_argument("--images", type=int, default=10000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--data-dir")
-    parser.add_argument("--json", help="write the results here as JSON")
-    args = parser.parse_args(argv)
-    result = bench_cpu(args.model, args.images, args.repeats, args.data_dir)
-    layer = result["layer"]
-    print(f"layer B={layer['B']} C={layer['C']} M={layer['M']} {layer['H']}x{layer['H']} K={layer['K']}, "
-          f"median of {args.repeats} after a warm-up, {result['machine']['cpus']} CPUs")
-    for key, label in (("builtin_convolution", "MXNet built-in Convolution"),
-                       ("ece408_op_time", "ece408_conv Op Time"),
-                       ("ece408_call_with_copies", "ece408_conv whole call (with copies)")):
-        s = result[key]
-        print(f"  {label:40s} {s['median_s']:.4f} s  (min {s['min_s']:.4f}, max {s['max_s']:.4f})")
-    print(f"  ratio Op Time / built-in: {result['ratio_op_time_vs_builtin']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(result, handle, indent=2)
-    return 0

@@ -1,25 +1,20 @@
-"""Model checkpoints and graph rewriting.
+"""Model checkpoints: the course network, and checkpoints by name or path prefix.
 
 * ``course_symbol``: the 2017 course layout with MXNet's built-in Convolution.
 * ``load_model``: an MXNet checkpoint by name (``ece408-high``...) or path prefix.
-* ``swap_convolutions``: rewrite every Convolution node that ``ece408_conv`` can
-  compute (2-D, square kernel, stride 1, no padding, no dilation, one group,
-  no bias) into the custom operator, keeping the weight's name; any network's
-  symbol works, not only the course's.
+  Names are looked up in ``$ECE408_MODEL_DIR``, then the source checkout's ``models/``,
+  then ``<prefix>/share/ece408_op/models`` of a pip install.
 """
-import ast
-import json
 import os
 import sys
 from pathlib import Path
 
-from . import OP_TYPE, require_op
-from .errors import ModelError
+from ..errors import ModelError
+from .compat import import_mxnet
 
-mx = require_op().mx
+mx = import_mxnet()
 
 MODEL_ENV = "ECE408_MODEL_DIR"
-IMAGE_SHAPE = (1, 28, 28)
 
 
 def course_symbol(num_filter=50, kernel=5, hidden=500, classes=10, data=None):
@@ -41,7 +36,7 @@ def model_dirs():
     dirs = []
     if os.environ.get(MODEL_ENV):
         dirs.append(Path(os.environ[MODEL_ENV]))
-    dirs.append(Path(__file__).resolve().parent.parent / "models")        # source checkout
+    dirs.append(Path(__file__).resolve().parents[2] / "models")          # source checkout
     dirs.append(Path(sys.prefix) / "share" / "ece408_op" / "models")      # pip install
     return dirs
 
@@ -86,48 +81,3 @@ def load_model(name):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load checkpoint {prefix}-{epoch:04d}: {first}") from exc
     return display, symbol, arg_params, aux_params
-
-
-# ---------------------------------------------------------------- graph rewriting
-
-def _tuple_attr(attrs, key, default):
-    text = attrs.get(key)
-    if text in (None, "", "()", "[]"):
-        return default
-    value = ast.literal_eval(text)
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-def _swappable(attrs):
-    kernel = _tuple_attr(attrs, "kernel", ())
-    if len(kernel) != 2 or kernel[0] != kernel[1]:
-        return False
-    checks = (
-        all(s == 1 for s in _tuple_attr(attrs, "stride", (1, 1))),
-        all(p == 0 for p in _tuple_attr(attrs, "pad", (0, 0))),
-        all(d == 1 for d in _tuple_attr(attrs, "dilate", (1, 1))),
-        int(attrs.get("num_group", "1")) == 1,
-        attrs.get("no_bias", "False").lower() in ("true", "1"),
-        attrs.get("layout", "None") in ("None", "NCHW"),
-    )
-    return all(checks)
-
-
-def swap_convolutions(symbol, **op_attrs):
-    """Return (new symbol, names of swapped layers): eligible Convolutions -> ``ece408_conv``.
-
-    ``op_attrs`` (e.g. ``device="gpu"``) are added to every swapped node.
-    """
-    graph = json.loads(symbol.tojson())
-    swapped = []
-    for node in graph["nodes"]:
-        attrs = node.get("attrs", {})
-        if node["op"] != "Convolution" or not _swappable(attrs):
-            continue
-        kernel = _tuple_attr(attrs, "kernel", ())
-        node["op"] = "Custom"
-        node["attrs"] = {"op_type": OP_TYPE, "num_filter": attrs["num_filter"],
-                         "kernel": str(kernel[0]), **{k: str(v) for k, v in op_attrs.items()}}
-        node["inputs"] = node["inputs"][:2]
-        swapped.append(node["name"])
-    return mx.sym.load_json(json.dumps(graph)), swapped

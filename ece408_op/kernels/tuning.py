@@ -1,0 +1,35 @@
+"""Tuned kernel parameters, kept as data in ``tuning.json`` beside this file.
+
+``python -m ece408_op bench gpu --sweep`` reruns the v7 sweep and writes its table
+(``docs/bench/v7_sweep.json`` and ``.md``, quoted by docs/kernel-notes.md); with
+``--apply`` it also writes the fastest valid row here. The ``#ifndef`` defaults in
+conv_forward.cu equal these values for the course layer (a test checks it), so a
+standalone ``nvcc`` build is the tuned kernel.
+"""
+import json
+from pathlib import Path
+
+FILE = Path(__file__).with_name("tuning.json")
+V7_KEYS = ("VEC", "UNROLL_M", "STREAM", "THREADS")
+
+
+def load():
+    return json.loads(FILE.read_text(encoding="utf-8"))
+
+
+def v7_values(overrides=None):
+    """v7's tuning: the stored values, with ``overrides`` (a dict of V7_KEYS) on top."""
+    values = dict(load()["v7"]["values"])
+    values.update(overrides or {})
+    unknown = set(values) - set(V7_KEYS)
+    if unknown:
+        raise ValueError(f"unknown v7 tuning keys {sorted(unknown)}; use {', '.join(V7_KEYS)}")
+    return values
+
+
+def store_v7(values, device, layer, sweep_file):
+    """Write v7's tuning (the sweep's winner) back to tuning.json."""
+    data = load()
+    data["v7"].update(values={key: values[key] for key in V7_KEYS}, device=device, layer=layer,
+                      sweep=str(sweep_file))
+    FILE.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

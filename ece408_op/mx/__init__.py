@@ -1,0 +1,13 @@
+"""The MXNet layer, the only part of the package that imports MXNet.
+
+    compat.py     shims that let MXNet 1.9.1 import on current Python/NumPy (no MXNet import)
+    hook.py       runs those shims before MXNet loads and registers the operator after (stdlib only)
+    op.py         the ece408_conv CustomOp and CustomOpProp, Op Time records
+    models.py     the course network, checkpoints by name or prefix
+    swap.py       swap_convolutions: built-in Convolution nodes -> ece408_conv
+    inference.py  bind a checkpoint, score a batch (what the milestones run)
+    train.py      training recipes of the shipped models
+    bench.py      CPU benchmark against MXNet's built-in Convolution
+
+Importing this package itself imports nothing of MXNet; its modules do.
+"""

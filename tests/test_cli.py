@@ -1,0 +1,103 @@
+"""The command line: ``python -m ece408_op``, the console script, the scripts' classic names."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SCRIPTS, python_command, run_script
+from ece408_op.cli import COMMANDS, main
+from ece408_op.cli.errors import ArgumentParser, report
+from ece408_op.errors import DataError, UsageError
+
+
+def _module(*args, cwd=ROOT):
+    return subprocess.run([*python_command(), "-m", "ece408_op", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=600)
+
+
+def test_no_command_prints_usage_and_fails():
+    result = _module()
+    assert result.returncode == 2 and result.stdout == ""
+    for name in COMMANDS:
+        assert f"  {name} " in result.stderr
+
+
+def test_help_lists_commands():
+    result = _module("--help")
+    assert result.returncode == 0 and "bench" in result.stdout and "final" in result.stdout
+
+
+def test_unknown_command():
+    # bad input: a command that does not exist
+    result = _module("m4")
+    assert result.returncode == 2 and result.stderr.startswith("error: unknown command 'm4'")
+
+
+def test_bench_needs_cpu_or_gpu():
+    # bad input: bench without its target
+    result = _module("bench", "tpu")
+    assert result.returncode == 2 and "bench cpu" in result.stderr and "bench gpu" in result.stderr
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SCRIPTS.glob("*.py")))
+def test_scripts_are_plain_files_calling_the_cli(name):
+    path = SCRIPTS / name
+    assert path.is_file() and not path.is_symlink()
+    code = [line for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith(("#", '"""'))]
+    assert len(code) == 3 and "from ece408_op.cli import main" in code[1] and code[2].startswith("sys.exit(main([")
+    assert os.access(path, os.X_OK)
+
+
+def test_script_help_from_any_folder(tmp_path):
+    # The classic name, run from another folder: usage text names the script.
+    result = run_script("m2.1.py", "--help", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.startswith("Usage: m2.1.py <model_name> <dataset size>"), \
+        result.stderr
+
+
+def test_console_script_is_declared_and_installed():
+    text = (ROOT / "setup.py").read_text()
+    assert '"ece408 = ece408_op.cli:main"' in text
+    exe = Path(sys.executable).with_name("ece408")
+    if not exe.exists():
+        pytest.skip("the package is not installed in this interpreter's environment")
+    result = subprocess.run([str(exe), "fetch", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--source" in result.stdout
+
+
+def test_argument_errors_are_usage_errors():
+    parser = ArgumentParser(prog="ece408_op thing")
+    parser.add_argument("--n", type=int)
+    with pytest.raises(UsageError, match=r"ece408_op thing: error: argument --n: invalid int value"):
+        # bad input: a non-integer where an integer is needed
+        parser.parse_args(["--n", "x"])
+
+
+def test_report_maps_errors_to_one_line_and_exit_codes(capsys):
+    assert report(DataError("the files are gone; fetch again")) == 1
+    assert capsys.readouterr().err == "error: the files are gone; fetch again\n"
+    assert report(UsageError("usage: x")) == 2
+    assert report(KeyboardInterrupt()) == 130
+    with pytest.raises(ZeroDivisionError):
+        report(ZeroDivisionError())            # not ours: a bug, shown as a traceback
+
+
+def test_debug_shows_the_traceback(capsys, monkeypatch):
+    # bad input: a fetch into a destination that is a file (any failing command would do)
+    def boom(argv):
+        raise DataError("broken on purpose")
+    from ece408_op.cli import errors
+    assert errors.run(boom, ["--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.rstrip().endswith("error: broken on purpose")
+    monkeypatch.setenv("ECE408_DEBUG", "1")
+    assert errors.run(boom, []) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_main_dispatches_in_process(capsys):
+    assert main(["fetch", "--help"]) == 0
+    assert "usage: ece408_op fetch" in capsys.readouterr().out

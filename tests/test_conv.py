@@ -1,0 +1,104 @@
+"""The NumPy layer: float64 reference, CPU fast path, shape rules, slab-parallel helpers (no MXNet)."""
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import assert_close
+from ece408_op.conv import (conv2d_forward_cpu, conv2d_forward_reference, output_shape, parallel_copy,
+                            parallel_zero, parse_kernel)
+from ece408_op.conv.parallel import over_slabs
+from ece408_op.errors import ShapeError
+
+# (B, C, H, W, M, K): B=1, C>1, K=1, K=H, odd and non-square sizes, M not a multiple of anything.
+SHAPES = [
+    (1, 1, 28, 28, 50, 5), (3, 1, 28, 28, 50, 5), (2, 3, 9, 11, 7, 3), (1, 1, 5, 5, 1, 5),
+    (4, 2, 6, 6, 3, 6), (5, 1, 7, 13, 4, 1), (1, 4, 8, 8, 9, 1), (2, 6, 30, 30, 16, 5),
+    (1, 12, 33, 33, 24, 5), (3, 1, 64, 64, 6, 5), (2, 2, 15, 17, 5, 7), (1, 3, 7, 7, 2, 7),
+    (6, 1, 10, 3, 5, 3), (2, 5, 12, 12, 13, 4), (1, 1, 1, 1, 3, 1), (7, 2, 11, 9, 1, 2),
+    (2, 1, 70, 70, 12, 5), (1, 8, 16, 16, 33, 3), (3, 3, 4, 4, 2, 4), (129, 1, 28, 28, 50, 5),
+    (2, 16, 9, 9, 8, 3), (1, 2, 31, 29, 11, 6),
+]
+
+
+def _random(shape, rng, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", SHAPES[:12], ids=lambda s: "B%dC%dH%dW%dM%dK%d" % s)
+def test_fast_cpu_path_matches_float64_reference(shape, rng):
+    b, c, h, w, m, ksize = shape
+    x = _random((b, c, h, w), rng, 255.0)
+    k = _random((m, c, ksize, ksize), rng, 0.01)
+    ref = conv2d_forward_reference(x, k)
+    assert_close(conv2d_forward_cpu(x, k), ref, atol=1e-5 * np.abs(ref).max(), rtol=1e-5)
+
+
+def test_reference_matches_definition_elementwise(rng):
+    x = _random((2, 3, 6, 7), rng)
+    k = _random((4, 3, 3, 3), rng)
+    y = conv2d_forward_reference(x, k)
+    for b, m, i, j in [(0, 0, 0, 0), (1, 3, 3, 4), (1, 2, 2, 1)]:
+        want = sum(float(x[b, c, i + p, j + q]) * float(k[m, c, p, q])
+                   for c in range(3) for p in range(3) for q in range(3))
+        assert y[b, m, i, j] == pytest.approx(want, rel=1e-12)
+
+
+def test_large_batch_is_chunked_and_exact(rng):
+    # 3000 images: 42 chunks of 72 on the thread pool; compare with the reference on a sample.
+    x = _random((3000, 1, 28, 28), rng, 255.0)
+    k = _random((50, 1, 5, 5), rng, 0.01)
+    y = conv2d_forward_cpu(x, k)
+    pick = [0, 1, 63, 64, 65, 1500, 2999]
+    assert_close(y[pick], conv2d_forward_reference(x[pick], k), atol=1e-3, rtol=1e-5)
+
+
+@pytest.mark.parametrize("text,want", [("5", 5), ("(5, 5)", 5), ("[3,3]", 3), ("(7,)", 7)])
+def test_parse_kernel(text, want):
+    assert parse_kernel(text) == want
+
+
+@pytest.mark.parametrize("text", ["(3, 5)", "0", "abc", "(1, 2, 3)", "-2"])
+def test_parse_kernel_rejects(text):
+    # bad input: non-square, zero, non-numeric, 3-D, negative kernels
+    with pytest.raises(ShapeError):
+        parse_kernel(text)
+
+
+def test_bad_shapes_are_rejected_with_clear_errors():
+    # bad input: kernel larger than the image, channel mismatch, 3-D data
+    with pytest.raises(ShapeError, match="does not fit"):
+        output_shape((1, 1, 4, 4), (2, 1, 5, 5))
+    with pytest.raises(ShapeError, match="channels"):
+        output_shape((1, 2, 8, 8), (2, 1, 3, 3))
+    with pytest.raises(ShapeError, match="4-D"):
+        output_shape((1, 8, 8), (2, 1, 3, 3))
+
+
+def test_parallel_copy_add_and_zero_cover_every_slab(rng):
+    src = _random((300, 50, 24, 24), rng)          # 34.6 MB: 1 MB slabs make 35 slabs of 8 images
+    dst = np.full_like(src, np.nan)
+    slab = 1 << 20
+    assert parallel_copy(dst, src, slab_bytes=slab) is dst and np.array_equal(dst, src)
+    parallel_copy(dst, src, add=True, slab_bytes=slab)
+    assert np.array_equal(dst, 2 * src)
+    parallel_zero(dst, slab_bytes=slab)
+    assert not dst.any()
+    with pytest.raises(ShapeError):
+        # bad input: shapes that differ
+        parallel_copy(dst[:2], src[:3])
+
+
+def test_slabs_really_split_across_threads():
+    array = np.zeros((300, 1024), np.float32)       # 4 KB rows, 1.2 MB
+    seen, threads = [], set()
+
+    def work(part):
+        seen.append((part.start, part.stop))
+        threads.add(threading.get_ident())
+    slabs = over_slabs(array, work, slab_bytes=64 << 10)          # 16 rows a slab
+    assert slabs == 19 and len(seen) == 19
+    covered = sorted(seen)
+    assert covered[0][0] == 0 and all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+    assert covered[-1][1] >= 300
+    assert threading.get_ident() not in threads                   # ran on the pool, not the caller

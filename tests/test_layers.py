@@ -1,0 +1,123 @@
+"""The package's layering: each layer imports only the layers below it, and nothing below mx/
+imports MXNet (checked statically, and by importing every module with MXNet made unimportable)."""
+import ast
+import subprocess
+
+import pytest
+
+from conftest import ROOT, python_command
+
+PACKAGE = ROOT / "ece408_op"
+# layer -> the package's layers it may import (errors and the package root are everyone's)
+ALLOWED = {
+    "conv": {"conv"},
+    "kernels": {"conv", "kernels"},
+    "data": {"data"},
+    "mx": {"conv", "kernels", "data", "mx"},
+    "cli": {"conv", "kernels", "data", "mx", "cli"},
+}
+BASE = {"errors", ""}
+MXNET_FREE = ("conv", "kernels", "data", "cli")    # cli imports the mx layer lazily, per command
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if len(rel.parts) > 1:
+            yield rel.parts[0], path
+
+
+def _package_imports(path):
+    """(layer imported, line) for every import of our own package in ``path``; and third-party tops."""
+    tree = ast.parse(path.read_text())
+    depth = len(path.relative_to(PACKAGE).parts) - 1        # folders below the package root
+    ours, others = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                top = (node.module or "").split(".")[0]
+                if top == "ece408_op":
+                    parts = node.module.split(".")[1:]
+                    ours.append((parts[0] if parts else "", node.lineno))
+                else:
+                    others.append((top, node.lineno))
+            else:
+                parts = (node.module or "").split(".")
+                if node.level > depth:                       # from .. import x / from ..x import y
+                    if parts[0]:
+                        ours.append((parts[0], node.lineno))
+                    for alias in node.names:                 # from .. import kernels: a layer; else the root
+                        layer = alias.name if (PACKAGE / alias.name).is_dir() or alias.name == "errors" else ""
+                        ours.append((layer, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top == "ece408_op":
+                    parts = alias.name.split(".")[1:]
+                    ours.append((parts[0] if parts else "", node.lineno))
+                else:
+                    others.append((top, node.lineno))
+    return ours, others
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_downward(layer):
+    bad = []
+    for owner, path in _modules():
+        if owner != layer:
+            continue
+        ours, others = _package_imports(path)
+        for target, line in ours:
+            if target not in ALLOWED[layer] | BASE:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports ece408_op.{target}")
+        if layer != "mx":
+            bad += [f"{path.relative_to(ROOT)}:{line} imports mxnet" for top, line in others if top == "mxnet"]
+    assert not bad, "\n".join(bad)
+
+
+def test_layering_check_catches_a_violation(tmp_path, monkeypatch):
+    # The check above must be able to fail: a conv module importing the kernels layer.
+    fake = PACKAGE / "conv" / "_layering_probe.py"
+    fake.write_text("from ..kernels import VERSIONS\nimport mxnet\n")
+    try:
+        with pytest.raises(AssertionError, match="imports ece408_op.kernels"):
+            test_layer_imports_only_downward("conv")
+    finally:
+        fake.unlink()
+
+
+BLOCK_MXNET = "import sys; sys.modules['mxnet'] = None\n"   # `import mxnet` now raises ImportError
+
+
+def test_every_module_below_mx_imports_without_mxnet():
+    names = ["ece408_op"] + [
+        "ece408_op." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts).replace(".__init__", "")
+        for layer, path in _modules() if layer in MXNET_FREE]
+    code = BLOCK_MXNET + "".join(f"import {name}\n" for name in names) + \
+        "assert sys.modules['mxnet'] is None, 'mxnet was loaded'\nprint(len(sys.modules))\n"
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert len(names) > 20
+
+
+def test_importing_the_package_does_not_import_mxnet_or_numpy():
+    code = "import sys, ece408_op; print('mxnet' in sys.modules, 'numpy' in sys.modules)"
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0 and result.stdout.split() == ["False", "False"], result.stderr
+
+
+def test_milestone_without_mxnet_is_one_line_error():
+    # bad input: an environment where MXNet cannot be imported
+    code = BLOCK_MXNET + "from ece408_op.cli import main; sys.exit(main(['m2', '10']))"
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: MXNet is not importable"), result.stderr
+
+
+def test_fetch_and_gpu_bench_commands_need_no_mxnet():
+    code = BLOCK_MXNET + ("from ece408_op.cli import main\n"
+                          "assert main(['fetch', '--help']) == 0\n") 
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "--source" in result.stdout, result.stderr
+    assert result.returncode == 0, result.stderr
