@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, python_command, run_script
+from conftest import ROOT, SCRIPTS, python_command, require_mxnet, run_script
 from ece408_op.cli import COMMANDS, main
 from ece408_op.cli.errors import ArgumentParser, report
 from ece408_op.errors import DataError, UsageError
@@ -53,6 +53,7 @@ def test_scripts_are_plain_files_calling_the_cli(name):
 
 def test_script_help_from_any_folder(tmp_path):
     # The classic name, run from another folder: usage text names the script.
+    require_mxnet()
     result = run_script("m2.1.py", "--help", cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.startswith("Usage: m2.1.py <model_name> <dataset size>"), \
         result.stderr

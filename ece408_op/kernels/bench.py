@@ -202,12 +202,28 @@ def sweep_markdown(result):
     return "\n".join(lines) + "\n"
 
 
+NOISE = 0.02      # rows within 2% of the fastest are a tie: the stored tuning stays if it is one of them
+
+
+def pick_winner(rows, stored):
+    """The tuning to keep: the stored one where it ties with the fastest valid row, else the fastest."""
+    valid = [row for row in rows if row["valid"]]
+    if not valid:
+        return None
+    fastest = min(valid, key=lambda row: row["median_s"])
+    for row in valid:
+        if all(row[key] == stored[key] for key in tuning.V7_KEYS) and \
+                row["median_s"] <= fastest["median_s"] * (1 + NOISE):
+            return row
+    return fastest
+
+
 def save_sweep(result, out_dir, apply=False):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "v7_sweep.json").write_text(json.dumps(result, indent=2))
     (out / "v7_sweep.md").write_text(sweep_markdown(result))
-    best = next((row for row in result["rows"] if row["valid"]), None)
+    best = pick_winner(result["rows"], tuning.v7_values())
     if apply and best is not None:
         tuning.store_v7(best, result["device"], result["layer"], "docs/bench/v7_sweep.json")
     return best
@@ -274,6 +290,8 @@ def main(argv=None):
         if best is None:
             print("INVALID results: no v7 configuration was valid")
             return 1
+        print("winner (ties within {:.0%} keep the stored tuning): {}{}".format(
+            NOISE, {key: best[key] for key in tuning.V7_KEYS}, ", stored in tuning.json" if args.apply else ""))
         return 0
     versions = [int(v) for v in args.versions.split(",")] if args.versions else None
     result = run(*layer, repeats=args.repeats, versions=versions)

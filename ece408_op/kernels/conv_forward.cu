@@ -279,7 +279,6 @@ extern "C" __global__ void conv_forward_v6(float* __restrict__ y, const float* _
 #define V7_STRIPS ((CONV_WO + VEC - 1) / VEC)
 #define V7_EXACT (CONV_WO % VEC == 0)               // every strip lies inside the row
 #define V7_VEC4_IO (VEC % 4 == 0 && V7_EXACT && CONV_W % 4 == 0 && V7_STRIP % 4 == 0)
-constexpr int kV7UnrollM = V7_UNROLL_M;
 
 __device__ __forceinline__ void v7_store(float* p, float v)
 {
@@ -337,6 +336,7 @@ extern "C" __global__ void __launch_bounds__(V7_THREADS)
 conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
 {
 #if V7_ENABLED
+    constexpr int kV7UnrollM = V7_UNROLL_M;
     const long long t = (long long)blockIdx.x * V7_THREADS + threadIdx.x;
     if (t >= (long long)B * CONV_HO * V7_STRIPS) return;
     const int w0 = (int)(t % V7_STRIPS) * VEC;
