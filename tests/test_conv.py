@@ -102,3 +102,95 @@ def test_slabs_really_split_across_threads():
     assert covered[0][0] == 0 and all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
     assert covered[-1][1] >= 300
     assert threading.get_ident() not in threads                   # ran on the pool, not the caller
+
+
+# ---------------------------------------------------------------- general convolution (ConvSpec)
+
+def _direct(x, k, bias, spec):
+    """y from the definition in conv/spec.py's docstring, one scalar at a time."""
+    b, c, h, w = x.shape
+    (sh, sw), (ph, pw), (dh, dw), groups = spec.stride, spec.pad, spec.dilate, spec.num_group
+    m, cg, kh, kw = k.shape
+    ho, wo = spec.output_size(h, w)
+    y = np.zeros((b, m, ho, wo))
+    for n in range(b):
+        for f in range(m):
+            g = f // (m // groups)
+            for i in range(ho):
+                for j in range(wo):
+                    acc = 0.0 if bias is None else float(bias[f])
+                    for cc in range(cg):
+                        for p in range(kh):
+                            for q in range(kw):
+                                r, s = i * sh + p * dh - ph, j * sw + q * dw - pw
+                                if 0 <= r < h and 0 <= s < w:
+                                    acc += float(x[n, g * cg + cc, r, s]) * float(k[f, cc, p, q])
+                    y[n, f, i, j] = acc
+    return y
+
+
+GENERAL = [  # (B, C, H, W, M, attrs)
+    (2, 3, 7, 9, 4, dict(kernel="(3, 3)", pad="(1, 1)")),
+    (1, 2, 9, 8, 3, dict(kernel="(3, 2)", stride="(2, 3)")),
+    (2, 4, 10, 10, 6, dict(kernel="(3, 3)", dilate="(2, 2)", pad="(2, 1)", num_group="2")),
+    (1, 6, 6, 7, 6, dict(kernel="3", pad="1", num_group="6", no_bias="False")),          # depthwise + bias
+    (3, 1, 5, 5, 2, dict(kernel="(1, 5)", stride="2", no_bias="False")),
+    (1, 2, 4, 4, 2, dict(kernel="(5, 5)", pad="(1, 1)")),                                   # padding makes it fit
+]
+
+
+@pytest.mark.parametrize("b,c,h,w,m,attrs", GENERAL, ids=[str(g[5]) for g in GENERAL])
+def test_general_reference_matches_the_definition(b, c, h, w, m, attrs, rng):
+    from ece408_op.conv import ConvSpec
+    spec = ConvSpec.from_attrs(num_filter=m, **attrs)
+    x = _random((b, c, h, w), rng)
+    k = _random(spec.weight_shape(c), rng)
+    bias = None if spec.no_bias else _random((m,), rng)
+    got = conv2d_forward_reference(x, k, bias, spec)
+    assert got.shape == spec.output_shape(x.shape)
+    np.testing.assert_allclose(got, _direct(x, k, bias, spec), rtol=1e-12, atol=1e-12)
+
+
+def test_spec_reads_mxnet_attribute_formats():
+    from ece408_op.conv import ConvSpec
+    spec = ConvSpec.from_attrs(num_filter="64", kernel="(7, 7)", stride="(2, 2)", pad="(3, 3)", dilate="()",
+                               num_group="1", no_bias="False", layout="NCHW")
+    assert (spec.kernel, spec.stride, spec.pad, spec.dilate, spec.no_bias) == ((7, 7), (2, 2), (3, 3), (1, 1), False)
+    assert spec.output_shape((8, 3, 224, 224)) == (8, 64, 112, 112)
+    assert ConvSpec.from_attrs(**spec.to_attrs()) == spec
+    assert ConvSpec.from_attrs(num_filter=50, kernel=5).is_course
+    assert not spec.is_course
+
+
+@pytest.mark.parametrize("attrs,reason", [
+    (dict(num_filter=0, kernel=3), "num_filter=0 must be at least 1"),
+    (dict(num_filter=4, kernel="(3, 3, 3)"), "one or two integers"),
+    (dict(num_filter=4, kernel=None), "kernel is required"),
+    (dict(num_filter=4, kernel=3, stride="(0, 1)"), "stride='(0, 1)' must be at least 1"),
+    (dict(num_filter=4, kernel=3, pad="-1"), "pad='-1' must be at least 0"),
+    (dict(num_filter=4, kernel=3, num_group=3), "not a multiple of num_group=3"),
+    (dict(num_filter=4, kernel=3, no_bias="maybe"), "not a boolean"),
+    (dict(num_filter=4, kernel=3, layout="NHWC"), "layout='NHWC' is not supported"),
+    (dict(num_filter="four", kernel=3), "not an integer"),
+    (dict(num_filter=4, kernel="(3.5, 3)"), "one or two integers"),
+])
+def test_spec_rejects_bad_attributes(attrs, reason):
+    # bad input: each attribute set above
+    from ece408_op.conv import ConvSpec
+    with pytest.raises(ShapeError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        ConvSpec.from_attrs(**attrs)
+
+
+def test_spec_rejects_shapes_that_do_not_fit():
+    # bad input: channels not divisible by the groups, a dilated kernel larger than the padded input,
+    # a weight and a bias of the wrong shape
+    from ece408_op.conv import ConvSpec
+    spec = ConvSpec.from_attrs(num_filter=4, kernel=3, num_group=2, dilate=3, no_bias=False)
+    with pytest.raises(ShapeError, match="not a multiple of num_group=2"):
+        spec.output_shape((1, 3, 9, 9))
+    with pytest.raises(ShapeError, match="dilated to 7"):
+        spec.output_shape((1, 2, 6, 9))
+    with pytest.raises(ShapeError, match=r"expected \(4, 1, 3, 3\)"):
+        spec.check((1, 2, 9, 9), (4, 2, 3, 3), (4,))
+    with pytest.raises(ShapeError, match=r"bias has shape \(3,\), expected \(4,\)"):
+        spec.check((1, 2, 9, 9), (4, 1, 3, 3), (3,))

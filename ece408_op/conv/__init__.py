@@ -9,7 +9,7 @@ no bias, float32:
 from .cpu import conv2d_forward_cpu
 from .parallel import parallel_copy, parallel_zero, warm_up
 from .reference import conv2d_forward_reference, reference_and_bound
-from .spec import output_shape, parse_kernel, parse_num_filter
+from .spec import ConvSpec, output_shape, parse_kernel, parse_num_filter
 
 __all__ = ["conv2d_forward_cpu", "conv2d_forward_reference", "reference_and_bound", "output_shape",
-           "parse_kernel", "parse_num_filter", "parallel_copy", "parallel_zero", "warm_up"]
+           "ConvSpec", "parse_kernel", "parse_num_filter", "parallel_copy", "parallel_zero", "warm_up"]
