@@ -3,8 +3,40 @@ from glob import glob
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
+
+# Installed beside the package in site-packages: at interpreter start-up it installs the import
+# hook (ece408_op/mx/hook.py: standard library only, no NumPy), so that `import mxnet` works and
+# registers ece408_conv whatever the import order. A broken install must not break Python itself.
+HOOK_PTH = "ece408_op-hook.pth"
+HOOK_LINE = "import sys; exec('try:\\n import ece408_op\\nexcept Exception:\\n pass')\n"
+
+
+class BuildPyWithHook(build_py):
+    """build_py that also writes the start-up hook into the build's top level (so into the
+    wheel's root: site-packages), for normal and editable (PEP 660) installs alike."""
+
+    def run(self):
+        super().run()
+        folders = [self.build_lib]
+        if getattr(self, "editable_mode", False):
+            # setuptools' editable_wheel points `install_lib` at the unpacked wheel's root and
+            # packs that folder as it is (build_lib is thrown away in editable mode)
+            folders.append(self.distribution.get_command_obj("install").install_lib)
+        for folder in filter(None, folders):
+            target = Path(folder) / HOOK_PTH
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(HOOK_LINE)
+
+    def get_outputs(self, *args, **kwargs):
+        return super().get_outputs(*args, **kwargs) + [str(Path(self.build_lib) / HOOK_PTH)]
+
+    def get_output_mapping(self):
+        mapping = dict(super().get_output_mapping())
+        mapping[str(Path(self.build_lib) / HOOK_PTH)] = str(Path(self.build_lib) / HOOK_PTH)
+        return mapping
 
 setup(
     name="ece408_op",
@@ -23,12 +55,14 @@ setup(
         "numpy<2",
         "requests",
         "tqdm",
+        "threadpoolctl",                          # BLAS kept single-threaded inside the CPU path's pool
         "setuptools; python_version >= '3.12'",   # MXNet imports distutils
     ],
     extras_require={
         "gpu": ["pycuda"],
-        "test": ["pytest"],
+        "test": ["pytest", "hypothesis"],
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
     },
+    cmdclass={"build_py": BuildPyWithHook},
     entry_points={"console_scripts": ["ece408 = ece408_op.cli:main"]},
 )

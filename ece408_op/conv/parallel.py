@@ -1,32 +1,120 @@
-"""One process-wide thread pool and slab-parallel copies (NumPy releases the GIL in both)."""
+"""One process-wide thread pool, BLAS kept single-threaded inside it, and slab-parallel copies
+(NumPy releases the GIL in BLAS and in copies, so the pool's threads run in parallel).
+
+``$ECE408_CPU_THREADS`` sets the pool's size (default: the CPUs this process may run on).
+"""
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
 from ..errors import ShapeError
 
 SLAB_BYTES = 64 << 20        # work unit of parallel_copy / parallel_zero
+THREADS_ENV = "ECE408_CPU_THREADS"
 _pool = None
+_pool_lock = threading.Lock()
+
+
+def pool_size():
+    """Threads of the pool: $ECE408_CPU_THREADS, else the CPUs this process may use."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                       # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def thread_pool():
-    """The shared pool (at most 8 threads), started on first use with BLAS warmed up in each."""
+    """The shared pool, started on first use with BLAS warmed up in each thread."""
     global _pool
     if _pool is None:
-        workers = max(1, min(8, os.cpu_count() or 1))
-        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ece408-cpu")
-        # Start the threads and BLAS now, so that the first timed call does not pay for it.
-        for _ in _pool.map(lambda _: np.ones((8, 8), np.float32) @ np.ones((8, 8), np.float32),
-                           range(workers)):
-            pass
+        with _pool_lock:
+            if _pool is None:
+                workers = pool_size()
+                pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ece408-cpu")
+                # Start the threads and BLAS now, so that the first timed call does not pay for it.
+                with single_threaded_blas():
+                    for _ in pool.map(lambda _: np.ones((8, 8), np.float32) @ np.ones((8, 8), np.float32),
+                                      range(workers)):
+                        pass
+                pool.workers = workers
+                _pool = pool
     return _pool
 
 
 def warm_up():
     """Pay the one-time costs (thread pool, BLAS threads) outside any timed region."""
     thread_pool()
+    _blas_controllers()
 
+
+# ---------------------------------------------------------------- BLAS threads inside the pool
+
+_blas = {"controllers": None, "users": 0, "saved": None}
+_blas_lock = threading.Lock()
+
+
+def _blas_controllers():
+    """threadpoolctl's controllers of the BLAS libraries loaded in this process (found once);
+    empty where threadpoolctl is not installed."""
+    if _blas["controllers"] is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+            _blas["controllers"] = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+        except Exception:          # noqa: BLE001  not installed, or an unknown BLAS: leave BLAS alone
+            _blas["controllers"] = []
+    return _blas["controllers"]
+
+
+@contextmanager
+def single_threaded_blas():
+    """BLAS runs one thread per call inside the block (the pool supplies the parallelism: a
+    multi-threaded BLAS called from every pool thread would start threads of its own in each and
+    oversubscribe the cores). Re-entrant and thread-safe: the first caller in sets 1 thread, the
+    last one out restores the previous setting."""
+    controllers = _blas_controllers()
+    if not controllers:
+        yield
+        return
+    with _blas_lock:
+        if _blas["users"] == 0:
+            _blas["saved"] = [c.get_num_threads() for c in controllers]
+            for c in controllers:
+                c.set_num_threads(1)
+        _blas["users"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas["users"] -= 1
+            if _blas["users"] == 0:
+                for c, n in zip(controllers, _blas["saved"]):
+                    c.set_num_threads(n)
+
+
+def blas_threads():
+    """Current thread count of each BLAS library threadpoolctl sees (for tests and reports)."""
+    return [c.get_num_threads() for c in _blas_controllers()]
+
+
+def run_parallel(work, items):
+    """work(item) for every item: on the pool with single-threaded BLAS, or inline for one item."""
+    items = list(items)
+    if len(items) == 1 or pool_size() == 1:
+        for item in items:
+            work(item)
+        return
+    with single_threaded_blas():
+        for _ in thread_pool().map(work, items):
+            pass
+
+
+# ---------------------------------------------------------------- slab-parallel copies
 
 def over_slabs(array, work, slab_bytes=SLAB_BYTES):
     """Call work(slice) for slabs of about ``slab_bytes`` along the first axis, on the thread pool.
@@ -57,6 +145,6 @@ def parallel_copy(dst, src, add=False, slab_bytes=SLAB_BYTES):
 
 
 def parallel_zero(dst, slab_bytes=SLAB_BYTES):
-    """dst[...] = 0 in parallel slabs (the course zeroed y before starting the clock)."""
+    """dst[...] = 0 in parallel slabs."""
     over_slabs(dst, lambda part: dst[part].fill(0), slab_bytes)
     return dst

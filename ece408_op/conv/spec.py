@@ -114,9 +114,13 @@ class ConvSpec:
         return (self.num_filter, channels // self.num_group) + tuple(self.kernel)
 
     def output_size(self, h, w):
-        """(HO, WO) for an H x W input; ShapeError where the (dilated) kernel does not fit."""
+        """(HO, WO) for an H x W input; ShapeError where the (dilated) kernel does not fit.
+        An unknown size (0 or -1) gives an unknown output size (UNKNOWN)."""
         sizes = []
         for n, k, s, p, d, axis in zip((h, w), self.kernel, self.stride, self.pad, self.dilate, ("height", "width")):
+            if not _known(n):
+                sizes.append(UNKNOWN)
+                continue
             span = d * (k - 1) + 1
             if n + 2 * p < span:
                 raise ShapeError(f"kernel {self.kernel[0]}x{self.kernel[1]} (dilated to {span} in {axis}) "
@@ -142,6 +146,48 @@ class ConvSpec:
                 raise ShapeError(f"bias has shape {None if bias_shape is None else tuple(bias_shape)}, "
                                  f"expected ({self.num_filter},)")
         return y_shape
+
+
+UNKNOWN = -1      # an unknown dimension, as MXNet 1.9 passes and takes it (0 is read as unknown too)
+
+
+def _known(n):
+    return n is not None and n > 0
+
+
+def _merge(name, given, want):
+    """``given`` (may hold unknowns, or be empty) completed by ``want``; ShapeError on a conflict."""
+    if not given:
+        return tuple(want)
+    if len(given) != len(want) or any(_known(g) and _known(w) and g != w for g, w in zip(given, want)):
+        shown = tuple(g if _known(g) else "?" for g in given)
+        raise ShapeError(f"{name} has shape {shown}, expected {tuple(w if _known(w) else '?' for w in want)}")
+    return tuple(g if _known(g) else (w if _known(w) else UNKNOWN) for g, w in zip(given, want))
+
+
+def infer_shapes(spec, x_shape, w_shape=(), b_shape=()):
+    """Shape inference with unknown dimensions (0 or -1, or an empty shape: not known yet):
+    returns (x, weight, bias or None, y) shapes with every dimension that follows from the others
+    filled in, UNKNOWN where nothing tells. Gluon's deferred initialisation (``in_channels=0``)
+    and ``__shape__`` hints such as (64, 0, 3, 3) are completed from the data; the data's
+    channels from the weight where the data's are unknown. ShapeError names any conflict."""
+    x_shape, w_shape = tuple(x_shape or ()), tuple(w_shape or ())
+    if x_shape and len(x_shape) != 4:
+        raise ShapeError(f"data must be 4-D (B, C, H, W), got shape {x_shape}")
+    if w_shape and len(w_shape) != 4:
+        raise ShapeError(f"weight must be 4-D (M, C/num_group, KH, KW), got shape {w_shape}")
+    b, c, h, w = x_shape or (UNKNOWN,) * 4
+    if not _known(c) and len(w_shape) == 4 and _known(w_shape[1]):
+        c = w_shape[1] * spec.num_group
+    if _known(c) and c % spec.num_group:
+        raise ShapeError(f"data has {c} channels, not a multiple of num_group={spec.num_group}")
+    want_w = (spec.num_filter, c // spec.num_group if _known(c) else UNKNOWN) + tuple(spec.kernel)
+    w_full = _merge("weight", w_shape, want_w)
+    bias = None if spec.no_bias else _merge("bias", tuple(b_shape or ()), (spec.num_filter,))
+    ho, wo = spec.output_size(h, w)
+    x_full = (b if _known(b) else UNKNOWN, c if _known(c) else UNKNOWN,
+              h if _known(h) else UNKNOWN, w if _known(w) else UNKNOWN)
+    return x_full, w_full, bias, (x_full[0], spec.num_filter, ho, wo)
 
 
 def output_shape(x_shape, k_shape, spec=None):

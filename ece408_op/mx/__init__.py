@@ -2,9 +2,12 @@
 
     compat.py     shims that let MXNet 1.9.1 import on current Python/NumPy (no MXNet import)
     hook.py       runs those shims before MXNet loads and registers the operator after (stdlib only)
-    op.py         the ece408_conv CustomOp and CustomOpProp, Op Time records
+    failures.py   the reason of a failed callback, carried into the MXNetError users see
+    op.py         the ece408_conv CustomOp and CustomOpProp, Op Time records, the layout guard
+    gluon.py      ece408_op.gluon.Conv2D, a drop-in for gluon.nn.Conv2D
     models.py     the course network, checkpoints by name or prefix
-    swap.py       swap_convolutions: built-in Convolution nodes -> ece408_conv
+    swap.py       swap_convolutions: built-in Convolution nodes -> ece408_conv (Symbol, checkpoint,
+                  HybridBlock), with a report of what was swapped and kept
     inference.py  bind a checkpoint, score a batch (what the milestones run)
     train.py      training recipes of the shipped models
     bench.py      CPU benchmark against MXNet's built-in Convolution

@@ -4,9 +4,11 @@ MXNet 1.9.1 fails at import on NumPy >= 1.24 (``np.bool``) and, on Python 3.12, 
 distutils. ``install()`` puts a finder in front of ``sys.meta_path`` that, when ``mxnet``
 itself is imported (by anyone), applies ``compat.apply()`` first and registers the
 ``ece408_conv`` operator right after. Where MXNet is already imported, ``install()``
-registers at once. Standard library only: importing this module never imports NumPy or MXNet.
+registers at once. Standard library only: importing this module never imports NumPy or MXNet,
+and it is cheap (no importlib.abc), since the package's ``ece408_op-hook.pth`` imports it at every
+interpreter start-up of the environment it is installed in (so that ``import mxnet`` before
+``import ece408_op`` works too).
 """
-import importlib.abc
 import importlib.machinery
 import sys
 import threading
@@ -38,7 +40,7 @@ def register():
         return _state["error"]
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:                       # an importlib loader (duck-typed: importlib.abc is costly to import)
     def __init__(self, inner):
         self.inner = inner
 
@@ -55,7 +57,7 @@ class _Loader(importlib.abc.Loader):
         return getattr(self.inner, name)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:                       # a sys.meta_path finder
     def find_spec(self, fullname, path, target=None):
         if fullname != "mxnet":
             return None

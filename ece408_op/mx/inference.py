@@ -50,10 +50,12 @@ def prepare(symbol, custom, device, op_attrs=None):
     """The symbol to run: as saved (built-in Convolution) or with ece408_conv swapped in."""
     if not custom:
         return symbol
-    swapped_symbol, swapped = swap_convolutions(symbol, device=device, **(op_attrs or {}))
-    if not swapped:
-        raise ModelError("the model has no convolution that ece408_conv can replace")
-    return swapped_symbol
+    # Bound with a Module (the executor), which keeps MXNet's layout conversions alive: no guards.
+    report = swap_convolutions(symbol, guard=False, device=device, **(op_attrs or {}))
+    if not report.swapped:
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in report.kept) or "it has no Convolution"
+        raise ModelError(f"the model has no convolution that ece408_conv can replace ({reasons})")
+    return report.result
 
 
 def run_inference(model, count, use_custom=True, device="cpu", data_dir=None, op_attrs=None):

@@ -1,56 +1,221 @@
-"""Graph rewriting: Convolution nodes -> ``ece408_conv``.
+"""Graph swap: MXNet's built-in ``Convolution`` nodes -> ``ece408_conv``.
 
-``swap_convolutions`` rewrites every Convolution node that ``ece408_conv`` can compute
-(2-D, square kernel, stride 1, no padding, no dilation, one group, no bias) into the
-custom operator, keeping the weight's name; any network's symbol works, not only the course's.
+    report = swap_convolutions(symbol)                 # a Symbol
+    report = swap_convolutions("path/to/prefix")       # a checkpoint (latest epoch, or epoch=N)
+    report = swap_convolutions(net)                    # a Gluon HybridBlock
+    report.result     # the swapped Symbol / SymbolBlock (sharing net's parameters)
+    report.swapped    # names of the swapped nodes
+    report.kept       # [(name, reason)] of the Convolutions left alone
+    print(report)     # one line per node
+
+Every 2-D NCHW Convolution is swapped, whatever its kernel, stride, padding, dilation, groups
+and bias; the node keeps its name, its attributes (``Convolution``'s names and formats) and its
+inputs, so parameter names are unchanged and a checkpoint's parameters load as they are. Each
+swapped node's inputs go through ``op.guard_inputs`` (see docs/mkldnn.md), named
+``<node>_guard_<input>``. A swapped symbol saved as JSON loads in any program where ece408_op is
+importable (the import hook registers the operator when MXNet loads).
 """
 import ast
 import json
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import OP_TYPE
+from ..conv.spec import ConvSpec
+from ..errors import Ece408Error, ModelError, ShapeError
 from .compat import import_mxnet
+from .op import OWN_ATTRS, SPEC_ATTRS, parse_device, parse_gpu_kernel
 
 mx = import_mxnet()
 
-
-def _tuple_attr(attrs, key, default):
-    text = attrs.get(key)
-    if text in (None, "", "()", "[]"):
-        return default
-    value = ast.literal_eval(text)
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+KEEP_ATTRS = SPEC_ATTRS + ("workspace", "cudnn_tune", "cudnn_off")
 
 
-def _swappable(attrs):
-    kernel = _tuple_attr(attrs, "kernel", ())
-    if len(kernel) != 2 or kernel[0] != kernel[1]:
-        return False
-    checks = (
-        all(s == 1 for s in _tuple_attr(attrs, "stride", (1, 1))),
-        all(p == 0 for p in _tuple_attr(attrs, "pad", (0, 0))),
-        all(d == 1 for d in _tuple_attr(attrs, "dilate", (1, 1))),
-        int(attrs.get("num_group", "1")) == 1,
-        attrs.get("no_bias", "False").lower() in ("true", "1"),
-        attrs.get("layout", "None") in ("None", "NCHW"),
-    )
-    return all(checks)
+@dataclass
+class SwapReport:
+    """What ``swap_convolutions`` did. Unpacks as ``(result, swapped)``, the earlier return value."""
+    result: object                                  # Symbol, or SymbolBlock for a HybridBlock
+    swapped: list = field(default_factory=list)     # node names
+    kept: list = field(default_factory=list)        # (node name, reason)
+    arg_params: dict = None                         # a checkpoint's parameters (prefix input)
+    aux_params: dict = None
+
+    @property
+    def symbol(self):
+        return self.result if isinstance(self.result, mx.sym.Symbol) else getattr(self, "_symbol", None)
+
+    def __iter__(self):
+        return iter((self.result, self.swapped))
+
+    def __str__(self):
+        lines = [f"swapped {len(self.swapped)} of {len(self.swapped) + len(self.kept)} convolutions"]
+        lines += [f"  swapped  {name}" for name in self.swapped]
+        lines += [f"  kept     {name}: {reason}" for name, reason in self.kept]
+        return "\n".join(lines)
+
+    def save(self, prefix, epoch=0):
+        """Write the swapped checkpoint ``prefix-symbol.json`` + ``prefix-NNNN.params``."""
+        if self.arg_params is None:
+            raise Ece408Error("save() needs a report of a checkpoint (swap_convolutions(prefix))")
+        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+        mx.model.save_checkpoint(str(prefix), epoch, self.symbol, self.arg_params, self.aux_params)
 
 
-def swap_convolutions(symbol, **op_attrs):
-    """Return (new symbol, names of swapped layers): eligible Convolutions -> ``ece408_conv``.
+def _kernel_dims(text):
+    """How many spatial dimensions a Convolution's kernel attribute has, as MXNet reads it
+    ('(3, 3)' -> 2, '(3,)' and '3' -> 1); None where it is not a size at all."""
+    try:
+        value = ast.literal_eval(str(text).strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return len(value) if isinstance(value, (tuple, list)) else 1
 
-    ``op_attrs`` (e.g. ``device="gpu"``) are added to every swapped node.
-    """
+
+def why_not(attrs):
+    """None if ece408_conv computes this Convolution node, else the reason."""
+    kernel = attrs.get("kernel", "")
+    dims = _kernel_dims(kernel)
+    if dims is not None and dims != 2:
+        return f"kernel={kernel} is {dims}-D: ece408_conv is 2-D only"
+    layout = attrs.get("layout", "None")
+    if layout not in ("None", "NCHW"):
+        return f"layout={layout}: ece408_conv computes NCHW only"
+    try:
+        ConvSpec.from_attrs(**{k: attrs[k] for k in SPEC_ATTRS if k in attrs})
+    except ShapeError as exc:
+        return str(exc)
+    return None
+
+
+def _op_attrs(op_attrs):
+    """Validate the attributes given for every swapped node (device, gpu_kernel) up front."""
+    unknown = [k for k in op_attrs if k not in OWN_ATTRS]
+    if unknown:
+        raise Ece408Error(f"swap_convolutions: unknown option {unknown[0]}=; known: {', '.join(OWN_ATTRS)}")
+    out = {}
+    if "device" in op_attrs:
+        out["device"] = parse_device(op_attrs["device"])
+    if "gpu_kernel" in op_attrs:
+        out["gpu_kernel"] = parse_gpu_kernel(op_attrs["gpu_kernel"])
+    return out
+
+
+def swap_graph(symbol, guard=True, **op_attrs):
+    """(swapped Symbol, swapped names, kept [(name, reason)])."""
+    extra = _op_attrs(op_attrs)
     graph = json.loads(symbol.tojson())
-    swapped = []
-    for node in graph["nodes"]:
-        attrs = node.get("attrs", {})
-        if node["op"] != "Convolution" or not _swappable(attrs):
-            continue
-        kernel = _tuple_attr(attrs, "kernel", ())
-        node["op"] = "Custom"
-        node["attrs"] = {"op_type": OP_TYPE, "num_filter": attrs["num_filter"],
-                         "kernel": str(kernel[0]), **{k: str(v) for k, v in op_attrs.items()}}
-        node["inputs"] = node["inputs"][:2]
-        swapped.append(node["name"])
-    return mx.sym.load_json(json.dumps(graph)), swapped
+    nodes, new_nodes, new_id = graph["nodes"], [], {}
+    swapped, kept = [], []
+
+    def entry(e):
+        return [new_id[e[0]], e[1], e[2] if len(e) > 2 else 0]
+
+    def add(node):
+        new_nodes.append(node)
+        return len(new_nodes) - 1
+
+    for old, node in enumerate(nodes):
+        node = dict(node)
+        node["inputs"] = [entry(e) for e in node.get("inputs", [])]
+        if node["op"] == "Convolution":
+            attrs = node.get("attrs", node.get("param", {}))
+            reason = why_not(attrs)
+            if reason is None:
+                inputs = node["inputs"]
+                if guard:
+                    inputs = _guard_nodes(node["name"], inputs, add)
+                node = {"op": "Custom", "name": node["name"], "inputs": inputs,
+                        "attrs": {"op_type": OP_TYPE, **{k: v for k, v in attrs.items() if k in KEEP_ATTRS},
+                                  **{k: str(v) for k, v in extra.items()}}}
+                swapped.append(node["name"])
+            else:
+                kept.append((node["name"], reason))
+        new_id[old] = add(node)
+    graph["nodes"] = new_nodes
+    graph["arg_nodes"] = [new_id[i] for i in graph["arg_nodes"]]
+    graph["heads"] = [entry(e) for e in graph["heads"]]
+    graph.pop("node_row_ptr", None)
+    return mx.sym.load_json(json.dumps(graph)), swapped, kept
+
+
+def _guard_nodes(name, inputs, add):
+    """Nodes of ``op.guard_inputs`` in front of a swapped node's inputs (data, weight, bias)."""
+    guarded = []
+    for i, e in enumerate(inputs):
+        role = ("data", "weight", "bias")[i] if i < 3 else f"input{i}"
+        if i == 0:
+            node = {"op": "broadcast_to", "name": f"{name}_guard_{role}", "attrs": {"shape": "(0, 0, 0, 0)"},
+                    "inputs": [e]}
+        else:
+            node = {"op": "_mul_scalar", "name": f"{name}_guard_{role}", "attrs": {"scalar": "1.0"}, "inputs": [e]}
+        guarded.append([add(node), 0, 0])
+    return guarded
+
+
+def swap_convolutions(model, epoch=None, input_names=("data",), guard=True, **op_attrs):
+    """Swap every 2-D Convolution of ``model`` that ece408_conv computes; returns a SwapReport.
+
+    ``model``: a Symbol; a checkpoint prefix (``epoch``: which one, default the latest), whose
+    parameters come back in the report; or a Gluon HybridBlock, for which the result is a
+    SymbolBlock sharing the block's Parameters (``input_names``: the block's inputs).
+    ``op_attrs`` (``device="gpu"``, ``gpu_kernel=7``) are set on every swapped node.
+    ``guard=False`` leaves out the layout guards (safe only for the executor / Module).
+    """
+    if isinstance(model, mx.sym.Symbol):
+        result, swapped, kept = swap_graph(model, guard, **op_attrs)
+        return SwapReport(result, swapped, kept)
+    if isinstance(model, (str, Path)):
+        return _swap_checkpoint(str(model), epoch, guard, op_attrs)
+    if isinstance(model, mx.gluon.HybridBlock):
+        return _swap_block(model, input_names, guard, op_attrs)
+    raise Ece408Error(f"swap_convolutions takes a Symbol, a checkpoint prefix or a Gluon HybridBlock, "
+                      f"not {type(model).__name__}")
+
+
+def _swap_checkpoint(prefix, epoch, guard, op_attrs):
+    from .models import load_model, resolve_model
+    if epoch is None:
+        _, symbol, arg_params, aux_params = load_model(prefix)
+    else:
+        resolve_model(prefix)
+        try:
+            symbol, arg_params, aux_params = mx.model.load_checkpoint(prefix, int(epoch))
+        except Exception as exc:  # noqa: BLE001  MXNetError, OSError
+            raise ModelError(f"cannot load checkpoint {prefix}-{int(epoch):04d}: "
+                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
+    result, swapped, kept = swap_graph(symbol, guard, **op_attrs)
+    return SwapReport(result, swapped, kept, arg_params, aux_params)
+
+
+def _swap_block(block, input_names, guard, op_attrs):
+    inputs = [mx.sym.var(name) for name in input_names]
+    outputs = block(*inputs)
+    symbol = outputs if isinstance(outputs, mx.sym.Symbol) else mx.sym.Group(list(outputs))
+    swapped_symbol, swapped, kept = swap_graph(symbol, guard, **op_attrs)
+    params = block.collect_params()
+    wanted = set(swapped_symbol.list_arguments()) | set(swapped_symbol.list_auxiliary_states())
+    shared = {name: p for name, p in params.items() if name in wanted}
+    with _quiet_symbolblock():
+        result = mx.gluon.SymbolBlock(swapped_symbol, inputs, params=_ParamDict(shared, block.prefix))
+    report = SwapReport(result, swapped, kept)
+    report._symbol = swapped_symbol
+    return report
+
+
+class _ParamDict(mx.gluon.ParameterDict):
+    def __init__(self, params, prefix):
+        super().__init__(prefix)
+        self._params.update(params)
+
+
+class _quiet_symbolblock:
+    """SymbolBlock warns about parameters it finds among its inputs; ours are all parameters."""
+
+    def __enter__(self):
+        import warnings
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        return self._catch.__exit__(*exc)
