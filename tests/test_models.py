@@ -43,7 +43,7 @@ def test_checkpoint_prefix_path_is_accepted(tmp_path):
 
 
 def _mixed_network():
-    """A non-course network: one eligible conv, one strided, one with bias, one 1x1, one padded."""
+    """A non-course network: a plain conv, a strided one, one with bias, a 1x1, a padded one."""
     data = mx.sym.Variable("data")
     x = mx.sym.Convolution(data, name="a", num_filter=4, kernel=(3, 3), no_bias=True)
     x = mx.sym.relu(x)
@@ -56,8 +56,9 @@ def _mixed_network():
 
 def test_swap_convolutions_in_any_network(rng):
     net = _mixed_network()
-    swapped, names = swap_convolutions(net, device="cpu")
-    assert names == ["a", "one"]
+    report = swap_convolutions(net, device="cpu")
+    swapped, names = report                                   # the earlier (symbol, names) form
+    assert names == ["a", "strided", "biased", "one", "padded"] and report.kept == []
     assert swapped.list_arguments() == net.list_arguments()
     shapes, _, _ = net.infer_shape(data=(2, 3, 17, 17))
     args = {name: mx.nd.array(rng.standard_normal(shape).astype(np.float32))
@@ -66,4 +67,14 @@ def test_swap_convolutions_in_any_network(rng):
     got = swapped.bind(mx.cpu(), args).forward()[0].asnumpy()
     assert_close(got, want, atol=1e-4, rtol=1e-4, what="swapped network")
     ops = [node["op"] for node in __import__("json").loads(swapped.tojson())["nodes"]]
-    assert ops.count("Custom") == 2 and ops.count("Convolution") == 3
+    assert ops.count("Custom") == 5 and ops.count("Convolution") == 0
+
+
+def test_swap_keeps_what_it_cannot_run_and_says_why():
+    one_d = mx.sym.Convolution(mx.sym.Variable("seq"), name="conv1d", num_filter=4, kernel=(3,), no_bias=True)
+    nhwc = mx.sym.Convolution(mx.sym.Variable("img"), name="nhwc", num_filter=4, kernel=(3, 3), layout="NHWC")
+    report = swap_convolutions(mx.sym.Group([one_d, nhwc]))
+    assert report.swapped == []
+    assert dict(report.kept) == {"conv1d": "kernel=(3,) is 1-D: ece408_conv is 2-D only",
+                                 "nhwc": "layout=NHWC: ece408_conv computes NCHW only"}
+    assert "kept     nhwc: layout=NHWC" in str(report)

@@ -1,14 +1,22 @@
-"""The ece408_conv operator (CPU path) inside MXNet: against the built-in Convolution, req, shapes."""
+"""The ece408_conv operator (CPU path) inside MXNet: against the built-in Convolution on the course
+layers and on general ones (padding, stride, dilation, groups, bias), req, shape inference with
+unknown dimensions, Op Time records, and every bad attribute, shape and dtype as a catchable
+MXNetError carrying the reason, each run in a fresh interpreter so that a crash fails the test."""
+import subprocess
+import textwrap
+
 import numpy as np
 import pytest
 
-from conftest import assert_close, require_mxnet
-from ece408_op.conv import conv2d_forward_reference
+from conftest import ROOT, assert_close, python_command, require_mxnet
+from ece408_op.conv import ConvSpec, conv2d_forward_reference, reference_and_bound
 from ece408_op.errors import ShapeError
-from test_conv import SHAPES, _random
+from test_conv import GENERAL, SHAPES, _random
 
-mx = require_mxnet().mx
-from ece408_op.mx.op import Conv2dForward, op_times, take_last_error  # noqa: E402
+op = require_mxnet()
+mx = op.mx
+from ece408_op.mx.failures import OperatorError  # noqa: E402
+
 
 def _custom(x, k, **attrs):
     m, _, ksize, _ = k.shape
@@ -33,10 +41,36 @@ def test_operator_matches_builtin_convolution(shape, rng):
     assert_close(y, ref, atol=1e-5 * scale, rtol=1e-5, what=f"ece408_conv vs Convolution {shape}")
 
 
+MORE = GENERAL + [  # (B, C, H, W, M, attrs) as MXNet's Convolution takes them (no_bias defaults to False)
+    (2, 8, 12, 12, 16, dict(kernel="(3, 3)", pad="(1, 1)", stride="(2, 2)", no_bias="True")),
+    (2, 3, 30, 30, 8, dict(kernel="(7, 7)", pad="(3, 3)", stride="(2, 2)")),
+    (1, 16, 9, 9, 16, dict(kernel="(3, 3)", pad="(1, 1)", num_group="16", no_bias="True")),
+    (2, 6, 8, 8, 12, dict(kernel="(1, 1)", stride="(2, 2)")),
+    (2, 4, 11, 7, 4, dict(kernel="(1, 7)", pad="(0, 3)")),
+]
+
+
+@pytest.mark.parametrize("b,c,h,w,m,attrs", MORE, ids=[str(g[5]) for g in MORE])
+def test_general_layers_match_builtin_and_reference(b, c, h, w, m, attrs, rng):
+    spec = ConvSpec.from_attrs(num_filter=m, **{"no_bias": "False", **attrs})
+    attrs = {k: v for k, v in spec.to_attrs().items() if k != "num_filter"}   # '3' -> '(3, 3)' for MXNet
+    x, k = _random((b, c, h, w), rng, 3.0), _random(spec.weight_shape(c), rng)
+    inputs = [x, k] + ([] if spec.no_bias else [_random((m,), rng)])
+    nd_inputs = [mx.nd.array(a) for a in inputs]
+    y = mx.nd.Custom(*nd_inputs, op_type="ece408_conv", num_filter=m, device="cpu", **attrs).asnumpy()
+    builtin = mx.nd.Convolution(*nd_inputs, num_filter=m, **attrs).asnumpy()
+    ref, bound = reference_and_bound(*inputs[:2], inputs[2] if len(inputs) > 2 else None, spec)
+    assert y.shape == builtin.shape == ref.shape
+    assert np.all(np.abs(y - ref) <= bound), f"max error {np.abs(y - ref).max()} over bound"
+    assert_close(y, builtin, atol=1e-4 * (np.abs(builtin).max() + 1e-30), rtol=1e-5, what="vs Convolution")
+
+
 def _forward_directly(req, initial, x, k):
     """Call the CustomOp's forward with a chosen req, as MXNet would."""
     out = mx.nd.array(initial)
-    Conv2dForward("cpu", "auto").forward(False, [req], [mx.nd.array(x), mx.nd.array(k)], [out], [])
+    config = op.parse_attrs({"num_filter": str(k.shape[0]), "kernel": str(k.shape[2:])})
+    forward = op.Conv2dForward(config, [x.shape, k.shape], "cpu")
+    forward.forward(False, [req], [mx.nd.array(x), mx.nd.array(k)], [out], [])
     return out.asnumpy()
 
 
@@ -58,37 +92,121 @@ def test_weight_shape_is_inferred_from_data():
     assert outs == [(10, 50, 24, 24)]
 
 
-def test_backward_raises_inference_only(rng, capfd):
+@pytest.mark.parametrize("hint", ["(64, 0, 3, 3)", "(64, -1, 3, 3)", "(0, 0, 3, 3)"])
+def test_unknown_weight_dimensions_are_filled_from_the_data(hint):
+    # Gluon-exported weights carry __shape__ hints with 0 (or -1) for the deferred in-channels.
+    weight = mx.sym.Variable("w", shape=eval(hint))
+    bias = mx.sym.Variable("b", shape=(0,))
+    y = mx.sym.Custom(mx.sym.Variable("data"), weight, bias, op_type="ece408_conv", num_filter=64,
+                      kernel="(3, 3)", stride="(2, 2)", pad="(1, 1)", no_bias="False")
+    args, outs, _ = y.infer_shape(data=(2, 5, 9, 9))
+    assert args == [(2, 5, 9, 9), (64, 5, 3, 3), (64,)] and outs == [(2, 64, 5, 5)]
+    executor = y.simple_bind(mx.cpu(), data=(2, 5, 9, 9), grad_req="null")
+    assert executor.forward()[0].shape == (2, 64, 5, 5)
+
+
+def test_data_channels_follow_from_the_weight_where_unknown():
+    y = mx.sym.Custom(mx.sym.Variable("data"), mx.sym.Variable("w"), op_type="ece408_conv",
+                      num_filter=8, kernel="(3, 3)", num_group="2")
+    args, outs, _ = y.infer_shape_partial(w=(8, 3, 3, 3))
+    assert args[0][1] == 6 and outs[0][1] == 8
+
+
+def test_backward_raises_inference_only(rng):
     x = mx.nd.array(_random((1, 1, 6, 6), rng))
     k = mx.nd.array(_random((2, 1, 3, 3), rng))
     x.attach_grad()
     with mx.autograd.record():
         y = mx.nd.Custom(x, k, op_type="ece408_conv", num_filter=2, kernel=3)
-    with pytest.raises(mx.base.MXNetError):
+    with pytest.raises(mx.base.MXNetError, match="ece408_conv is inference-only"):
         y.backward()
         x.grad.wait_to_read()
-    # MXNet reports the operator's own exception on stdout and raises a generic MXNetError.
-    assert "ece408_conv is inference-only" in capfd.readouterr().out
 
 
 def test_op_time_is_recorded_per_forward(rng):
     x = _random((4, 1, 28, 28), rng)
     k = _random((50, 1, 5, 5), rng)
-    start = len(op_times.records)
+    start = len(op.op_times.records)
     _custom(x, k)
     _custom(x, k)
-    got = op_times.since(start)
+    got = op.op_times.since(start)
     assert len(got) == 2 and all(seconds > 0 and path == "cpu" for seconds, path in got)
 
 
-def test_bad_shape_in_a_symbol_is_reported_with_its_cause():
+def test_bad_shape_in_a_symbol_is_an_mxnet_error_with_its_reason():
     # bad input: a kernel larger than the image, found at shape inference
     data = mx.sym.Variable("data")
     y = mx.sym.Custom(data, mx.sym.Variable("w"), op_type="ece408_conv", num_filter=2, kernel=9)
-    take_last_error()
-    with pytest.raises(mx.base.MXNetError):
+    with pytest.raises(mx.base.MXNetError) as info:
         y.infer_shape(data=(1, 1, 4, 4))
-    cause = take_last_error()
-    assert isinstance(cause, ShapeError) and "does not fit" in str(cause)
+    assert isinstance(info.value, OperatorError) and isinstance(info.value.cause, ShapeError)
+    assert str(info.value).splitlines()[0] == \
+        "ece408_conv: kernel 9x9 (dilated to 9 in height) does not fit a 4x4 input padded by (0, 0)"
 
 
+# Each bad input is run in a fresh interpreter: a crash (segfault, abort) fails the test, and the
+# script prints the first line of the MXNetError it caught.
+BAD_INPUTS = [
+    ("nd", dict(num_filter=4, kernel="(3, 3)", pad="(-1, 0)"), "ece408_conv: pad='(-1, 0)' must be at least 0"),
+    ("nd", dict(num_filter=4, kernel="(3, 3)", stride="(0, 1)"), "ece408_conv: stride='(0, 1)' must be at least 1"),
+    ("nd", dict(num_filter=4, kernel="(3, 5, 1)"), "ece408_conv: kernel='(3, 5, 1)' must be one or two integers "
+                                                   "(2-D convolution)"),
+    ("nd", dict(num_filter=0, kernel=3), "ece408_conv: num_filter='0' must be at least 1"),
+    ("nd", dict(num_filter=4, kernel=3, no_bias="perhaps"), "ece408_conv: no_bias='perhaps' is not a boolean; "
+                                                            "use True or False"),
+    ("nd", dict(num_filter=4, kernel=3, device="tpu"), "ece408_conv: device='tpu' is not one of auto, cpu, gpu"),
+    ("nd", dict(num_filter=4, kernel=3, gpu_kernel="v99"), "ece408_conv: gpu_kernel='v99': unknown kernel 'v99'"),
+    ("nd", dict(num_filter=4, kernel=3, layout="NHWC"), "ece408_conv: layout='NHWC' is not supported; use NCHW"),
+    ("nd", dict(num_filter=4, kernel=3, colour="blue"), "ece408_conv: unknown attribute colour='blue'"),
+    ("nd", dict(num_filter=4), "ece408_conv: kernel is required, e.g. kernel=(3, 3)"),
+    ("nd", dict(num_filter=3, kernel=3, num_group=2), "ece408_conv: num_filter=3 is not a multiple of num_group=2"),
+    ("sym", dict(num_filter=4, kernel=9), "ece408_conv: kernel 9x9 (dilated to 9 in height) does not fit a 8x8 "
+                                          "input padded by (0, 0)"),
+    ("nd-weight", dict(num_filter=4, kernel=3), "ece408_conv: weight has shape (4, 3, 3, 3), expected (4, 2, 3, 3)"),
+    ("nd-3d", dict(num_filter=4, kernel=3), "ece408_conv: data must be 4-D (B, C, H, W), got shape (2, 8, 8)"),
+    ("nd-fp16", dict(num_filter=4, kernel=3), "ece408_conv works on float32 only, got data of type float16"),
+    ("sym", dict(num_filter=4, kernel=3, dilate="(0, 1)"), "ece408_conv: dilate='(0, 1)' must be at least 1"),
+    ("bind", dict(num_filter=4, kernel=3, pad="x"), "ece408_conv: pad='x' is not a size; use e.g. pad=(3, 3)"),
+]
+
+_SCRIPT = textwrap.dedent("""
+    import sys, mxnet as mx
+    import ece408_op
+    how, attrs = sys.argv[1], eval(sys.argv[2])
+    x, w = mx.nd.ones((2, 2, 8, 8)), mx.nd.ones((4, 2, 3, 3))
+    try:
+        if how == "nd":
+            mx.nd.Custom(x, w, op_type="ece408_conv", **attrs).wait_to_read()
+        elif how == "nd-weight":
+            mx.nd.Custom(x, mx.nd.ones((4, 3, 3, 3)), op_type="ece408_conv", **attrs).wait_to_read()
+        elif how == "nd-3d":
+            mx.nd.Custom(mx.nd.ones((2, 8, 8)), w, op_type="ece408_conv", **attrs).wait_to_read()
+        elif how == "nd-fp16":
+            mx.nd.Custom(x.astype("float16"), w.astype("float16"), op_type="ece408_conv", **attrs).wait_to_read()
+        elif how == "sym":
+            y = mx.sym.Custom(mx.sym.var("data"), mx.sym.var("w"), op_type="ece408_conv", **attrs)
+            y.infer_shape(data=(2, 2, 8, 8))
+        elif how == "bind":
+            y = mx.sym.Custom(mx.sym.var("data"), mx.sym.var("w"), op_type="ece408_conv", **attrs)
+            y.simple_bind(mx.cpu(), data=(2, 2, 8, 8)).forward()[0].wait_to_read()
+    except (mx.base.MXNetError, RuntimeError) as exc:
+        # nd calls raise our OperatorError, whose first line is the reason; Symbol.infer_shape and
+        # simple_bind (which raises a RuntimeError) put "infer_shape error. Arguments: ..." first
+        assert isinstance(exc, mx.base.MXNetError) or how == "bind", type(exc)
+        lines = str(exc).splitlines()
+        assert how not in ("nd", "nd-weight", "nd-3d", "nd-fp16") or lines[0].startswith("ece408_conv")
+        print(next(line for line in lines if line.startswith("ece408_conv")))
+        sys.exit(0)
+    sys.exit("no error")
+""")
+
+
+@pytest.mark.parametrize("how,attrs,reason", BAD_INPUTS, ids=[f"{h}-{sorted(a.items())}" for h, a, _ in BAD_INPUTS])
+def test_bad_input_is_a_catchable_mxnet_error_never_a_crash(how, attrs, reason):
+    # bad input: each attribute, shape and dtype above
+    result = subprocess.run([*python_command(), "-c", _SCRIPT, how, repr(attrs)], capture_output=True,
+                            text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-2000:]}"
+    # (Symbol.infer_shape itself prints "infer_shape error. Arguments: ..." first: the last line is ours)
+    assert result.stdout.splitlines()[-1].startswith(reason), result.stdout
+    assert "Traceback" not in result.stdout + result.stderr     # one line, no dumped traceback

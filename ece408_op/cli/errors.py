@@ -46,8 +46,8 @@ def _mxnet_cause(exc):
     mxnet = sys.modules.get("mxnet")
     if mxnet is None or not isinstance(exc, mxnet.base.MXNetError):
         return None
-    from ..mx.op import mxnet_error_line, take_last_error
-    cause = take_last_error()
+    from ..mx.failures import mxnet_error_line, take
+    cause = getattr(exc, "cause", None) or take()
     if cause is not None:
         return str(cause), getattr(cause, "exit_code", 1)
     return mxnet_error_line(exc), 1

@@ -171,7 +171,5 @@ def main(milestone_name, argv, prog=None):
     def command(argv):
         _mx()                                           # one line where MXNet is unusable
         args = parse_args(argv, script, milestone.device == "gpu")
-        from ..mx.op import quiet_callback_tracebacks
-        with quiet_callback_tracebacks():
-            run_milestone(milestone, args, console)
+        run_milestone(milestone, args, console)
     return run(command, argv, console)

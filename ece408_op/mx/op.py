@@ -103,13 +103,6 @@ def take_last_error():
     return failures.take()
 
 
-@contextmanager
-def quiet_callback_tracebacks():
-    """Kept for callers of the earlier API: MXNet's traceback dumps of our callbacks are now
-    always replaced by the one-line reason in the MXNetError (``failures.install``)."""
-    yield
-
-
 class InferenceOnlyError(Ece408Error):
     pass
 

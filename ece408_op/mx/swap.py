@@ -100,9 +100,19 @@ def _op_attrs(op_attrs):
     return out
 
 
-def swap_graph(symbol, guard=True, **op_attrs):
+def _selector(select):
+    if select is None:
+        return lambda name: True
+    if callable(select):
+        return select
+    names = {select} if isinstance(select, str) else set(select)
+    return names.__contains__
+
+
+def swap_graph(symbol, guard=True, select=None, **op_attrs):
     """(swapped Symbol, swapped names, kept [(name, reason)])."""
     extra = _op_attrs(op_attrs)
+    selected = _selector(select)
     graph = json.loads(symbol.tojson())
     nodes, new_nodes, new_id = graph["nodes"], [], {}
     swapped, kept = [], []
@@ -118,8 +128,9 @@ def swap_graph(symbol, guard=True, **op_attrs):
         node = dict(node)
         node["inputs"] = [entry(e) for e in node.get("inputs", [])]
         if node["op"] == "Convolution":
-            attrs = node.get("attrs", node.get("param", {}))
-            reason = why_not(attrs)
+            # Convolution has a bias unless told otherwise; ece408_conv's default is the course's
+            attrs = {"no_bias": "False", **node.get("attrs", node.get("param", {}))}
+            reason = why_not(attrs) if selected(node["name"]) else "not selected"
             if reason is None:
                 inputs = node["inputs"]
                 if guard:
@@ -152,27 +163,28 @@ def _guard_nodes(name, inputs, add):
     return guarded
 
 
-def swap_convolutions(model, epoch=None, input_names=("data",), guard=True, **op_attrs):
+def swap_convolutions(model, epoch=None, input_names=("data",), guard=True, select=None, **op_attrs):
     """Swap every 2-D Convolution of ``model`` that ece408_conv computes; returns a SwapReport.
 
     ``model``: a Symbol; a checkpoint prefix (``epoch``: which one, default the latest), whose
     parameters come back in the report; or a Gluon HybridBlock, for which the result is a
     SymbolBlock sharing the block's Parameters (``input_names``: the block's inputs).
     ``op_attrs`` (``device="gpu"``, ``gpu_kernel=7``) are set on every swapped node.
+    ``select``: node names (or a predicate on them) to swap; the others are kept ("not selected").
     ``guard=False`` leaves out the layout guards (safe only for the executor / Module).
     """
     if isinstance(model, mx.sym.Symbol):
-        result, swapped, kept = swap_graph(model, guard, **op_attrs)
+        result, swapped, kept = swap_graph(model, guard, select, **op_attrs)
         return SwapReport(result, swapped, kept)
     if isinstance(model, (str, Path)):
-        return _swap_checkpoint(str(model), epoch, guard, op_attrs)
+        return _swap_checkpoint(str(model), epoch, guard, select, op_attrs)
     if isinstance(model, mx.gluon.HybridBlock):
-        return _swap_block(model, input_names, guard, op_attrs)
+        return _swap_block(model, input_names, guard, select, op_attrs)
     raise Ece408Error(f"swap_convolutions takes a Symbol, a checkpoint prefix or a Gluon HybridBlock, "
                       f"not {type(model).__name__}")
 
 
-def _swap_checkpoint(prefix, epoch, guard, op_attrs):
+def _swap_checkpoint(prefix, epoch, guard, select, op_attrs):
     from .models import load_model, resolve_model
     if epoch is None:
         _, symbol, arg_params, aux_params = load_model(prefix)
@@ -183,15 +195,15 @@ def _swap_checkpoint(prefix, epoch, guard, op_attrs):
         except Exception as exc:  # noqa: BLE001  MXNetError, OSError
             raise ModelError(f"cannot load checkpoint {prefix}-{int(epoch):04d}: "
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
-    result, swapped, kept = swap_graph(symbol, guard, **op_attrs)
+    result, swapped, kept = swap_graph(symbol, guard, select, **op_attrs)
     return SwapReport(result, swapped, kept, arg_params, aux_params)
 
 
-def _swap_block(block, input_names, guard, op_attrs):
+def _swap_block(block, input_names, guard, select, op_attrs):
     inputs = [mx.sym.var(name) for name in input_names]
     outputs = block(*inputs)
     symbol = outputs if isinstance(outputs, mx.sym.Symbol) else mx.sym.Group(list(outputs))
-    swapped_symbol, swapped, kept = swap_graph(symbol, guard, **op_attrs)
+    swapped_symbol, swapped, kept = swap_graph(symbol, guard, select, **op_attrs)
     params = block.collect_params()
     wanted = set(swapped_symbol.list_arguments()) | set(swapped_symbol.list_auxiliary_states())
     shared = {name: p for name, p in params.items() if name in wanted}

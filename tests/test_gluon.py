@@ -1,0 +1,147 @@
+"""ece408_op.gluon.Conv2D as a drop-in for gluon.nn.Conv2D, and swap_convolutions on Gluon blocks
+and checkpoints (what it swaps, what it keeps and why, parameter names unchanged)."""
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, python_command, require_mxnet
+
+require_mxnet()
+import mxnet as mx  # noqa: E402
+from mxnet.gluon import nn  # noqa: E402
+
+import ece408_op  # noqa: E402
+from ece408_op.mx import gluon as ece_gluon  # noqa: E402
+
+CONFIGS = [
+    dict(channels=8, kernel_size=3, padding=1, strides=2),
+    dict(channels=6, kernel_size=(3, 5), groups=3, use_bias=False, activation="relu", dilation=2),
+    dict(channels=8, kernel_size=1),
+    dict(channels=6, kernel_size=3, groups=6, padding=(1, 2), activation="tanh"),       # depthwise
+    dict(channels=4, kernel_size=5, in_channels=6, weight_initializer=mx.init.Normal(0.5)),
+]
+
+
+@pytest.fixture(scope="module")
+def x():
+    return mx.nd.array(np.random.default_rng(5).standard_normal((2, 6, 17, 15)).astype(np.float32))
+
+
+def _max_rel(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[str(sorted(c)) for c in CONFIGS])
+def test_conv2d_is_a_drop_in_for_nn_conv2d(config, x, tmp_path):
+    builtin = nn.Conv2D(**config)
+    builtin.initialize(mx.init.Xavier())
+    want = builtin(x).asnumpy()
+    builtin.save_parameters(str(tmp_path / "builtin.params"))
+
+    ours = ece408_op.gluon.Conv2D(**config)
+    assert [p.split("_", 1)[1] for p in ours.collect_params()] == \
+        [p.split("_", 1)[1] for p in builtin.collect_params()]            # weight (and bias), same names
+    ours.load_parameters(str(tmp_path / "builtin.params"))            # an nn.Conv2D checkpoint loads
+    assert _max_rel(ours(x).asnumpy(), want) < 1e-5                   # imperative
+    ours.hybridize()
+    assert _max_rel(ours(x).asnumpy(), want) < 1e-5
+    ours.hybridize(static_alloc=True, static_shape=True)
+    assert _max_rel(ours(x).asnumpy(), want) < 1e-5
+
+    ours.export(str(tmp_path / "ours"))
+    nodes = open(tmp_path / "ours-symbol.json").read()
+    assert '"op_type": "ece408_conv"' in nodes and '"Convolution"' not in nodes
+    imported = mx.gluon.SymbolBlock.imports(str(tmp_path / "ours-symbol.json"), ["data"],
+                                            str(tmp_path / "ours-0000.params"))
+    assert _max_rel(imported(x).asnumpy(), want) < 1e-5
+
+
+def test_deferred_initialisation_infers_in_channels(x):
+    ours = ece408_op.gluon.Conv2D(5, kernel_size=3)                   # in_channels=0
+    ours.initialize()
+    ours.hybridize()
+    assert ours(x).shape == (2, 5, 15, 13)
+    assert ours.weight.shape == (5, 6, 3, 3) and ours.bias.shape == (5,)
+
+
+def test_extra_keywords_are_the_operator_attributes(x):
+    ours = ece408_op.gluon.Conv2D(4, 3, device="cpu", gpu_kernel="v6")
+    ours.initialize()
+    assert ours(x).shape == (2, 4, 15, 13)
+    with pytest.raises(ece408_op.errors.ShapeError, match="device='tpu' is not one of"):
+        # bad input: an unknown device, refused at construction
+        ece408_op.gluon.Conv2D(4, 3, device="tpu")
+
+
+def test_unsupported_configuration_falls_back_with_one_warning(x):
+    # float64 parameters: ece408_conv computes float32 only, so the built-in runs (warned once)
+    ece_gluon._warned.clear()
+    ours = ece408_op.gluon.Conv2D(4, 3, in_channels=6)
+    builtin = nn.Conv2D(4, 3, in_channels=6)
+    for block in (ours, builtin):
+        block.initialize(mx.init.One())
+        block.cast("float64")
+    x64 = x.astype("float64")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = ours(x64).asnumpy()
+        ours(x64).asnumpy()
+    messages = [str(w.message) for w in caught if "ece408_op.gluon.Conv2D" in str(w.message)]
+    assert messages == ["ece408_op.gluon.Conv2D: parameters of type float64 are not supported (float32 only); "
+                        "using MXNet's built-in Convolution"]
+    assert np.array_equal(first, builtin(x64).asnumpy())
+
+
+def test_swap_of_a_block_shares_its_parameters(x):
+    net = nn.HybridSequential(prefix="net_")
+    with net.name_scope():
+        net.add(nn.Conv2D(8, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"), nn.Conv2D(4, 1))
+    net.initialize(mx.init.Xavier())
+    want = net(x).asnumpy()
+    report = ece408_op.swap_convolutions(net)
+    assert report.swapped == ["net_conv0_fwd", "net_conv1_fwd"] and report.kept == []
+    block = report.result
+    assert sorted(block.collect_params()) == sorted(net.collect_params())
+    assert _max_rel(block(x).asnumpy(), want) < 1e-5
+    net.collect_params()["net_conv1_weight"].set_data(mx.nd.zeros((4, 8, 1, 1)))   # shared: seen by both
+    assert np.abs(block(x).asnumpy()).max() == np.abs(net[3].bias.data().asnumpy()).max()
+
+
+def test_swap_of_a_checkpoint_prefix_and_its_report(tmp_path, x):
+    net = nn.HybridSequential(prefix="ck_")
+    with net.name_scope():
+        net.add(nn.Conv2D(8, 3, strides=2), nn.Activation("relu"), nn.Conv2D(4, (1, 3), padding=(0, 1)))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    want = net(x).asnumpy()
+    net.export(str(tmp_path / "ck"), epoch=3)
+    report = ece408_op.swap_convolutions(str(tmp_path / "ck"))
+    assert report.swapped == ["ck_conv0_fwd", "ck_conv1_fwd"]
+    assert set(report.arg_params) == {"ck_conv0_weight", "ck_conv0_bias", "ck_conv1_weight", "ck_conv1_bias"}
+    assert str(report).splitlines()[0] == "swapped 2 of 2 convolutions"
+    report.save(str(tmp_path / "swapped"), epoch=3)
+    # the swapped checkpoint loads and runs in a fresh interpreter that imports mxnet first
+    code = (f"import mxnet as mx, numpy as np\n"
+            f"b = mx.gluon.SymbolBlock.imports('{tmp_path}/swapped-symbol.json', ['data'], "
+            f"'{tmp_path}/swapped-0003.params')\n"
+            f"x = mx.nd.array(np.load('{tmp_path}/x.npy'))\n"
+            f"np.save('{tmp_path}/y.npy', b(x).asnumpy())\n")
+    np.save(tmp_path / "x.npy", x.asnumpy())
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _max_rel(np.load(tmp_path / "y.npy"), want) < 1e-5
+
+
+def test_swap_rejects_what_it_cannot_take():
+    # bad input: not a model; an unknown option; a bad device
+    with pytest.raises(ece408_op.errors.Ece408Error, match="takes a Symbol, a checkpoint prefix or a Gluon"):
+        ece408_op.swap_convolutions(42)
+    with pytest.raises(ece408_op.errors.Ece408Error, match="unknown option colour="):
+        ece408_op.swap_convolutions(mx.sym.var("x"), colour="red")
+    with pytest.raises(ece408_op.errors.Ece408Error, match="device='tpu'"):
+        ece408_op.swap_convolutions(mx.sym.var("x"), device="tpu")
+    with pytest.raises(ece408_op.errors.ModelError, match="not found"):
+        ece408_op.swap_convolutions(str(ROOT / "no" / "such-model"))
