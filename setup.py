@@ -4,6 +4,7 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
+from setuptools.command.develop import develop
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,13 +31,22 @@ class BuildPyWithHook(build_py):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(HOOK_LINE)
 
-    def get_outputs(self, *args, **kwargs):
+    def get_outputs(self, *args, **kwargs):  # noqa: D102  (the wheel's file list)
         return super().get_outputs(*args, **kwargs) + [str(Path(self.build_lib) / HOOK_PTH)]
 
     def get_output_mapping(self):
         mapping = dict(super().get_output_mapping())
         mapping[str(Path(self.build_lib) / HOOK_PTH)] = str(Path(self.build_lib) / HOOK_PTH)
         return mapping
+
+
+class DevelopWithHook(develop):
+    """The legacy editable install (`setup.py develop`, pip without PEP 660): the hook too."""
+
+    def run(self):
+        super().run()
+        if not self.uninstall:
+            (Path(self.install_dir) / HOOK_PTH).write_text(HOOK_LINE)
 
 setup(
     name="ece408_op",
@@ -60,9 +70,9 @@ setup(
     ],
     extras_require={
         "gpu": ["pycuda"],
-        "test": ["pytest", "hypothesis"],
+        "test": ["pytest", "hypothesis", "wheel"],     # wheel: tests/test_install.py builds offline
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
     },
-    cmdclass={"build_py": BuildPyWithHook},
+    cmdclass={"build_py": BuildPyWithHook, "develop": DevelopWithHook},
     entry_points={"console_scripts": ["ece408 = ece408_op.cli:main"]},
 )
