@@ -6,7 +6,9 @@ from ..errors import UsageError
 from .errors import ArgumentParser, run
 
 USAGE = ("usage: ece408_op bench cpu [--images N] [--repeats N] [--json FILE]\n"
-         "       ece408_op bench gpu [--batch N ...] [--repeats N] [--out DIR] [--sweep [--apply]]")
+         "       ece408_op bench gpu [--batch N ...] [--repeats N] [--out DIR] [--sweep [--apply]]\n"
+         "       ece408_op bench zoo [--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] "
+         "[--json FILE]")
 
 
 def cpu_command(argv):
@@ -38,15 +40,51 @@ def cpu_command(argv):
     return 0
 
 
+def zoo_command(argv):
+    from .. import require_mxnet
+    require_mxnet()
+    from ..mx import zoo
+    parser = ArgumentParser(prog="ece408_op bench zoo",
+                            description="Model-zoo networks, original vs every convolution swapped: agreement on "
+                                        "every path (small inputs) and forward time (executor, --batch x --size).")
+    parser.add_argument("--nets", nargs="+", default=list(zoo.NETS), choices=list(zoo.NETS), metavar="NAME")
+    parser.add_argument("--batch", type=int, default=8, help="images per timed forward (default 8)")
+    parser.add_argument("--size", type=int, default=224, help="timed input size (default 224; inceptionv3: 299)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="the swapped layers' path")
+    parser.add_argument("--no-timing", action="store_true", help="agreement only")
+    parser.add_argument("--json", help="write the results here as JSON")
+    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.nets:
+        small = zoo.NETS[name]
+        result = zoo.validate(name, batch=1 if small >= 224 else 2, device=args.device)
+        if not args.no_timing:
+            size = max(args.size, small) if name != "inceptionv3" else max(args.size, 299)
+            result.seconds = zoo.time_pair(name, args.batch, size, args.repeats, device=args.device)
+            result.timed_shape = (args.batch, 3, size, size)
+        results.append(result)
+        print(f"{name}: {result.swapped}/{result.convolutions} swapped, max rel. diff "
+              f"{max(result.max_rel.values()):.1e}, argmax {'same' if all(result.argmax_equal.values()) else 'DIFFERS'}",
+              flush=True)
+    print(zoo.table(results))
+    if args.json:
+        with open(args.json, "w") as handle:
+            handle.write(zoo.to_json(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
 def gpu_command(argv):
     from ..kernels.bench import main as gpu_main
     return gpu_main([a for a in argv if a != "--debug"])
 
 
 def command(argv):
-    if not argv or argv[0] not in ("cpu", "gpu"):
+    commands = {"cpu": cpu_command, "gpu": gpu_command, "zoo": zoo_command}
+    if not argv or argv[0] not in commands:
         raise UsageError(USAGE)
-    return (cpu_command if argv[0] == "cpu" else gpu_command)(argv[1:])
+    return commands[argv[0]](argv[1:])
 
 
 def main(argv):

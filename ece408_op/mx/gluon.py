@@ -12,6 +12,10 @@ prefix, params), same parameters and names (``conv0_weight``, ``conv0_bias``), s
 
 What ece408_conv cannot run (the NHWC layout, parameters cast to a type other than float32)
 falls back to MXNet's built-in Convolution, with one warning per configuration.
+
+``swap_blocks(net)`` replaces, in place, every ``nn.Conv2D`` inside a Gluon network by this
+Conv2D, keeping its parameters (the same Parameter objects): the network then runs ece408_conv
+imperatively or hybridized, as it ran the built-in.
 """
 import warnings
 
@@ -66,3 +70,33 @@ class Conv2D(mx.gluon.nn.Conv2D):
         if self.act is not None:
             act = self.act(act)
         return act
+
+
+def swap_blocks(net, **op_attrs):
+    """Replace every ``nn.Conv2D`` child (at any depth) of ``net`` by ``Conv2D`` in place, sharing
+    its parameters; returns the names (prefixes) of the replaced blocks. ``op_attrs``: device,
+    gpu_kernel."""
+    replaced = []
+
+    def visit(parent):
+        for key, child in list(parent._children.items()):
+            if type(child) is mx.gluon.nn.Conv2D:
+                parent._children[key] = _converted(child, op_attrs)
+                if getattr(parent, key, None) is child:
+                    object.__setattr__(parent, key, parent._children[key])
+                replaced.append(child.prefix)
+            else:
+                visit(child)
+    visit(net)
+    net.apply(lambda block: block._clear_cached_op() if isinstance(block, mx.gluon.HybridBlock) else None)
+    return replaced
+
+
+def _converted(conv, op_attrs):
+    kwargs = conv._kwargs
+    new = Conv2D(kwargs["num_filter"], kwargs["kernel"], strides=kwargs["stride"], padding=kwargs["pad"],
+                 dilation=kwargs["dilate"], groups=kwargs["num_group"], layout=kwargs["layout"],
+                 use_bias=not kwargs["no_bias"], in_channels=conv._in_channels, prefix=conv.prefix,
+                 params=conv.params, **op_attrs)
+    new.act = conv.act                               # (registered as a child by Block.__setattr__)
+    return new
