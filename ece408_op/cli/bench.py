@@ -1,48 +1,74 @@
-"""``python -m ece408_op bench cpu|gpu ...``: the CPU benchmark (needs MXNet) or the GPU one
-(needs PyCUDA and PyTorch, no MXNet)."""
+"""``python -m ece408_op bench cpu|overhead|zoo|gpu ...``: the CPU benchmarks against MXNet's
+built-in (need MXNet), the model-zoo table (MXNet), or the GPU one (PyCUDA and PyTorch, no MXNet)."""
 import json
 
 from ..errors import UsageError
 from .errors import ArgumentParser, run
 
-USAGE = ("usage: ece408_op bench cpu [--images N] [--repeats N] [--json FILE]\n"
+USAGE = ("usage: ece408_op bench cpu [--layers NAME ...] [--repeats N] [--json FILE]\n"
+         "       ece408_op bench overhead [--rounds N] [--json FILE]\n"
          "       ece408_op bench gpu [--batch N ...] [--repeats N] [--out DIR] [--sweep [--apply]]\n"
          "       ece408_op bench zoo [--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] "
          "[--json FILE]")
 
 
-def cpu_command(argv):
+def _mxnet_with_all_cores():
+    """MXNet's built-in CPU operators use OMP_NUM_THREADS threads, one by default on some machines:
+    compare with as many threads as ece408_conv's pool has (set before MXNet loads)."""
+    import os
+    import sys
+    from ..conv.parallel import pool_size
+    if "mxnet" not in sys.modules:
+        os.environ.setdefault("OMP_NUM_THREADS", str(pool_size()))
     from .. import require_mxnet
     require_mxnet()
-    from ..mx.bench import bench_cpu
+
+
+def _write_json(path, result):
+    if path:
+        with open(path, "w") as handle:
+            json.dump(result, handle, indent=2)
+
+
+def cpu_command(argv):
+    _mxnet_with_all_cores()
+    from ..mx.bench import LAYERS, bench_cpu, cpu_table
     parser = ArgumentParser(prog="ece408_op bench cpu",
-                            description="Op Time of ece408_conv (CPU) vs MXNet's built-in Convolution.")
-    parser.add_argument("--model", default="ece408-high")
-    parser.add_argument("--images", type=int, default=10000)
+                            description="ece408_conv (CPU) against MXNet's built-in Convolution, same run, "
+                                        "same threads: whole calls and Op Time, course and real-network layers.")
+    parser.add_argument("--layers", nargs="+", choices=list(LAYERS), metavar="NAME",
+                        help=f"default: all of {', '.join(LAYERS)}")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--data-dir")
     parser.add_argument("--json", help="write the results here as JSON")
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     args = parser.parse_args(argv)
-    result = bench_cpu(args.model, args.images, args.repeats, args.data_dir)
-    layer = result["layer"]
-    print(f"layer B={layer['B']} C={layer['C']} M={layer['M']} {layer['H']}x{layer['H']} K={layer['K']}, "
-          f"median of {args.repeats} after a warm-up, {result['machine']['cpus']} CPUs")
-    for key, label in (("builtin_convolution", "MXNet built-in Convolution"),
-                       ("ece408_op_time", "ece408_conv Op Time"),
-                       ("ece408_call_with_copies", "ece408_conv whole call (with copies)")):
-        s = result[key]
-        print(f"  {label:40s} {s['median_s']:.4f} s  (min {s['min_s']:.4f}, max {s['max_s']:.4f})")
-    print(f"  ratio Op Time / built-in: {result['ratio_op_time_vs_builtin']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(result, handle, indent=2)
+    result = bench_cpu(args.layers, args.repeats)
+    m = result["machine"]
+    print(f"{m['cpus']} CPUs, MXNet OMP_NUM_THREADS={m['OMP_NUM_THREADS']}, ece408_conv threads={m['ece408_threads']}, "
+          f"median of {args.repeats} after a warm-up")
+    print(cpu_table(result))
+    _write_json(args.json, result)
+    return 0
+
+
+def overhead_command(argv):
+    _mxnet_with_all_cores()
+    from ..mx.bench import bench_overhead, overhead_table
+    parser = ArgumentParser(prog="ece408_op bench overhead",
+                            description="The fixed cost of one ece408_conv call, of an empty CustomOp and of the "
+                                        "built-in Convolution (negligible computation).")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--json", help="write the results here as JSON")
+    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+    args = parser.parse_args(argv)
+    result = bench_overhead(args.rounds)
+    print(overhead_table(result))
+    _write_json(args.json, result)
     return 0
 
 
 def zoo_command(argv):
-    from .. import require_mxnet
-    require_mxnet()
+    _mxnet_with_all_cores()
     from ..mx import zoo
     parser = ArgumentParser(prog="ece408_op bench zoo",
                             description="Model-zoo networks, original vs every convolution swapped: agreement on "
@@ -81,7 +107,7 @@ def gpu_command(argv):
 
 
 def command(argv):
-    commands = {"cpu": cpu_command, "gpu": gpu_command, "zoo": zoo_command}
+    commands = {"cpu": cpu_command, "gpu": gpu_command, "zoo": zoo_command, "overhead": overhead_command}
     if not argv or argv[0] not in commands:
         raise UsageError(USAGE)
     return commands[argv[0]](argv[1:])

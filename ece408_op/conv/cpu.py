@@ -18,7 +18,7 @@ Plans (unit sizes, kinds) are computed once per layer shape and cached.
 """
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -57,6 +57,7 @@ class CpuPlan:
     images: int                # images per tile
     rows: int                  # output rows per tile (HO: whole images)
     direct: bool               # gemm on x itself (1x1, stride 1, no padding)
+    _units: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def tiles(self, batch):
         ho = self.y_shape[2]
@@ -64,10 +65,13 @@ class CpuPlan:
                 for b0 in range(0, batch, self.images) for r0 in range(0, ho, self.rows)]
 
     def units(self, batch):
-        """The tiles, grouped into runs of consecutive tiles: the pool's units of work."""
-        tiles = self.tiles(batch)
-        per_unit = max(1, len(tiles) // (UNITS_PER_THREAD * pool_size()))
-        return [tiles[i:i + per_unit] for i in range(0, len(tiles), per_unit)]
+        """The tiles, grouped into runs of consecutive tiles: the pool's units of work (cached)."""
+        units = self._units.get(batch)
+        if units is None:
+            tiles = self.tiles(batch)
+            per_unit = max(1, len(tiles) // (UNITS_PER_THREAD * pool_size()))
+            units = self._units[batch] = [tiles[i:i + per_unit] for i in range(0, len(tiles), per_unit)]
+        return units
 
     def input_rows(self, r0, r1):
         """(first input row, number of rows) of the padded input that output rows r0:r1 read."""

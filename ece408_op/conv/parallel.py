@@ -48,9 +48,10 @@ def thread_pool():
 
 
 def warm_up():
-    """Pay the one-time costs (thread pool, BLAS threads) outside any timed region."""
-    thread_pool()
-    _blas_controllers()
+    """Pay the one-time costs (thread pool, BLAS threads) outside any timed region (cheap after)."""
+    if _pool is None or _blas["controllers"] is None:
+        thread_pool()
+        _blas_controllers()
 
 
 # ---------------------------------------------------------------- BLAS threads inside the pool

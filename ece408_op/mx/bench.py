@@ -1,10 +1,20 @@
-"""CPU benchmark: ece408_conv's Op Time against MXNet's built-in CPU Convolution.
+"""CPU benchmarks against MXNet's built-in (MKLDNN) Convolution, in the same run, same threads.
 
-    python -m ece408_op bench cpu [--images 10000] [--repeats 5] [--json out.json]
+    python -m ece408_op bench cpu [--layers NAME ...] [--repeats 5] [--json out.json]
+    python -m ece408_op bench overhead [--json out.json]
 
-Both run on the same tensors: the first N test images and the model's conv1
-weights. Reported: median and spread of the repeats, and the ratio
-ours / built-in measured in the same run.
+``bench cpu`` times each layer (random float32 data) three ways, repeats interleaved, medians:
+the built-in ``nd.Convolution`` call, the ``nd.Custom(op_type='ece408_conv')`` call (both until
+the output is ready: whole calls, MXNet's fresh output memory included) and ece408_conv's Op Time
+(its computation). The course layers run at 10,000 images, the real-network layers at their
+networks' batch sizes. MXNet's built-in uses ``OMP_NUM_THREADS`` threads (one by default on the
+project's CI machine): the CLI sets it to the number of CPUs before MXNet loads, unless it is
+set; ece408_conv's thread pool has as many threads (``$ECE408_CPU_THREADS``).
+
+``bench overhead`` measures the fixed cost of one call: a bound graph (executor) of 50 chained
+1x1 convolutions on an 8x8 image (computation negligible), per node: MXNet's built-in, an empty
+CustomOp (MXNet's mechanism alone) and ece408_conv (with and without the layout guards); and one
+imperative ``nd`` call, until its output is ready.
 """
 import os
 import platform
@@ -13,51 +23,172 @@ import time
 
 import numpy as np
 
+from ..conv import ConvSpec
+from ..conv.parallel import pool_size
 from .compat import import_mxnet
-from .inference import load_test_batch
-from .models import load_model
 from .op import op_times
 
 mx = import_mxnet()
 
+K5 = dict(kernel=(5, 5))
+COURSE_LAYERS = {           # name -> (B, C, H, W, M, Convolution attributes)
+    "ece408 (2017, C=1)": (10000, 1, 28, 28, 50, K5),
+    "2018 conv1 (C=1)": (10000, 1, 64, 64, 6, K5),
+    "2018 conv2 (C=6)": (10000, 6, 30, 30, 16, K5),
+    "2019 conv1 (C=1)": (10000, 1, 70, 70, 12, K5),
+    "2019 conv2 (C=12)": (10000, 12, 33, 33, 24, K5),
+}
+NETWORK_LAYERS = {
+    "ResNet 3x3 (pad 1)": (8, 64, 56, 56, 64, dict(kernel=(3, 3), pad=(1, 1))),
+    "VGG first (pad 1)": (4, 3, 224, 224, 64, dict(kernel=(3, 3), pad=(1, 1))),
+    "1x1 (C=256)": (8, 256, 56, 56, 64, dict(kernel=(1, 1))),
+    "ResNet stem 7x7/2 (pad 3)": (4, 3, 224, 224, 64, dict(kernel=(7, 7), stride=(2, 2), pad=(3, 3))),
+}
+LAYERS = {**COURSE_LAYERS, **NETWORK_LAYERS}
 
-def _timed(fn, repeats):
-    fn()                                   # warm-up: allocation, MKLDNN primitive creation
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
+
+def machine():
+    return {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "ece408_threads": pool_size(),
+            "mxnet": mx.__version__, "numpy": np.__version__}
 
 
 def _summary(times):
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "repeats": len(times)}
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "repeats": len(times)}
 
 
-def bench_cpu(model="ece408-high", images=10000, repeats=5, data_dir=None):
-    _, _, arg_params, _ = load_model(model)
-    x = mx.nd.array(load_test_batch(images, data_dir)[0])
-    k = arg_params["conv1_weight"].astype(np.float32)
-    m, _, ksize, _ = k.shape
+def bench_layer(shape, repeats=5, seed=408):
+    """{'builtin', 'custom_call', 'op_time'} summaries for one layer, repeats interleaved after a warm-up."""
+    b, c, h, w, m, attrs = shape
+    spec = ConvSpec.from_attrs(num_filter=m, no_bias=True, **{k: str(v) for k, v in attrs.items()})
+    rng = np.random.default_rng(seed)
+    x = mx.nd.array(rng.standard_normal((b, c, h, w), dtype=np.float32))
+    k = mx.nd.array(rng.standard_normal(spec.weight_shape(c), dtype=np.float32))
+    mx.nd.waitall()
 
     def builtin():
-        mx.nd.Convolution(x, k, kernel=(ksize, ksize), num_filter=m, no_bias=True).wait_to_read()
+        mx.nd.Convolution(x, k, num_filter=m, no_bias=True, **attrs).wait_to_read()
 
     def custom():
-        mx.nd.Custom(x, k, op_type="ece408_conv", num_filter=m, kernel=ksize, device="cpu").wait_to_read()
+        mx.nd.Custom(x, k, op_type="ece408_conv", num_filter=m, device="cpu", **attrs).wait_to_read()
 
-    builtin_s = _timed(builtin, repeats)
+    times = {"builtin": [], "custom_call": []}
     with op_times.capture(echo=False) as start:
-        custom_wall = _timed(custom, repeats)
-    ours = [seconds for seconds, _ in op_times.since(start)][1:]     # drop the warm-up's
-    result = {
-        "layer": {"B": images, "C": int(x.shape[1]), "M": int(m), "H": int(x.shape[2]), "K": int(ksize)},
-        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()},
-        "builtin_convolution": _summary(builtin_s),
-        "ece408_op_time": _summary(ours),
-        "ece408_call_with_copies": _summary(custom_wall),
-    }
-    result["ratio_op_time_vs_builtin"] = result["ece408_op_time"]["median_s"] / result["builtin_convolution"]["median_s"]
+        for round_ in range(repeats + 1):                 # round 0 warms up (MKLDNN primitives, pool)
+            for key, fn in (("builtin", builtin), ("custom_call", custom)):
+                begin = time.perf_counter()
+                fn()
+                if round_:
+                    times[key].append(time.perf_counter() - begin)
+        ours = [seconds for seconds, _ in op_times.since(start)][1:]
+    result = {key: _summary(values) for key, values in times.items()}
+    result["op_time"] = _summary(ours)
+    result["layer"] = {"B": b, "C": c, "H": h, "W": w, "M": m, **{k: list(v) for k, v in attrs.items()}}
+    result["ratio_call"] = result["custom_call"]["median_s"] / result["builtin"]["median_s"]
+    result["ratio_op_time"] = result["op_time"]["median_s"] / result["builtin"]["median_s"]
     return result
+
+
+def bench_cpu(layers=None, repeats=5):
+    names = layers or list(LAYERS)
+    return {"machine": machine(), "repeats": repeats,
+            "layers": {name: bench_layer(LAYERS[name], repeats) for name in names}}
+
+
+def cpu_table(result):
+    lines = ["| layer | B | built-in | ece408_conv whole call | Op Time | call / built-in | Op Time / built-in |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in result["layers"].items():
+        lines.append(f"| {name} | {r['layer']['B']} | {r['builtin']['median_s'] * 1e3:.1f} ms | "
+                     f"{r['custom_call']['median_s'] * 1e3:.1f} ms | {r['op_time']['median_s'] * 1e3:.1f} ms | "
+                     f"{r['ratio_call']:.2f} | {r['ratio_op_time']:.2f} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- fixed cost of one call
+
+class _Empty(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):
+        pass
+
+
+@mx.operator.register("ece408_bench_empty")
+class _EmptyProp(mx.operator.CustomOpProp):
+    """A CustomOp that does nothing: what MXNet's CustomOp mechanism costs by itself."""
+
+    def __init__(self, **attrs):
+        super().__init__(need_top_grad=False)
+
+    def list_arguments(self):
+        return ["data", "weight"]
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _Empty()
+
+
+CHAIN = 50
+
+
+def _chain(kind):
+    x = mx.sym.Variable("data")
+    for i in range(CHAIN):
+        w = mx.sym.Variable(f"w{i}")
+        if kind == "empty":
+            x = mx.sym.Custom(x, w, op_type="ece408_bench_empty", name=f"c{i}")
+        else:
+            x = mx.sym.Convolution(x, w, kernel=(1, 1), num_filter=1, no_bias=True, name=f"c{i}")
+    return x
+
+
+def _per_node(symbol, rounds, forwards=20):
+    shapes = {"data": (1, 1, 8, 8), **{f"w{i}": (1, 1, 1, 1) for i in range(CHAIN)}}
+    executor = symbol.simple_bind(mx.cpu(), grad_req="null", **shapes)
+    for array in executor.arg_dict.values():
+        array[:] = 1.0
+    executor.forward(is_train=False)[0].wait_to_read()
+    for _ in range(rounds):
+        begin = time.perf_counter()
+        for _ in range(forwards):
+            executor.forward(is_train=False)[0].wait_to_read()
+        yield (time.perf_counter() - begin) / forwards / CHAIN
+
+
+def bench_overhead(rounds=9):
+    from .swap import swap_convolutions
+    builtin = _chain("builtin")
+    graphs = {"built-in Convolution": builtin, "empty CustomOp": _chain("empty"),
+              "ece408_conv (guarded)": swap_convolutions(builtin, device="cpu").result,
+              "ece408_conv (no guards)": swap_convolutions(builtin, guard=False, device="cpu").result}
+    runs = {name: _per_node(symbol, rounds) for name, symbol in graphs.items()}
+    per_node = {name: [] for name in graphs}
+    for _ in range(rounds):                                   # interleaved
+        for name, run in runs.items():
+            per_node[name].append(next(run))
+    x, w = mx.nd.ones((1, 1, 8, 8)), mx.nd.ones((1, 1, 1, 1))
+    calls = {"built-in Convolution": lambda: mx.nd.Convolution(x, w, kernel=(1, 1), num_filter=1, no_bias=True),
+             "empty CustomOp": lambda: mx.nd.Custom(x, w, op_type="ece408_bench_empty"),
+             "ece408_conv": lambda: mx.nd.Custom(x, w, op_type="ece408_conv", num_filter=1, kernel=(1, 1),
+                                                 device="cpu")}
+    imperative = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            begin = time.perf_counter()
+            for _ in range(50):
+                call().wait_to_read()
+            imperative[name].append((time.perf_counter() - begin) / 50)
+    return {"machine": machine(), "graph_per_node": {k: _summary(v) for k, v in per_node.items()},
+            "imperative_per_call": {k: _summary(v) for k, v in imperative.items()}}
+
+
+def overhead_table(result):
+    lines = ["| one call of | in a bound graph (per node) | imperative nd call (until ready) |",
+             "| --- | --- | --- |"]
+    graph, nd = result["graph_per_node"], result["imperative_per_call"]
+    for name in graph:
+        key = "ece408_conv" if name.startswith("ece408_conv") and name not in nd else name
+        shown = f"{nd[key]['median_s'] * 1e3:.3f} ms" if key in nd and (key == name or "guarded" in name) else ""
+        lines.append(f"| {name} | {graph[name]['median_s'] * 1e3:.3f} ms | {shown} |")
+    return "\n".join(lines)

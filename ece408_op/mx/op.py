@@ -164,12 +164,16 @@ def resolve_device(attr, array_device):
 
 
 _get_data = mx.base._LIB.MXNDArrayGetData
+_address = threading.local()
 
 
 def ndarray_pointer(array):
     """Address of an NDArray's data (MXNet C API ``MXNDArrayGetData``): host or device memory."""
-    address = ctypes.c_void_p()
-    mx.base.check_call(_get_data(array.handle, ctypes.byref(address)))
+    address = _address.__dict__.get("value")
+    if address is None:
+        address = _address.value = ctypes.c_void_p()
+    if _get_data(array.handle, ctypes.byref(address)) != 0:
+        mx.base.check_call(-1)
     return address.value
 
 
@@ -205,8 +209,22 @@ class Conv2dForward(mx.operator.CustomOp):
         self.device = config.device
         self.kernel = config.gpu_kernel
         self.context = context                      # where MXNet runs the operator: 'cpu' or 'gpu'
-        self.shapes = shapes                        # [x, weight, (bias)] from create_operator, or None
         self.path = resolve_device(config.device, context)
+        # [x, weight, (bias), y] shapes when create_operator knew them all: views of MXNet's memory
+        # are then made without asking MXNet for shapes, and kept while the memory stays the same
+        # (an executor reuses its arrays from one forward to the next)
+        self.shapes = None if shapes is None else list(shapes) + [self.spec.output_shape(shapes[0])]
+        self._views = {}
+
+    def _host_views(self, arrays):
+        views = []
+        for i, (array, shape) in enumerate(zip(arrays, self.shapes)):
+            address = ndarray_pointer(array)
+            cached = self._views.get(i)
+            if cached is None or cached[0] != address:
+                cached = self._views[i] = (address, np.asarray(_Memory(address, shape)))
+            views.append(cached[1])
+        return views
 
     @recording(sync=False)
     def forward(self, is_train, req, in_data, out_data, aux):
@@ -218,8 +236,7 @@ class Conv2dForward(mx.operator.CustomOp):
             self._forward_gpu_arrays(in_data, out_data[0], accumulate)
             return
         if self.context == "cpu" and self.shapes is not None:
-            shapes = self.shapes + [self.spec.output_shape(self.shapes[0])]
-            views = [host_view(a, s) for a, s in zip(list(in_data) + [out_data[0]], shapes)]
+            views = self._host_views(list(in_data) + [out_data[0]])
             out = views.pop()
         else:                                       # arrays on a GPU, run on the host (device='cpu')
             views, out = [a.asnumpy() for a in in_data], None
