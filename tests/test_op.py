@@ -210,3 +210,14 @@ def test_bad_input_is_a_catchable_mxnet_error_never_a_crash(how, attrs, reason):
     # (Symbol.infer_shape itself prints "infer_shape error. Arguments: ..." first: the last line is ours)
     assert result.stdout.splitlines()[-1].startswith(reason), result.stdout
     assert "Traceback" not in result.stdout + result.stderr     # one line, no dumped traceback
+
+
+def test_exit_with_work_still_queued_is_clean():
+    # A program that ends while MXNet still has a forward of ours queued (no wait_to_read): MXNet's
+    # shutdown would run it in a finalising interpreter and abort; the operator finishes it first.
+    code = ("import ece408_op, mxnet as mx\n"
+            "c = ece408_op.gluon.Conv2D(4, 3, in_channels=2)\nc.initialize()\nc.hybridize()\n"
+            "c(mx.nd.ones((1, 2, 5, 5))).wait_to_read()\ny = c(mx.nd.ones((64, 2, 50, 50)))\n")
+    for _ in range(3):
+        result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+        assert result.returncode == 0 and "terminate" not in result.stderr, result.stderr[-2000:]

@@ -106,13 +106,18 @@ def blas_threads():
 def run_parallel(work, items):
     """work(item) for every item: on the pool with single-threaded BLAS, or inline for one item."""
     items = list(items)
-    if len(items) == 1 or pool_size() == 1:
-        for item in items:
-            work(item)
-        return
-    with single_threaded_blas():
-        for _ in thread_pool().map(work, items):
-            pass
+    if len(items) > 1 and pool_size() > 1:
+        with single_threaded_blas():
+            try:
+                results = thread_pool().map(work, items)
+            except RuntimeError:       # interpreter shutting down (MXNet runs pending work at exit)
+                results = None
+            if results is not None:
+                for _ in results:
+                    pass
+                return
+    for item in items:
+        work(item)
 
 
 # ---------------------------------------------------------------- slab-parallel copies

@@ -37,6 +37,7 @@ GPU path, two MXNet builds:
 Op Time: every forward appends (seconds, path) to ``op_times``; the harness turns on printing
 of ``Op Time: %f`` lines (``$ECE408_PRINT_OP_TIME=1`` does it for any program).
 """
+import atexit
 import ctypes
 import os
 import sys
@@ -333,4 +334,15 @@ def guard_inputs(F, data, *params):
     return [F.broadcast_to(data, shape=(0, 0, 0, 0))] + [p * 1.0 for p in params]
 
 
+def _finish_pending_work():
+    """At exit, let MXNet finish queued forwards while Python still runs: MXNet's own shutdown
+    (registered earlier, so run later) would otherwise call our forward in a finalising interpreter
+    (an abort: 'terminate called without an active exception')."""
+    try:
+        mx.nd.waitall()
+    except Exception:              # noqa: BLE001  errors of that work were the program's to see
+        pass
+
+
 failures.install()
+atexit.register(_finish_pending_work)
