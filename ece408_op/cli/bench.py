@@ -24,6 +24,13 @@ def _mxnet_with_all_cores():
     require_mxnet()
 
 
+def _parse(parser, argv):
+    """The options every MXNet benchmark shares (--json, --debug), then parse."""
+    parser.add_argument("--json", help="write the results here as JSON")
+    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+    return parser.parse_args(argv)
+
+
 def _write_json(path, result):
     if path:
         with open(path, "w") as handle:
@@ -39,9 +46,7 @@ def cpu_command(argv):
     parser.add_argument("--layers", nargs="+", choices=list(LAYERS), metavar="NAME",
                         help=f"default: all of {', '.join(LAYERS)}")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", help="write the results here as JSON")
-    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     result = bench_cpu(args.layers, args.repeats)
     m = result["machine"]
     print(f"{m['cpus']} CPUs, MXNet OMP_NUM_THREADS={m['OMP_NUM_THREADS']}, ece408_conv threads={m['ece408_threads']}, "
@@ -58,9 +63,7 @@ def overhead_command(argv):
                             description="The fixed cost of one ece408_conv call, of an empty CustomOp and of the "
                                         "built-in Convolution (negligible computation).")
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--json", help="write the results here as JSON")
-    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     result = bench_overhead(args.rounds)
     print(overhead_table(result))
     _write_json(args.json, result)
@@ -79,9 +82,7 @@ def zoo_command(argv):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="the swapped layers' path")
     parser.add_argument("--no-timing", action="store_true", help="agreement only")
-    parser.add_argument("--json", help="write the results here as JSON")
-    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     results = []
     for name in args.nets:
         small = zoo.NETS[name]
