@@ -17,6 +17,7 @@ COMMANDS = {
     "bench": ("bench", "benchmarks: 'bench cpu' (vs MXNet's Convolution), 'bench gpu' (vs cuDNN)"),
     "submit": ("submit", "run a submission's rai_build.yml; --submit m2|m3|final stores a ranked record"),
     "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team"),
+    "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking"),
 }
 
 
