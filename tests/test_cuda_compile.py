@@ -19,6 +19,10 @@ SHAPE_CLASSES = [
     kernels.ConvShape(12, 33, 33, 24, 5),     # 2019 conv2
     kernels.ConvShape(3, 9, 11, 7, 1),        # K = 1, odd sizes
     kernels.ConvShape(2, 7, 7, 3, 7),         # K = H
+    kernels.ConvShape(64, 56, 56, 64, 3, 3, 1, 1, 1, 1, BIAS=1),           # ResNet 3x3, padding, bias
+    kernels.ConvShape(64, 56, 56, 128, 3, 3, 2, 2, 1, 1),                    # stride 2
+    kernels.ConvShape(32, 28, 28, 32, 3, 3, PH=1, PW=1, G=32),               # depthwise
+    kernels.ConvShape(16, 20, 20, 32, 3, 5, DH=2, DW=2, G=4),                # dilation, rectangular
 ]
 SOURCES = sorted(kernels.SOURCE.parent.glob("*.cu"))
 

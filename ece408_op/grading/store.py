@@ -1,0 +1,313 @@
+"""Where records live: a SQLite file (one machine) or PostgreSQL (many nodes), one interface.
+
+``open_store(url)``: ``url`` is ``$ECE408_DB`` when not given; a ``postgresql://`` URL opens
+PostgreSQL through psycopg (the ``grade`` extra), anything else is a SQLite file path
+(default ``<user data folder>/ece408_op/submissions.db``). Both hold the same schema, created
+or migrated on first use (``MIGRATIONS``, one transaction each, under a lock so that many
+tasks starting together migrate once).
+
+A record is one row of ``runs``, written in one INSERT with an id chosen by its writer; a
+second insert of the same id is ignored (``ON CONFLICT DO NOTHING``), so a retried or
+fall-back write never duplicates a record.
+"""
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import Ece408Error
+
+DB_ENV = "ECE408_DB"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+LOCK_KEY = 408408                              # pg_advisory_xact_lock key for migrations
+
+COLUMNS = ("id", "created_at", "team", "milestone", "size", "status", "exit_code", "op_time",
+           "correct", "models", "git_commit", "content_hash", "device", "engine", "image", "host",
+           "duration_s", "transcript")
+
+MIGRATIONS = [
+    # 1: records and the reference accuracies
+    ["""CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            team TEXT NOT NULL,
+            milestone TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            exit_code INTEGER,
+            op_time DOUBLE PRECISION,
+            correct INTEGER NOT NULL,
+            models TEXT NOT NULL,
+            git_commit TEXT,
+            content_hash TEXT,
+            device TEXT,
+            engine TEXT,
+            image TEXT,
+            host TEXT,
+            duration_s DOUBLE PRECISION,
+            transcript TEXT NOT NULL)""",
+     "CREATE INDEX runs_ranking ON runs (milestone, size, team)",
+     "CREATE INDEX runs_content ON runs (team, content_hash)",
+     """CREATE TABLE expected (
+            model TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            environment TEXT NOT NULL,
+            accuracy DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (model, size, environment))"""],
+]
+
+
+class StoreError(Ece408Error):
+    """The database cannot be opened, migrated or written."""
+
+
+@dataclass
+class Record:
+    """One submission run (see COLUMNS); ``models`` is a list of ModelResult dicts."""
+    id: str
+    created_at: str
+    team: str
+    milestone: str
+    size: int
+    status: str                   # ok, failed, timeout (final); killed, error (run again by grade)
+    exit_code: int = None
+    op_time: float = None         # sum of every Op Time of every model
+    correct: bool = False         # every model's Correctness equals its expected value
+    models: list = field(default_factory=list)
+    git_commit: str = None
+    content_hash: str = None
+    device: str = None
+    engine: str = None
+    image: str = None
+    host: str = None
+    duration_s: float = None
+    transcript: str = ""
+
+    def row(self):
+        values = {**self.__dict__, "models": json.dumps(self.models), "correct": int(bool(self.correct))}
+        return tuple(values[c] for c in COLUMNS)
+
+    @classmethod
+    def from_row(cls, row):
+        values = dict(zip(COLUMNS, row))
+        values["models"] = json.loads(values["models"])
+        values["correct"] = bool(values["correct"])
+        return cls(**values)
+
+
+def default_sqlite_path():
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "ece408_op" / "submissions.db"
+
+
+def describe(url):
+    """The database as shown to a person: a path, or the URL without its password."""
+    if url.startswith(POSTGRES_PREFIXES):
+        import re
+        return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    return url
+
+
+class Store:
+    """Common SQL; subclasses give ``_connect``, the placeholder and the migration lock."""
+
+    placeholder = "?"
+
+    def __init__(self, url):
+        self.url = url
+        self.conn = self._connect()
+        self._migrate()
+
+    def close(self):
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _sql(self, text):
+        return text.replace("?", self.placeholder)
+
+    def _execute(self, text, params=()):
+        cur = self.conn.cursor()
+        cur.execute(self._sql(text), params)
+        return cur
+
+    def _migrate(self):
+        with self._transaction():
+            self._lock()
+            self._execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = self._execute("SELECT MAX(version) FROM schema_version").fetchone()
+            current = row[0] or 0
+            for version, statements in enumerate(MIGRATIONS[current:], start=current + 1):
+                for statement in statements:
+                    self._execute(statement)
+                self._execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+
+    def schema_version(self):
+        return self._execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+
+    # ------------------------------------------------------------ records
+    def add(self, record):
+        """Insert ``record``; returns False where a record of that id was already there."""
+        marks = ", ".join("?" * len(COLUMNS))
+        with self._transaction():
+            cur = self._execute(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({marks}) "
+                                "ON CONFLICT (id) DO NOTHING", record.row())
+            return cur.rowcount == 1
+
+    def has(self, record_id):
+        return self._execute("SELECT 1 FROM runs WHERE id = ?", (record_id,)).fetchone() is not None
+
+    def records(self, milestone=None, size=None, team=None):
+        where, params = [], []
+        for column, value in (("milestone", milestone), ("size", size), ("team", team)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        text = f"SELECT {', '.join(COLUMNS)} FROM runs"
+        if where:
+            text += " WHERE " + " AND ".join(where)
+        rows = self._execute(text + " ORDER BY created_at, id", params).fetchall()
+        self.conn.commit()
+        return [Record.from_row(row) for row in rows]
+
+    def graded(self, team, milestone, size, content_hash, retry_stopped=False):
+        """True where this team's submission with this content already has a record. With
+        ``retry_stopped``, records whose outcome came from outside (killed: the task was stopped;
+        error: the grading itself failed) do not count: only ok, failed, timeout do."""
+        text = "SELECT 1 FROM runs WHERE team = ? AND milestone = ? AND size = ? AND content_hash = ?"
+        if retry_stopped:
+            text += " AND status IN ('ok', 'failed', 'timeout')"
+        row = self._execute(text, (team, milestone, size, content_hash)).fetchone()
+        self.conn.commit()
+        return row is not None
+
+    def statuses(self, record_ids):
+        """{record id: status} of those of ``record_ids`` that have a record."""
+        ids = list(record_ids)
+        found = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            marks = ", ".join("?" * len(chunk))
+            found.update(self._execute(f"SELECT id, status FROM runs WHERE id IN ({marks})", chunk).fetchall())
+        self.conn.commit()
+        return found
+
+    def latest(self):
+        """(milestone, size) of the newest record, or None."""
+        row = self._execute("SELECT milestone, size FROM runs ORDER BY created_at DESC, id DESC LIMIT 1").fetchone()
+        self.conn.commit()
+        return tuple(row) if row else None
+
+    # ------------------------------------------------------------ reference accuracies
+    def expected(self, model, size, environment):
+        row = self._execute("SELECT accuracy FROM expected WHERE model = ? AND size = ? AND environment = ?",
+                            (model, size, environment)).fetchone()
+        self.conn.commit()
+        return row[0] if row else None
+
+    def set_expected(self, model, size, environment, accuracy):
+        with self._transaction():
+            self._execute("INSERT INTO expected (model, size, environment, accuracy) VALUES (?, ?, ?, ?) "
+                          "ON CONFLICT (model, size, environment) DO NOTHING", (model, size, environment, accuracy))
+
+
+class SqliteStore(Store):
+    """A SQLite file in WAL mode; writers take the write lock up front (BEGIN IMMEDIATE) and wait
+    for one another (busy timeout), so parallel processes on one machine lose nothing. Not for
+    a network file system: use PostgreSQL there."""
+
+    def _connect(self):
+        path = Path(self.url)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(path), timeout=120, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 120000")
+            conn.execute("PRAGMA journal_mode = WAL")
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the SQLite database {path}: {exc}; "
+                             f"set {DB_ENV} to a writable path") from exc
+        return conn
+
+    def _lock(self):
+        pass                                      # BEGIN IMMEDIATE already holds the write lock
+
+    def _transaction(self):
+        return _SqliteTransaction(self.conn, self.url)
+
+
+class _SqliteTransaction:
+    def __init__(self, conn, path):
+        self.conn, self.path = conn, path
+
+    def __enter__(self):
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to the SQLite database {self.path}: {exc}") from exc
+
+    def __exit__(self, kind, exc, tb):
+        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"SQLite database {self.path}: {exc}") from exc
+
+
+class PostgresStore(Store):
+    """PostgreSQL through psycopg 3; each write is its own transaction."""
+
+    placeholder = "%s"
+
+    def _connect(self):
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise StoreError(f"{DB_ENV} is a PostgreSQL URL but psycopg is not installed; "
+                             "pip install 'ece408_op[grade]' (or psycopg[binary])") from exc
+        self.psycopg = psycopg
+        try:
+            return psycopg.connect(self.url, connect_timeout=30)
+        except psycopg.Error as exc:
+            first = _first_line(str(exc))
+            raise StoreError(f"cannot connect to PostgreSQL at {describe(self.url)}: {first}") from exc
+
+    def _lock(self):
+        self._execute("SELECT pg_advisory_xact_lock(?)", (LOCK_KEY,))
+
+    def _transaction(self):
+        return _PostgresTransaction(self)
+
+
+class _PostgresTransaction:
+    def __init__(self, store):
+        self.store = store
+
+    def __enter__(self):
+        pass                                      # psycopg opens a transaction on the first statement
+
+    def __exit__(self, kind, exc, tb):
+        conn = self.store.conn
+        if kind is None:
+            conn.commit()
+            return
+        conn.rollback()
+        if isinstance(exc, self.store.psycopg.Error):
+            raise StoreError(f"PostgreSQL at {describe(self.store.url)}: {_first_line(str(exc))}") from exc
+
+
+def _first_line(text):
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "no reason given"
+
+
+def open_store(url=None):
+    """The Store for ``url`` (default $ECE408_DB, else the user's SQLite file)."""
+    url = url or os.environ.get(DB_ENV) or str(default_sqlite_path())
+    if url.startswith(POSTGRES_PREFIXES):
+        return PostgresStore(url)
+    if url.startswith("sqlite:///"):
+        url = url[len("sqlite://"):]
+    return SqliteStore(url)

@@ -1,0 +1,81 @@
+"""The build transcript, as the course server showed it, and what a submission reads from it.
+
+Each command is announced as ``* Running <command>``; its output (stdout and stderr, as they
+come) follows. The milestone lines parsed from a model's command output:
+
+    Op Time: 0.076815                          one per custom layer
+    Correctness: 0.8562 Model: ece408-high     one per run
+"""
+import re
+from dataclasses import asdict, dataclass, field
+
+RUNNING = "* Running "
+OP_TIME = re.compile(r"^Op Time: ([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s*$", re.M)
+CORRECTNESS = re.compile(r"^Correctness: ([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?) Model: (\S+)\s*$", re.M)
+EVAL_METRIC = re.compile(r"^EvalMetric: \{'accuracy': ([0-9.eE+-]+)\}\s*$", re.M)
+
+
+def running_line(command):
+    return f"{RUNNING}{command}"
+
+
+def failed_line(code):
+    return f"* The command exited with code {code}; the build stopped."
+
+
+def timeout_line(limit):
+    return f"* The command ran past its time limit of {limit:g} s and was killed; the build stopped."
+
+
+def killed_line(signal_name):
+    return f"* The run was stopped from outside ({signal_name}); the build stopped."
+
+
+@dataclass
+class ModelResult:
+    """One model's run: every Op Time, their sum, the Correctness, and the value it must equal."""
+    model: str
+    op_times: list = field(default_factory=list)
+    correctness: float = None
+    expected: float = None
+
+    @property
+    def op_time(self):
+        return sum(self.op_times)
+
+    @property
+    def correct(self):
+        return self.correctness is not None and self.expected is not None and self.correctness == self.expected
+
+    def to_dict(self):
+        return {**asdict(self), "op_time": self.op_time, "correct": self.correct}
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d["model"], list(d.get("op_times", [])), d.get("correctness"), d.get("expected"))
+
+
+def parse_model_output(text):
+    """(op_times, correctness, model name) from one milestone command's output; correctness and
+    name are None where the run printed no Correctness line (it failed before the end)."""
+    op_times = [float(v) for v in OP_TIME.findall(text)]
+    found = CORRECTNESS.findall(text)
+    if not found:
+        return op_times, None, None
+    value, name = found[-1]
+    return op_times, float(value), name
+
+
+def parse_eval_metric(text):
+    """The accuracy of an m1 run (``EvalMetric: {'accuracy': 0.8673}``), or None."""
+    found = EVAL_METRIC.findall(text)
+    return float(found[-1]) if found else None
+
+
+def split_commands(transcript):
+    """[(command, output)] of a transcript, in order (text before the first command dropped)."""
+    parts = []
+    for block in re.split(r"^\* Running ", transcript, flags=re.M)[1:]:
+        command, _, output = block.partition("\n")
+        parts.append((command, output))
+    return parts
