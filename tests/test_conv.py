@@ -6,6 +6,7 @@ import pytest
 
 from conftest import assert_close
 from ece408_op.conv import (conv2d_forward_cpu, conv2d_forward_reference, output_shape, parallel_copy,
+                            reference_and_bound,
                             parallel_zero, parse_kernel)
 from ece408_op.conv.parallel import over_slabs
 from ece408_op.errors import ShapeError
@@ -194,3 +195,55 @@ def test_spec_rejects_shapes_that_do_not_fit():
         spec.check((1, 2, 9, 9), (4, 2, 3, 3), (4,))
     with pytest.raises(ShapeError, match=r"bias has shape \(3,\), expected \(4,\)"):
         spec.check((1, 2, 9, 9), (4, 1, 3, 3), (3,))
+
+
+# ---------------------------------------------------------------- the general CPU path
+
+FAST = GENERAL + [  # (B, C, H, W, M, attrs): layers of real networks, scaled down, and tile edge cases
+    (3, 8, 20, 20, 8, dict(kernel="(3, 3)", pad="(1, 1)", stride="(2, 2)", no_bias="False")),
+    (2, 3, 40, 40, 16, dict(kernel="(7, 7)", pad="(3, 3)", stride="(2, 2)")),
+    (2, 16, 12, 12, 32, dict(kernel="(3, 3)", pad="(1, 1)", num_group="16")),             # depthwise x2
+    (2, 32, 9, 9, 16, dict(kernel="(1, 1)")),                                               # x is the matrix
+    (2, 6, 8, 8, 12, dict(kernel="(1, 1)", stride="(2, 2)", no_bias="False")),
+    (1, 64, 30, 30, 64, dict(kernel="(3, 3)", pad="(1, 1)")),                               # row tiles
+    (40, 6, 30, 30, 16, dict(kernel="(5, 5)")),                                             # column panels
+    (2, 4, 9, 13, 6, dict(kernel="(2, 4)", dilate="(2, 1)", pad="(3, 0)", stride="(1, 3)", num_group="2")),
+]
+
+
+@pytest.mark.parametrize("b,c,h,w,m,attrs", FAST, ids=[str(g[5]) for g in FAST])
+def test_cpu_path_writes_every_output_of_any_layer(b, c, h, w, m, attrs, rng):
+    from ece408_op.conv import ConvSpec
+    spec = ConvSpec.from_attrs(num_filter=m, **attrs)
+    x, k = _random((b, c, h, w), rng, 10.0), _random(spec.weight_shape(c), rng)
+    bias = None if spec.no_bias else _random((m,), rng)
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    out = np.full(ref.shape, np.nan, np.float32)         # no zeroing pass: every element must be written
+    y = conv2d_forward_cpu(x, k, bias, spec, out=out)
+    assert y is out
+    bad = ~(np.abs(y - ref) <= bound)
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} off, first at {tuple(np.argwhere(bad)[0])}"
+    start = _random(ref.shape, rng)                      # req='add'
+    total = conv2d_forward_cpu(x, k, bias, spec, out=start.copy(), accumulate=True)
+    assert np.all(np.abs(total - start - ref) <= bound + 1e-6 * np.abs(start))
+
+
+def test_blas_is_single_threaded_inside_the_pool_and_restored_after():
+    from ece408_op.conv import parallel
+    if not parallel._blas_controllers():
+        pytest.skip("threadpoolctl sees no BLAS library here")
+    before = parallel.blas_threads()
+    seen = []
+    parallel.run_parallel(lambda item: seen.append(parallel.blas_threads()), range(8))
+    assert seen and all(threads == [1] * len(before) for threads in seen), seen
+    assert parallel.blas_threads() == before
+
+
+def test_bias_must_match_no_bias(rng):
+    # bad input: a bias for a layer without one, and none for a layer with one
+    from ece408_op.conv import ConvSpec
+    x, k = _random((1, 2, 5, 5), rng), _random((3, 2, 3, 3), rng)
+    with pytest.raises(ShapeError, match="bias given to a layer with no_bias=True"):
+        conv2d_forward_cpu(x, k, np.ones(3, np.float32), ConvSpec.from_attrs(num_filter=3, kernel=3))
+    with pytest.raises(ShapeError, match="has a bias"):
+        conv2d_forward_cpu(x, k, None, ConvSpec.from_attrs(num_filter=3, kernel=3, no_bias=False))
