@@ -247,3 +247,23 @@ def test_bias_must_match_no_bias(rng):
         conv2d_forward_cpu(x, k, np.ones(3, np.float32), ConvSpec.from_attrs(num_filter=3, kernel=3))
     with pytest.raises(ShapeError, match="has a bias"):
         conv2d_forward_cpu(x, k, None, ConvSpec.from_attrs(num_filter=3, kernel=3, no_bias=False))
+
+
+def _kernel_has_populate():
+    import platform
+    release = platform.release().split("-")[0].split(".")
+    return platform.system() == "Linux" and tuple(int(p) for p in release[:2] if p.isdigit()) >= (5, 14)
+
+
+def test_populate_maps_pages_without_changing_contents():
+    import mmap
+    from ece408_op.conv.parallel import populate
+    buffer = mmap.mmap(-1, 8 << 20)                       # fresh anonymous memory: zero pages, not mapped yet
+    array = np.frombuffer(buffer, np.float32)
+    assert populate(array, slab_bytes=1 << 20) == _kernel_has_populate()
+    assert not array.any()
+    array[::1000] = 3.0
+    populate(array)                                       # pages already there: contents untouched
+    assert array.sum() == 3.0 * len(array[::1000])
+    del array
+    buffer.close()

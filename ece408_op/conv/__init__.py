@@ -1,8 +1,9 @@
-"""The NumPy layer: the convolution's shape rules, its float64 reference and the CPU fast path.
+"""The NumPy layer: the convolution's attributes and shape rules (``ConvSpec``), its float64
+reference and error bound, and the CPU fast path.
 
-Imports nothing of this package but ``errors``; no MXNet, no PyCUDA. Semantics (the course's):
-x is B x C x H x W, k is M x C x K x K, y is B x M x (H-K+1) x (W-K+1); stride 1, no padding,
-no bias, float32:
+Imports nothing of this package but ``errors``; no MXNet, no PyCUDA. Semantics: MXNet's
+``Convolution`` (NCHW, float32) for any ConvSpec (see spec.py); the course's layer is the
+special case x: B x C x H x W, k: M x C x K x K, stride 1, no padding, no bias:
 
     y[b][m][h][w] = sum over c, p, q of x[b][c][h+p][w+q] * k[m][c][p][q]
 """
