@@ -61,12 +61,15 @@ _blas_lock = threading.Lock()
 
 
 def _blas_controllers():
-    """threadpoolctl's controllers of the BLAS libraries loaded in this process (found once);
-    empty where threadpoolctl is not installed."""
+    """threadpoolctl's controllers of the BLAS libraries NumPy may call, found once (numpy
+    imported, so its BLAS is loaded): all BLAS libraries in the process except MXNet's own
+    (``mxnet/libopenblas``, which only MXNet calls, and which is OpenMP-threaded); empty where
+    threadpoolctl is not installed."""
     if _blas["controllers"] is None:
         try:
             from threadpoolctl import ThreadpoolController
-            _blas["controllers"] = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+            _blas["controllers"] = [c for c in ThreadpoolController().lib_controllers
+                                    if c.user_api == "blas" and f"{os.sep}mxnet{os.sep}" not in c.filepath]
         except Exception:          # noqa: BLE001  not installed, or an unknown BLAS: leave BLAS alone
             _blas["controllers"] = []
     return _blas["controllers"]
