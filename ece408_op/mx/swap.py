@@ -17,6 +17,7 @@ importable (the import hook registers the operator when MXNet loads).
 """
 import ast
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,10 +40,12 @@ class SwapReport:
     kept: list = field(default_factory=list)        # (node name, reason)
     arg_params: dict = None                         # a checkpoint's parameters (prefix input)
     aux_params: dict = None
+    block_symbol: object = None                     # the SymbolBlock's Symbol (HybridBlock input)
 
     @property
     def symbol(self):
-        return self.result if isinstance(self.result, mx.sym.Symbol) else getattr(self, "_symbol", None)
+        """The swapped Symbol (also for a HybridBlock: the graph of the SymbolBlock)."""
+        return self.result if isinstance(self.result, mx.sym.Symbol) else self.block_symbol
 
     def __iter__(self):
         return iter((self.result, self.swapped))
@@ -207,27 +210,15 @@ def _swap_block(block, input_names, guard, select, op_attrs):
     params = block.collect_params()
     wanted = set(swapped_symbol.list_arguments()) | set(swapped_symbol.list_auxiliary_states())
     shared = {name: p for name, p in params.items() if name in wanted}
-    with _quiet_symbolblock():
+    with warnings.catch_warnings():            # SymbolBlock's notes on inputs that look like parameters
+        warnings.simplefilter("ignore")
         result = mx.gluon.SymbolBlock(swapped_symbol, inputs, params=_ParamDict(shared, block.prefix))
-    report = SwapReport(result, swapped, kept)
-    report._symbol = swapped_symbol
-    return report
+    return SwapReport(result, swapped, kept, block_symbol=swapped_symbol)
 
 
 class _ParamDict(mx.gluon.ParameterDict):
+    """The block's own Parameter objects (shared, not copies), as SymbolBlock takes them."""
+
     def __init__(self, params, prefix):
         super().__init__(prefix)
         self._params.update(params)
-
-
-class _quiet_symbolblock:
-    """SymbolBlock warns about parameters it finds among its inputs; ours are all parameters."""
-
-    def __enter__(self):
-        import warnings
-        self._catch = warnings.catch_warnings()
-        self._catch.__enter__()
-        warnings.simplefilter("ignore")
-
-    def __exit__(self, *exc):
-        return self._catch.__exit__(*exc)
