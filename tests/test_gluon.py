@@ -145,3 +145,8 @@ def test_swap_rejects_what_it_cannot_take():
         ece408_op.swap_convolutions(mx.sym.var("x"), device="tpu")
     with pytest.raises(ece408_op.errors.ModelError, match="not found"):
         ece408_op.swap_convolutions(str(ROOT / "no" / "such-model"))
+
+
+def test_gluon_is_importable_both_ways():
+    from ece408_op.gluon import Conv2D, swap_blocks
+    assert Conv2D is ece408_op.gluon.Conv2D is ece_gluon.Conv2D and swap_blocks is ece_gluon.swap_blocks
