@@ -27,7 +27,7 @@ setup(
     ],
     extras_require={
         "gpu": ["pycuda"],
-        "test": ["pytest"],
+        "test": ["pytest", "hypothesis"],
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
     },
     entry_points={"console_scripts": ["ece408 = ece408_op.cli:main"]},

