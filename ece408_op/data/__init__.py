@@ -8,6 +8,7 @@
     download.py  HTTP downloads with an overall deadline and a size cap
     cache.py     the fetch transaction (lock, leftovers, staging, commit), "already present"
     sources.py   fetching: the npm package (converted) or the official files by URL
+    resize.py    the bilinear resize of the later course models' inputs, cached
 
 No MXNet and no PyCUDA here.
 """

@@ -3,6 +3,8 @@
     compat.py     shims that let MXNet 1.9.1 import on current Python/NumPy (no MXNet import)
     hook.py       runs those shims before MXNet loads and registers the operator after (stdlib only)
     op.py         the ece408_conv CustomOp and CustomOpProp, Op Time records
+    fused.py      the ece408_conv_tanh_pool operator: conv (+ bias) -> tanh -> 2x2 max-pool in one
+    fuse.py       the graph pass putting it in place of conv -> tanh -> max-pool chains
     models.py     the course network, checkpoints by name or prefix
     swap.py       swap_convolutions: built-in Convolution nodes -> ece408_conv
     inference.py  bind a checkpoint, score a batch (what the milestones run)

@@ -5,6 +5,7 @@
   Names are looked up in ``$ECE408_MODEL_DIR``, then the source checkout's ``models/``,
   then ``<prefix>/share/ece408_op/models`` of a pip install.
 """
+import ast
 import glob
 import os
 import sys
@@ -30,6 +31,58 @@ def course_symbol(num_filter=50, kernel=5, hidden=500, classes=10, data=None):
     x = mx.sym.Activation(x, act_type="tanh", name="tanh2")
     x = mx.sym.FullyConnected(x, num_hidden=classes, name="fc2")
     return mx.sym.SoftmaxOutput(x, name="softmax")
+
+
+# The later course layouts (two custom layers; ../shared/HARNESS.md): input side, conv1 and
+# conv2 filters, hidden units. Their inputs are Fashion-MNIST resized up (data/resize.py).
+LATER_LAYOUTS = {
+    "2018": {"size": 64, "filters": (6, 16), "hidden": 140},     # 2018 spring
+    "2019": {"size": 70, "filters": (12, 24), "hidden": 160},    # 2019 fall
+}
+
+
+def later_course_symbol(size, filters, hidden, kernel=5, classes=10, data=None):
+    """conv1 (no bias) -> tanh -> maxpool 2x2/2 -> conv2 (no bias) -> flatten -> FC hidden -> tanh
+    -> FC classes -> softmax. The data variable carries the input shape (0, 1, size, size) as
+    its ``__shape__`` hint, saved in the symbol file: ``input_shape`` reads it back."""
+    data = mx.sym.Variable("data", shape=(0, 1, size, size)) if data is None else data
+    x = mx.sym.Convolution(data, name="conv1", num_filter=filters[0], kernel=(kernel, kernel), no_bias=True)
+    x = mx.sym.Activation(x, act_type="tanh", name="tanh1")
+    x = mx.sym.Pooling(x, pool_type="max", kernel=(2, 2), stride=(2, 2), name="pool1")
+    x = mx.sym.Convolution(x, name="conv2", num_filter=filters[1], kernel=(kernel, kernel), no_bias=True)
+    x = mx.sym.Flatten(x, name="flatten")
+    x = mx.sym.FullyConnected(x, num_hidden=hidden, name="fc1")
+    x = mx.sym.Activation(x, act_type="tanh", name="tanh2")
+    x = mx.sym.FullyConnected(x, num_hidden=classes, name="fc2")
+    return mx.sym.SoftmaxOutput(x, name="softmax")
+
+
+DEFAULT_INPUT_SHAPE = (1, 28, 28)     # the 2017 models, saved without a hint
+
+
+def input_shape(symbol):
+    """(C, H, W) of one input image: the data variable's ``__shape__`` hint, else 1 x 28 x 28."""
+    hint = symbol.attr_dict().get("data", {}).get("__shape__")
+    if not hint:
+        return DEFAULT_INPUT_SHAPE
+    try:
+        shape = tuple(int(d) for d in ast.literal_eval(hint))
+    except (ValueError, SyntaxError, TypeError) as exc:
+        raise ModelError(f"the model's data variable has an unreadable __shape__ {hint!r}") from exc
+    if len(shape) != 4 or min(shape[1:]) < 1:
+        raise ModelError(f"the model's data variable has __shape__ {hint}; want (0, C, H, W)")
+    return shape[1:]
+
+
+def model_input_shape(name):
+    """``input_shape`` of a checkpoint by name or prefix, reading only its symbol file."""
+    _, prefix, _ = resolve_model(name)
+    try:
+        symbol = mx.sym.load(f"{prefix}-symbol.json")
+    except Exception as exc:  # noqa: BLE001  MXNetError, OSError, JSON errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load {prefix}-symbol.json: {first}") from exc
+    return input_shape(symbol)
 
 
 # ---------------------------------------------------------------- where models live
