@@ -14,7 +14,7 @@ first N of the test split, all in one batch.
 import contextlib
 from dataclasses import dataclass, field
 
-from ..errors import ModelError, UsageError
+from ..errors import UsageError
 from .breakdown import Breakdown
 from .errors import Console, run
 
