@@ -106,7 +106,7 @@ def _write_cache(path, images):
     the folder cannot be written (the caller goes on uncached)."""
     try:
         write_idx(path, images)
-    except OSError:
+    except (OSError, DataError):          # files.py turns storage errors into DataError
         return False
     stem = path.name.rsplit("-", 3)[0]            # "<split>-images-<size>x<size>"
     for other in path.parent.glob(stem + "-*-idx3-ubyte"):
