@@ -77,12 +77,16 @@ def input_shape(symbol):
 def model_input_shape(name):
     """``input_shape`` of a checkpoint by name or prefix, reading only its symbol file."""
     _, prefix, _ = resolve_model(name)
+    return input_shape(load_symbol(f"{prefix}-symbol.json"))
+
+
+def load_symbol(symbol_file):
+    """A checkpoint's symbol, or a one-line ModelError saying why the file cannot be loaded."""
     try:
-        symbol = mx.sym.load(f"{prefix}-symbol.json")
+        return mx.sym.load(symbol_file)
     except Exception as exc:  # noqa: BLE001  MXNetError, OSError, JSON errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load {prefix}-symbol.json: {first}") from exc
-    return input_shape(symbol)
+        raise ModelError(f"cannot load {symbol_file}: {mxnet_error_line(exc)}; it is not an MXNet symbol "
+                         "file (re-save the checkpoint)") from exc
 
 
 # ---------------------------------------------------------------- where models live
@@ -174,11 +178,7 @@ def load_model(name):
     one-line ModelError saying which file and why."""
     display, prefix, epoch = resolve_model(name)
     symbol_file, params_file = f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
-    try:
-        symbol = mx.sym.load(symbol_file)
-    except Exception as exc:  # noqa: BLE001  MXNetError, OSError, JSON errors
-        raise ModelError(f"cannot load {symbol_file}: {mxnet_error_line(exc)}; it is not an MXNet symbol "
-                         "file (re-save the checkpoint)") from exc
+    symbol = load_symbol(symbol_file)
     if not Path(params_file).is_file():
         raise ModelError(f"{params_file} is not a regular file; replace it with the checkpoint's parameters")
     try:
