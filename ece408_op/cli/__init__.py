@@ -7,6 +7,7 @@ a module here with ``main(argv) -> int`` built on ``errors.run``, and a line in 
 import importlib
 import sys
 
+from .errors import run
 from .milestone import MILESTONES
 
 # command -> (module, one-line summary)
@@ -18,6 +19,7 @@ COMMANDS = {
     "submit": ("submit", "run a submission's rai_build.yml; --submit m2|m3|final stores a ranked record"),
     "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team"),
     "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking"),
+    "selftest": ("selftest", "every bad input and fault, tried: the reliability table and load figures"),
 }
 
 
@@ -29,13 +31,18 @@ def usage():
     return "\n".join(lines)
 
 
+def _print_usage(argv):
+    """The usage on stdout when asked for (exit 0), on stderr when no command is given (exit 2)."""
+    print(usage(), file=sys.stdout if argv else sys.stderr)
+    return 0 if argv else 2
+
+
 def main(argv=None, prog=None):
     """Dispatch ``argv`` (default ``sys.argv[1:]``): its first item names the command.
     ``prog`` names a milestone's script in its usage text (``m3.1.py``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
+        return run(_print_usage, argv)
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}\n{usage()}", file=sys.stderr)

@@ -3,17 +3,35 @@
 * ``UsageError``: its text (the usage) on stderr, exit 2.
 * any other ``Ece408Error``: ``error: <one line>`` on stderr, its exit code (1 unless set).
 * an ``MXNetError`` raised through our operator: the operator's own exception, in one line.
-* Ctrl-C: exit 130, no traceback.
+* Ctrl-C: exit 130; SIGTERM/SIGHUP during a fetch: 128 + the signal; no traceback.
+* standard output gone: a reader that went away (``| head``): exit 141 (128 + SIGPIPE, what
+  a shell reports for a command killed by a broken pipe), nothing more printed; stdout
+  closed, or a write that fails (``> /dev/full``): a one-line error, exit 1. Never 0 when
+  output was lost.
 ``--debug`` anywhere on the command line, or ``ECE408_DEBUG=1``, prints the traceback too.
 """
 import argparse
+import errno
 import os
 import sys
 import traceback
 
-from ..errors import Ece408Error, UsageError
+from ..errors import Ece408Error, Terminated, UsageError
 
 DEBUG_ENV = "ECE408_DEBUG"
+BROKEN_PIPE_STATUS = 128 + 13          # 128 + SIGPIPE
+
+
+class OutputError(Ece408Error):
+    """Standard output cannot be written (closed, full disk, I/O error)."""
+
+
+def output_error(exc):
+    """BrokenPipeError as is (a reader that went away), other OSErrors as an OutputError."""
+    if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
+        return BrokenPipeError(errno.EPIPE, "Broken pipe")
+    return OutputError(f"cannot write to standard output: {exc.strerror or exc}; the output was lost "
+                       "(check where it goes: a full disk, a closed file)")
 
 
 class Console:
@@ -25,8 +43,13 @@ class Console:
         self.partial = False
 
     def say(self, text, end="\n"):
-        self.stream.write(text + end)
-        self.stream.flush()
+        if self.stream is None:
+            raise OutputError("standard output is closed; the output would be lost")
+        try:
+            self.stream.write(text + end)
+            self.stream.flush()
+        except OSError as exc:
+            raise output_error(exc) from exc
         self.partial = end == ""
 
 
@@ -46,7 +69,8 @@ def _mxnet_cause(exc):
     mxnet = sys.modules.get("mxnet")
     if mxnet is None or not isinstance(exc, mxnet.base.MXNetError):
         return None
-    from ..mx.failures import mxnet_error_line, take
+    from ..mx.failures import take
+    from ..mx.messages import mxnet_error_line
     cause = getattr(exc, "cause", None) or take()
     if cause is not None:
         return str(cause), getattr(cause, "exit_code", 1)
@@ -62,6 +86,8 @@ def report(exc, console=None, debug=False):
         return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return 130
+    if isinstance(exc, Terminated):
+        return exc.exit_code
     if isinstance(exc, Ece408Error):
         message, code = str(exc), exc.exit_code
     else:
@@ -76,12 +102,70 @@ def report(exc, console=None, debug=False):
     return code
 
 
+class _GuardedStdout:
+    """sys.stdout while a command runs: a failed write or flush raises BrokenPipeError (the
+    reader went away) or OutputError, not an OSError that could come from anywhere."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise output_error(exc) from exc
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except OSError as exc:
+            raise output_error(exc) from exc
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def run(command, argv, console=None):
     """Run ``command(argv)``; map what it raises through ``report``. Returns the exit status."""
     debug = debug_requested(argv)
+    if sys.stdout is None:                              # started with stdout closed (>&-)
+        return report(OutputError("standard output is closed, so the output would be lost; run the command "
+                                  "with its output going to a terminal, a file or a pipe"), console)
+    saved, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     try:
-        return command(argv) or 0
-    except SystemExit as exc:                           # argparse's --help
-        return exc.code if isinstance(exc.code, int) else 0
-    except (Exception, KeyboardInterrupt) as exc:       # noqa: BLE001  report() re-raises the unknown
-        return report(exc, console, debug)
+        try:
+            status = command(argv) or 0
+        except SystemExit as exc:                       # argparse's --help
+            status = exc.code if isinstance(exc.code, int) else 0
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        return _broken_pipe()
+    except (Exception, KeyboardInterrupt, Terminated) as exc:   # noqa: BLE001  report() re-raises the unknown
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            return _broken_pipe()
+        if isinstance(exc, OutputError):
+            _discard_stdout()                           # or the interpreter's last flush fails again
+        try:
+            return report(exc, console, debug)
+        except BrokenPipeError:
+            return _broken_pipe()
+    finally:
+        sys.stdout = saved
+
+
+def _discard_stdout():
+    """Point stdout at /dev/null, so that the interpreter's last flush of what could not be
+    written is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _broken_pipe():
+    """The reader went away: exit like a command killed by SIGPIPE, printing nothing more."""
+    _discard_stdout()
+    return BROKEN_PIPE_STATUS

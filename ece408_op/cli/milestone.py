@@ -14,7 +14,8 @@ first N of the test split, all in one batch.
 import contextlib
 from dataclasses import dataclass, field
 
-from ..errors import ModelError, UsageError
+from ..errors import UsageError
+from .breakdown import Breakdown
 from .errors import Console, run
 
 DEFAULT_MODEL = "ece408-high"
@@ -44,6 +45,7 @@ class Args:
     size: int = MAX_SIZE
     data_dir: str = None
     profile: bool = False
+    fuse: bool = False     # conv -> tanh -> 2x2 max-pool chains as one ece408_conv_tanh_pool layer
     extra: dict = field(default_factory=dict)     # attributes for the swapped-in operators
 
 
@@ -58,20 +60,22 @@ def usage(script, gpu=False):
     models = ", ".join(available_models()) or DEFAULT_MODEL
     text = (f"Usage: {script} <model_name> <dataset size>\n"
             f"    <model_name>: one of {models}, or a checkpoint prefix path (default {DEFAULT_MODEL})\n"
-            f"    <dataset size>: an integer, clamped to [0, {MAX_SIZE}] (default {MAX_SIZE})")
+            f"    <dataset size>: an integer, clamped to [0, {MAX_SIZE}] (default {MAX_SIZE})\n"
+            "    --fuse: run each conv -> tanh -> max-pool chain as one fused layer (ece408_conv_tanh_pool)")
     if gpu:
         text += ("\n    --kernel N: GPU kernel version 1-7 or its name (default auto: $ECE408_KERNEL, "
                  "else the fastest for the layer)\n    --profile: print a table of the kernels and copies")
     return text
 
 
-def _is_model(text):
-    from ..mx.models import resolve_model
+def _check_model(text, usage_text):
+    """A model argument must name a checkpoint: UsageError (the usage, then where it was looked
+    for) where none is found; ModelError where one is found but incomplete (no params file)."""
+    from ..mx.models import ModelNotFound, resolve_model
     try:
         resolve_model(text)
-    except ModelError:
-        return False
-    return True
+    except ModelNotFound as exc:
+        raise UsageError(f"{usage_text}\nerror: {exc}") from exc
 
 
 def _option_value(item, items, text):
@@ -101,6 +105,8 @@ def parse_args(argv, script, gpu=False):
             args.extra["gpu_kernel"] = _option_value(item, items, text)
         elif gpu and item == "--profile":
             args.profile = True
+        elif item == "--fuse":
+            args.fuse = True
         elif item.startswith("--"):
             raise UsageError(text)
         else:
@@ -115,34 +121,44 @@ def parse_args(argv, script, gpu=False):
             size = None
         if size is not None and not seen_size:
             args.size, seen_size = min(max(size, 0), MAX_SIZE), True
-        elif size is None and not seen_model and _is_model(item):
+        elif size is None and not seen_model:
+            _check_model(item, text)
             args.model, seen_model = item, True
         else:
             raise UsageError(text)
     return args
 
 
-def run_milestone(milestone, args, console=None):
-    """Print the course harness's transcript for one milestone; returns the accuracy."""
+def run_milestone(milestone, args, console=None, clock=None):
+    """Print the course harness's transcript for one milestone; returns the accuracy.
+    ``clock`` (a cli.breakdown.Breakdown) is marked at each step for ``--profile``."""
+    from ..kernels import hostcopy
     from ..mx.inference import bind_model, load_test_batch, prepare, score
-    from ..mx.models import load_model
+    from ..mx.models import load_model, model_input_shape
     from ..mx.op import op_times
     say = (console or Console()).say
+    clock = clock or Breakdown()
     if args.size == 0:
         raise UsageError(f"dataset size 0: nothing to run; give a size from 1 to {MAX_SIZE}")
     device = _gpu_preflight(args) if milestone.device == "gpu" else None
     profiling = device.profiling() if device is not None and args.profile else contextlib.nullcontext()
+    clock.mark("GPU set-up: CUDA init, device context, nvcc check" if device else "set-up")
     say("Loading fashion-mnist data...", end="")
-    images, labels = load_test_batch(args.size, args.data_dir)
+    shape = model_input_shape(args.model)
+    images, labels = load_test_batch(args.size, args.data_dir, shape)
     say(" done")
+    clock.mark(f"data: {len(images)} test images of {shape[1]}x{shape[2]}")
     say("Loading model...", end="")
     name, symbol, arg_params, aux_params = load_model(args.model)
-    module = bind_model(prepare(symbol, milestone.custom, milestone.device, args.extra),
+    module = bind_model(prepare(symbol, milestone.custom, milestone.device, args.extra, fuse=args.fuse),
                         arg_params, aux_params, len(images))
     say(" done")
+    clock.mark("model: load, swap" + (", fuse" if args.fuse else "") + ", bind")
     say("New Inference")
+    first_record = hostcopy.record_count()
     with profiling as profile, op_times.capture(echo=milestone.custom):
         metric = score(module, images, labels)
+    clock.mark("inference: MXNet's forward over the whole network, of which")
     if milestone.custom:
         say(f"Correctness: {metric.get()[1]} Model: {name}")
     else:
@@ -150,6 +166,8 @@ def run_milestone(milestone, args, console=None):
     if profile is not None:
         say(f"\nProfile of the custom layers (CUDA events; Op Time covers the conv_forward rows only):\n"
             f"{profile.table()}")
+        layers = hostcopy.records_since(first_record)
+        say("\n" + clock.table(layers, hostcopy.measure_link(device.index) if layers else None))
     return metric.get()[1]
 
 
@@ -169,7 +187,13 @@ def main(milestone_name, argv, prog=None):
     console = Console()
 
     def command(argv):
+        clock = Breakdown()
         _mx()                                           # one line where MXNet is unusable
+        clock.mark("MXNet import, operators registered")
         args = parse_args(argv, script, milestone.device == "gpu")
-        run_milestone(milestone, args, console)
+        if args.fuse and not milestone.custom:
+            raise UsageError(usage(script) + f"\n{script} runs MXNet's own layers: --fuse is for m2, m3, final")
+        from ..mx.op import quiet_callback_tracebacks
+        with quiet_callback_tracebacks():
+            run_milestone(milestone, args, console, clock)
     return run(command, argv, console)

@@ -11,7 +11,7 @@ def command(argv):
     from .. import require_mxnet
     require_mxnet()
     from ..mx.train import RECIPES, train_and_save
-    parser = ArgumentParser(prog="ece408_op train", description="Train the ece408-high / ece408-low models.")
+    parser = ArgumentParser(prog="ece408_op train", description="Train the shipped models (ece408-high, ece408-low, ece408-2018, ece408-2019).")
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help=f"models to train (default: all of {', '.join(RECIPES)})")
     parser.add_argument("--out", default=str(MODELS_DIR), help="folder for the checkpoints (default: %(default)s)")

@@ -1,14 +1,58 @@
-"""Writing files so that no reader ever sees a half-written one."""
+"""Files and folders: atomic writes, bounded reads, storage errors in one line, signals.
+
+* ``atomic_write_bytes``: a temporary file in the same folder, then a rename; no reader
+  ever sees a half-written file.
+* ``read_regular_file``: the bytes of a regular file (never a FIFO or a device, which
+  could block forever), errors as one-line DataErrors.
+* ``storage_error``: an OSError met while writing (read-only, full, a file where a folder
+  should be, no permission) as a DataError saying what to do.
+* ``terminate_on_signals``: SIGTERM and SIGHUP raise ``Terminated`` inside the block, so
+  that ``finally`` clauses (cleaning temporary files) run as they do for Ctrl-C.
+"""
+import errno
 import os
+import shutil
+import signal
+import stat
 import tempfile
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+
+from ..errors import DataError, Terminated
+
+MAX_READ_BYTES = 1 << 31          # 2 GiB: far above any Fashion-MNIST file (47 MB)
+
+
+def storage_error(path, exc, doing="write"):
+    """A DataError for an OSError met while writing ``path``: names the cause and the remedy."""
+    where = Path(path)
+    code = getattr(exc, "errno", None)
+    reason = exc.strerror or str(exc)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free some space (a fetch needs about 100 MB) or give --dest a folder on another disk"
+    elif code == errno.EROFS:
+        hint = "give --dest a folder on a writable disk (or set XDG_CACHE_HOME)"
+    elif code in (errno.EACCES, errno.EPERM):
+        hint = "you may not write there; fix its permissions or give --dest a folder you own"
+    elif code in (errno.ENOTDIR, errno.EEXIST):
+        hint = "a file is in the way where a folder is needed; give --dest a folder"
+    elif code == errno.EFBIG:
+        hint = "the file size limit (ulimit -f) is too small; raise it or fetch elsewhere"
+    else:
+        hint = "check the folder and try again"
+    return DataError(f"cannot {doing} {where}: {reason}; {hint}")
 
 
 def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+    OSErrors (full disk, read-only, no permission) become one-line DataErrors."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".part")
+    except OSError as exc:
+        raise storage_error(path.parent, exc, "create files in") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -16,9 +60,77 @@ def atomic_write_bytes(path, data):
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())          # mkstemp makes 0600; data is for everyone
         os.replace(tmp, path)
+    except OSError as exc:
+        remove_quietly(tmp)
+        raise storage_error(path, exc) from exc
     except BaseException:
-        _unlink_quietly(tmp)
+        remove_quietly(tmp)
         raise
+
+
+def read_regular_file(path, limit=MAX_READ_BYTES):
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # a FIFO must not block us
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror}; {_read_hint(exc)}") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise DataError(f"cannot read {path}: a folder is where the file should be; remove it")
+        raise DataError(f"{path} is not a regular file; replace it with the IDX file")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > limit:
+            raise DataError(f"{path} is {info.st_size} bytes, more than any Fashion-MNIST file; "
+                            "is it the right file?")
+        try:
+            return handle.read(limit + 1)
+        except OSError as exc:
+            raise DataError(f"cannot read {path}: {exc.strerror}; {_read_hint(exc)}") from exc
+
+
+def _read_hint(exc):
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "fix its permissions (chmod) or use another data folder"
+    return "check the file or use another data folder"
+
+
+def list_folder(folder, what="data folder"):
+    """Names in ``folder``; DataError where it cannot be read."""
+    try:
+        return set(os.listdir(folder))
+    except NotADirectoryError as exc:
+        raise DataError(f"{what} {folder} is a file, not a folder; give a folder") from exc
+    except OSError as exc:
+        raise DataError(f"cannot read {what} {folder}: {exc.strerror}; fix its permissions (chmod) "
+                        "or point --data-dir / ECE408_DATA_DIR at another folder") from exc
+
+
+def fsync_folder(folder):
+    """Make renames inside ``folder`` durable (best effort: not every file system allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_quietly(path):
+    """Remove a file or a whole folder; ignore what is already gone or cannot be removed."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _umask():
@@ -27,8 +139,26 @@ def _umask():
     return mask
 
 
-def _unlink_quietly(path):
+TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+@contextmanager
+def terminate_on_signals():
+    """Inside the block, SIGTERM and SIGHUP raise ``Terminated`` (where their handler is the
+    default one, in the main thread), so cleanup code runs; the handlers are restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {}
+    for signum in TERMINATING_SIGNALS:
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            saved[signum] = signal.signal(signum, _raise_terminated)
     try:
-        os.unlink(path)
-    except OSError:
-        pass
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)

@@ -12,6 +12,7 @@ the benchmark runs next to PyTorch/cuDNN. Files:
     tuning.py/.json   tuned parameters, as data (bench --sweep writes them)
     device.py         a device's context, lock, memory, module and plan caches, profile
     launch.py         plans and the entry points conv2d_forward_gpu / conv2d_forward_device
+    hostcopy.py       host arrays in and out at the link's speed, straight into MXNet's memory
     profile.py        the nvprof-style table of --profile
     bench.py          every version against cuDNN and the memory floor; the v7 sweep
 

@@ -81,15 +81,12 @@ def reason(exc):
 
 
 def mxnet_error_line(exc):
-    """The first informative line of an MXNetError's message (MXNet's own, or ours)."""
+    """One line for an MXNetError: our reason where one of our callbacks failed, else MXNet's."""
     cause = getattr(exc, "cause", None)
     if cause is not None:
         return reason(cause)
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    for line in lines:
-        if not line.startswith(("Traceback", "File ", "[bt]", "Stack trace")) and not line.startswith("  "):
-            return line
-    return lines[0] if lines else type(exc).__name__
+    from .messages import mxnet_error_line as mxnet_line
+    return mxnet_line(exc)
 
 
 def _custom_op_error(message):
@@ -116,7 +113,7 @@ def install():
 
     def quiet_print(*args, **kwargs):
         text = str(args[0]) if args else ""
-        ours = text.startswith((f"Error in {OP_TYPE}.", "Error in CustomOp.forward", "Error in CustomOp.backward"))
+        ours = text.startswith((f"Error in {OP_TYPE}", "Error in CustomOp.forward", "Error in CustomOp.backward"))
         if ours and not _debug() and _has_pending():
             return
         print(*args, **kwargs)

@@ -8,19 +8,29 @@ import numpy as np
 from ..data import load_fashion_mnist
 from ..errors import ModelError
 from .compat import import_mxnet
-from .models import load_model
+from .models import DEFAULT_INPUT_SHAPE, input_shape, load_model, model_input_shape
 from .op import op_times
 from .swap import swap_convolutions
 
 mx = import_mxnet()
 
-IMAGE_SHAPE = (1, 28, 28)
+IMAGE_SHAPE = DEFAULT_INPUT_SHAPE          # Fashion-MNIST as it comes
 
 
-def load_test_batch(count, data_dir=None):
-    """The first ``count`` test images as float32 N x 1 x 28 x 28 (raw 0-255), and their labels."""
-    images, labels = load_fashion_mnist("test", count, data_dir)
-    return images.astype(np.float32).reshape((-1,) + IMAGE_SHAPE), labels.astype(np.float32)
+def load_test_batch(count, data_dir=None, shape=IMAGE_SHAPE):
+    """The first ``count`` test images as float32 N x C x H x W (raw 0-255), and their labels.
+    ``shape`` is the model's input (``models.input_shape``): 1 x 28 x 28, or 1 x S x S for the
+    later course models, whose inputs are the 28x28 images resized (cached, data/resize.py)."""
+    shape = tuple(shape)
+    if shape == IMAGE_SHAPE:
+        images, labels = load_fashion_mnist("test", count, data_dir)
+    elif shape[0] == 1 and shape[1] == shape[2]:
+        from ..data.resize import load_resized
+        images, labels = load_resized("test", shape[1], count, data_dir)
+    else:
+        raise ModelError(f"the model takes {shape[0]} x {shape[1]} x {shape[2]} inputs; Fashion-MNIST "
+                         "gives 1 x S x S (one channel, square): use a model with such an input")
+    return images.astype(np.float32).reshape((-1,) + shape), labels.astype(np.float32)
 
 
 def label_names(symbol):
@@ -28,10 +38,10 @@ def label_names(symbol):
 
 
 def bind_model(symbol, arg_params, aux_params, batch_size, context=None):
-    """A Module bound for inference on one batch of ``batch_size`` images."""
+    """A Module bound for inference on one batch of ``batch_size`` images of the model's shape."""
     labels = label_names(symbol)
     module = mx.mod.Module(symbol, context=context or mx.cpu(), label_names=labels)
-    module.bind(data_shapes=[("data", (batch_size,) + IMAGE_SHAPE)],
+    module.bind(data_shapes=[("data", (batch_size,) + input_shape(symbol))],
                 label_shapes=[(name, (batch_size,)) for name in labels], for_training=False)
     module.set_params(arg_params, aux_params)
     return module
@@ -46,23 +56,28 @@ def score(module, images, labels):
     return metric
 
 
-def prepare(symbol, custom, device, op_attrs=None):
-    """The symbol to run: as saved (built-in Convolution) or with ece408_conv swapped in."""
+def prepare(symbol, custom, device, op_attrs=None, fuse=False):
+    """The symbol to run: as saved (built-in Convolution) or with ece408_conv swapped in; where
+    ``fuse``, each conv -> tanh -> 2x2 max-pool chain first becomes one ece408_conv_tanh_pool."""
     if not custom:
         return symbol
+    fused = []
+    if fuse:
+        from .fuse import fuse_conv_tanh_pool
+        symbol, fused = fuse_conv_tanh_pool(symbol, device=device, **(op_attrs or {}))
     # Bound with a Module (the executor), which keeps MXNet's layout conversions alive: no guards.
     report = swap_convolutions(symbol, guard=False, device=device, **(op_attrs or {}))
-    if not report.swapped:
+    if not report.swapped and not fused:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in report.kept) or "it has no Convolution"
         raise ModelError(f"the model has no convolution that ece408_conv can replace ({reasons})")
     return report.result
 
 
-def run_inference(model, count, use_custom=True, device="cpu", data_dir=None, op_attrs=None):
+def run_inference(model, count, use_custom=True, device="cpu", data_dir=None, op_attrs=None, fuse=False):
     """Quiet version of a milestone: {'name', 'accuracy', 'op_times'} for the first ``count`` images."""
+    images, labels = load_test_batch(count, data_dir, model_input_shape(model))
     name, symbol, arg_params, aux_params = load_model(model)
-    images, labels = load_test_batch(count, data_dir)
-    module = bind_model(prepare(symbol, use_custom, device, op_attrs), arg_params, aux_params, len(images))
+    module = bind_model(prepare(symbol, use_custom, device, op_attrs, fuse), arg_params, aux_params, len(images))
     with op_times.capture(echo=False) as start:
         metric = score(module, images, labels)
     return {"name": name, "accuracy": metric.get()[1],

@@ -1,10 +1,12 @@
-"""Train the course models (``ece408-high``, ``ece408-low``) on the Fashion-MNIST training split.
+"""Train the course models on the Fashion-MNIST training split: ``ece408-high`` and
+``ece408-low`` (2017 layout, 28x28), ``ece408-2018`` (2018 spring, 64x64) and
+``ece408-2019`` (2019 fall, 70x70; both on the bilinear resize of data/resize.py).
 
 The saved checkpoints take raw 0..255 pixels, as the course's did. Training
 feeds pixels scaled by 1/255 to the same network; since the convolution has no
 bias, conv(x / 255, w) == conv(x, w / 255), so the scale is folded into the
 saved conv1 weights exactly. Weights are stored as float16 (MXNet casts them to
-float32 on load) to keep each checkpoint near 7 MB.
+float32 on load) to keep each checkpoint small (7 MB, 3 MB, 6.5 MB).
 """
 import logging
 import time
@@ -14,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ..data import load_fashion_mnist
+from ..data.resize import resize_bilinear
 from .compat import import_mxnet
-from .models import course_symbol
+from .models import LATER_LAYOUTS, course_symbol, later_course_symbol
 
 mx = import_mxnet()
 
@@ -30,28 +33,46 @@ class Recipe:
     learning_rate: float
     batch_size: int = 100
     seed: int = 408
+    layout: str = "2017"   # "2017" (course_symbol) or a key of models.LATER_LAYOUTS
+
+    def symbol(self, data=None):
+        """The network as saved (data=None: a raw-pixel data variable) or on ``data``."""
+        if self.layout == "2017":
+            return course_symbol(data=data)
+        return later_course_symbol(**LATER_LAYOUTS[self.layout], data=data)
+
+    @property
+    def size(self):
+        return LATER_LAYOUTS[self.layout]["size"] if self.layout != "2017" else 28
 
 
 RECIPES = {
     "ece408-high": Recipe("ece408-high", train_images=60000, epochs=10, learning_rate=1e-3),
     # Deliberately weak: few images, one short pass, so Correctness cannot be hard-coded.
     "ece408-low": Recipe("ece408-low", train_images=600, epochs=1, learning_rate=3e-4),
+    # The later course layouts, on inputs resized to 64x64 and 70x70.
+    "ece408-2018": Recipe("ece408-2018", train_images=60000, epochs=10, learning_rate=1e-3, layout="2018"),
+    "ece408-2019": Recipe("ece408-2019", train_images=60000, epochs=10, learning_rate=1e-3, layout="2019"),
 }
 
 
-def _training_symbol():
-    return course_symbol(data=mx.sym.Variable("data") * SCALE)
+def training_images(recipe, data_dir=None):
+    """The recipe's training images as float32 N x 1 x size x size raw pixels (resized, rounded
+    to uint8 first exactly as the test inputs are), and their labels."""
+    images, labels = load_fashion_mnist("train", recipe.train_images, data_dir)
+    if recipe.size != images.shape[1]:
+        images = resize_bilinear(images, recipe.size)
+    return images.astype(np.float32).reshape(-1, 1, recipe.size, recipe.size), labels
 
 
 def train(recipe, data_dir=None, progress=True):
     """Train one recipe; return (arg_params, aux_params) for raw-pixel inputs, in float32."""
     mx.random.seed(recipe.seed)
     np.random.seed(recipe.seed)
-    images, labels = load_fashion_mnist("train", recipe.train_images, data_dir)
-    x = images.astype(np.float32).reshape(-1, 1, 28, 28)
+    x, labels = training_images(recipe, data_dir)
     it = mx.io.NDArrayIter(x, labels.astype(np.float32), batch_size=recipe.batch_size,
                            shuffle=True, label_name="softmax_label")
-    module = mx.mod.Module(_training_symbol(), context=mx.cpu())
+    module = mx.mod.Module(recipe.symbol(data=mx.sym.Variable("data") * SCALE), context=mx.cpu())
     bar = _epoch_bar(recipe, progress)
     module.fit(it, num_epoch=recipe.epochs, optimizer="adam",
                optimizer_params={"learning_rate": recipe.learning_rate},
@@ -68,12 +89,13 @@ def _epoch_bar(recipe, progress):
     return tqdm(total=recipe.epochs, desc=f"training {recipe.name}", unit="epoch", disable=not progress)
 
 
-def save_float16(prefix, arg_params, aux_params, epoch=1):
-    """Save the course symbol (built-in Convolution) with float16 weights."""
+def save_float16(prefix, arg_params, aux_params, epoch=1, recipe=None):
+    """Save the recipe's symbol (built-in Convolution; default the 2017 layout) with float16 weights."""
     half = {k: v.astype(np.float16) for k, v in arg_params.items()}
     half_aux = {k: v.astype(np.float16) for k, v in aux_params.items()}
     Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-    mx.model.save_checkpoint(str(prefix), epoch, course_symbol(), half, half_aux)
+    symbol = (recipe or RECIPES["ece408-high"]).symbol()
+    mx.model.save_checkpoint(str(prefix), epoch, symbol, half, half_aux)
 
 
 def evaluate(prefix_or_name, data_dir=None, count=10000):
@@ -90,7 +112,7 @@ def train_and_save(names, out_dir, data_dir=None, progress=True):
         start = time.time()
         arg_params, aux_params = train(recipe, data_dir, progress)
         prefix = Path(out_dir) / name
-        save_float16(prefix, arg_params, aux_params)
+        save_float16(prefix, arg_params, aux_params, recipe=recipe)
         accuracy = evaluate(str(prefix), data_dir)
         results[name] = {"test_accuracy": accuracy, "seconds": round(time.time() - start, 1),
                          **recipe.__dict__}

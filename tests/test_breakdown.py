@@ -1,0 +1,52 @@
+"""--profile's wall-time breakdown (cli/breakdown.py): the parts, the inference split, the
+layers against the host link. Records are built by hand here; the GPU run fills them for real
+(tests/test_gpu_models.py)."""
+import re
+import subprocess
+import time
+
+from conftest import python_command
+from ece408_op.cli.breakdown import START_UP, Breakdown, link_seconds, process_age
+from ece408_op.kernels.hostcopy import Record
+
+
+def test_process_age_counts_from_the_process_start():
+    # a fresh interpreter that sleeps 0.3 s before asking: its age is at least that
+    code = "import time; time.sleep(0.3); from ece408_op.cli.breakdown import process_age; print(process_age())"
+    age = float(subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.29 <= age < 30
+    assert process_age() > 0
+
+
+def test_marks_are_times_since_the_previous_mark():
+    clock = Breakdown()
+    time.sleep(0.05)
+    clock.mark("first")
+    clock.mark("second")
+    parts = dict(clock.parts)
+    assert START_UP in parts and parts["first"] >= 0.05 and parts["second"] < parts["first"]
+
+
+def test_table_splits_the_inference_and_sets_layers_against_the_link():
+    clock = Breakdown()
+    clock.parts = [(START_UP, 0.5), ("data", 0.25), ("inference", 1.0)]
+    layer = Record("conv", "ring", x_bytes=int(1e9), y_bytes=int(2e9), wall=0.4, copy_in=0.1, kernel_call=0.05,
+                   op_time=0.01, copy_out=0.2)
+    text = clock.table([layer], link=(10.0, 20.0))
+    assert link_seconds(layer, (10.0, 20.0)) == 0.2                  # 1 GB at 10 GB/s + 2 GB at 20 GB/s
+    lines = text.splitlines()
+    assert re.search(r"^\s+1\.7500\s+100\.0%\s+total$", text, re.M)
+    split = {line.split("%", 1)[1].strip(): float(line.split()[0]) for line in lines if line.startswith(" ") and "%" in line}
+    assert abs(split["custom layers: copies (x, k in; y out into MXNet's memory)"] - 0.3) < 1e-9
+    assert abs(split["custom layers: Op Time (the kernels)"] - 0.01) < 1e-9
+    assert abs(split["the rest of the network (MXNet's layers, its data copy)"] - 0.6) < 1e-9
+    row = next(line for line in lines if re.match(r"\s+1\s+conv\s+ring", line))
+    assert row.split()[-2:] == ["200.00", "2.00x"]                 # link ms, wall / link
+    assert "HtoD 10.0 GB/s, DtoH 20.0 GB/s" in text
+
+
+def test_table_without_layers_has_no_layer_part():
+    clock = Breakdown()
+    clock.mark("data")
+    text = clock.table()
+    assert "Custom layers against the host link" not in text and "total" in text

@@ -1,0 +1,110 @@
+"""The host side of the GPU copy path (kernels/hostcopy.py), on real memory: page arithmetic,
+faulting pages in ahead of a copy (checked with mincore), the pooled memmove, the mode switch.
+The CUDA side runs in tests/test_gpu_models.py."""
+import ctypes
+import mmap
+
+import numpy as np
+import pytest
+
+from ece408_op.errors import GpuError
+from ece408_op.kernels import hostcopy
+
+PAGE = mmap.PAGESIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+
+
+def resident_pages(addr, nbytes):
+    """How many of the pages of [addr, addr + nbytes) are in memory (mincore)."""
+    start, end = addr // PAGE * PAGE, -(-(addr + nbytes) // PAGE) * PAGE
+    vec = (ctypes.c_ubyte * ((end - start) // PAGE))()
+    assert _libc.mincore(start, end - start, vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec)
+
+
+def fresh_mapping(nbytes):
+    """Anonymous memory that was never touched (as MXNet's fresh output is)."""
+    area = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return area, ctypes.addressof(ctypes.c_char.from_buffer(area))
+
+
+@pytest.mark.parametrize("addr,nbytes,want", [
+    (0, 3 * PAGE, (0, 3 * PAGE)),
+    (10, 3 * PAGE, (PAGE, 3 * PAGE)),              # partial first and last pages left out
+    (PAGE + 1, PAGE, (2 * PAGE, 2 * PAGE)),         # no whole page inside
+    (5, 10, (PAGE, PAGE)),
+])
+def test_inner_pages(addr, nbytes, want):
+    assert hostcopy.inner_pages(addr, nbytes) == want
+
+
+def test_pieces_cover_the_range_once():
+    parts = hostcopy.pieces(100, 100 + 10 * 7 + 3, 10)
+    assert parts[0] == (100, 10) and parts[-1] == (170, 3)
+    assert sum(n for _, n in parts) == 73 and all(a + n == b for (a, n), (b, _) in zip(parts, parts[1:]))
+
+
+def test_populate_faults_pages_in_and_keeps_contents():
+    nbytes = 64 * PAGE
+    area, addr = fresh_mapping(nbytes)
+    try:
+        assert resident_pages(addr, nbytes) == 0
+        hostcopy.populate(addr + 8 * PAGE, 16 * PAGE)
+        assert resident_pages(addr + 8 * PAGE, 16 * PAGE) == 16
+        assert resident_pages(addr + 24 * PAGE, 40 * PAGE) == 0     # nothing outside the range
+        view = hostcopy.byte_view(addr, nbytes)
+        view[:] = np.arange(nbytes) % 251
+        hostcopy.populate(addr, nbytes)                              # already there: contents kept
+        assert np.array_equal(view, np.arange(nbytes) % 251)
+    finally:
+        area.close()
+
+
+def test_populate_fallback_touch_keeps_contents(monkeypatch):
+    # the path for kernels before 5.14 (no MADV_POPULATE_WRITE): one read-write per page
+    monkeypatch.setattr(hostcopy, "_populate_supported", [False])
+    area, addr = fresh_mapping(32 * PAGE)
+    try:
+        view = hostcopy.byte_view(addr, 32 * PAGE)
+        view[: 4 * PAGE] = 7
+        hostcopy.populate(addr, 32 * PAGE)
+        assert resident_pages(addr, 32 * PAGE) == 32
+        assert np.all(view[: 4 * PAGE] == 7) and not view[4 * PAGE:].any()
+    finally:
+        area.close()
+
+
+def test_advise_huge_accepts_aligned_ranges_and_skips_small_ones():
+    area, addr = fresh_mapping(8 << 20)
+    try:
+        assert hostcopy.advise_huge(addr + 1, 100) is False          # no 2 MB-aligned inside: nothing asked
+        hostcopy.advise_huge(addr, 8 << 20)                          # accepted or refused (no THP): never raises
+    finally:
+        area.close()
+
+
+def test_copy_bytes_on_the_pool_is_exact_across_pieces(rng):
+    nbytes = 3 * hostcopy.HOST_PIECE + 12345
+    src = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    area, addr = fresh_mapping(nbytes + PAGE)
+    try:
+        dst = addr + 3                                              # not page-aligned, like MXNet's arrays
+        futures = hostcopy.copy_bytes(dst, hostcopy.address(src), nbytes, fault_first=True)
+        assert len(futures) == 4
+        hostcopy.wait_all(futures)
+        assert np.array_equal(hostcopy.byte_view(dst, nbytes), src)
+        assert hostcopy.byte_view(addr, 3).tolist() == [0, 0, 0]    # nothing written before dst
+    finally:
+        area.close()
+
+
+def test_mode_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(hostcopy.MODE_ENV, raising=False)
+    assert hostcopy.host_copy_mode() == "ring"
+    monkeypatch.setenv(hostcopy.MODE_ENV, "Registered")
+    assert hostcopy.host_copy_mode() == "registered"
+    # bad input: an unknown mode names the choices
+    monkeypatch.setenv(hostcopy.MODE_ENV, "teleport")
+    with pytest.raises(GpuError, match="ring, registered, direct"):
+        hostcopy.host_copy_mode()
