@@ -71,7 +71,7 @@ def _mxnet_cause(exc):
         return None
     from ..mx.failures import take
     from ..mx.messages import mxnet_error_line
-    cause = getattr(exc, "cause", None) or take()
+    cause = getattr(exc, "cause", None) or (take() if "CustomOp" in str(exc) else None)
     if cause is not None:
         return str(cause), getattr(cause, "exit_code", 1)
     return mxnet_error_line(exc), 1

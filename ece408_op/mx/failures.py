@@ -26,7 +26,8 @@ mx = import_mxnet()
 
 DEBUG_ENV = "ECE408_DEBUG"
 _lock = threading.Lock()
-_pending = {"sync": {}, "async": None}      # thread id -> exception; the last forward/backward one
+_pending = {"sync": {}, "async": None, "attached": None}   # thread id -> exception; the last forward/
+# backward one; the last one put into an MXNetError (for take_last_error after the fact)
 _state = {"installed": False}
 
 
@@ -66,11 +67,16 @@ def recording(sync):
 
 
 def take(message=None):
-    """The recorded exception behind the MXNet error ``message`` (None: any), then forget it."""
+    """The recorded exception behind the MXNet error ``message``, then forget it. Without a
+    message (``op.take_last_error``): also the one last put into an MXNetError."""
     with _lock:
         exc = _pending["sync"].pop(threading.get_ident(), None)
         if exc is None and _pending["async"] is not None and (message is None or "CustomOpFBFunc" in message):
             exc, _pending["async"] = _pending["async"], None
+        if message is None:
+            exc, _pending["attached"] = exc or _pending["attached"], None
+        elif exc is not None:
+            _pending["attached"] = exc
         return exc
 
 
