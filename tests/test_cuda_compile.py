@@ -23,6 +23,8 @@ SHAPE_CLASSES = [
     kernels.ConvShape(64, 56, 56, 128, 3, 3, 2, 2, 1, 1),                    # stride 2
     kernels.ConvShape(32, 28, 28, 32, 3, 3, PH=1, PW=1, G=32),               # depthwise
     kernels.ConvShape(16, 20, 20, 32, 3, 5, DH=2, DW=2, G=4),                # dilation, rectangular
+    kernels.ConvShape(3, 226, 226, 64, 3),    # VGG's first layer as v7 sees it (x padded): v7 spilled here
+    kernels.ConvShape(512, 7, 7, 512, 3, PH=1, PW=1),                        # ResNet's last 3x3 (v9 at 256 threads)
 ]
 SOURCES = sorted(kernels.SOURCE.parent.glob("*.cu"))
 
@@ -44,7 +46,8 @@ def test_shape_class_compiles_without_spills(shape, tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     entries = re.findall(r"Compiling entry function '(\w+)'", result.stderr)
-    assert {f"conv_forward_v{n}" for n in (1, 2, 3, 4, 6, 7)} | {"im2col_v5", "gemm_v5"} <= set(entries)
+    assert {f"conv_forward_v{n}" for n in (1, 2, 3, 4, 6, 7, 8, 9)} | {"im2col_v5", "gemm_v5", "fused_forward",
+                                                                       "tanh_pool"} <= set(entries)
     spills = re.findall(r"(\d+) bytes spill stores", result.stderr)
     assert spills and all(int(n) == 0 for n in spills), result.stderr
 
@@ -62,6 +65,7 @@ def _source_defaults():
     """NAME -> value of every ``#ifndef NAME / #define NAME value`` default in the source."""
     pairs = re.findall(r"#ifndef (\w+)\n#define \1 (\w+)", kernels.SOURCE.read_text())
     values = dict(pairs)
+    values.pop("ONLY_KERNEL")          # a plan's choice of kernels to build (0 alone: all of them)
     return {name: int(values.get(value, value)) for name, value in values.items()}
 
 
@@ -84,9 +88,12 @@ def test_tuning_overrides_change_the_module_defines():
     configs = sweep_configs()
     keys = {tuple(sorted(kernels.module_defines(course, c).items())) for c in configs}
     assert len(configs) == 32 and len(keys) == 32       # every config is its own module
-    with pytest.raises(ValueError, match="unknown v7 tuning"):
+    with pytest.raises(ValueError, match="unknown tuning keys"):
         # bad input: a tuning key that does not exist
         kernels.module_defines(course, {"WARP": 2})
+    with pytest.raises(ValueError, match="does not divide"):
+        # bad input: a v9 tile whose x tile cannot be shared out among its threads
+        kernels.module_defines(course, {"V9_ACOLS": 3})
 
 
 def test_sweep_winner_keeps_the_stored_tuning_within_noise():
@@ -110,3 +117,15 @@ def test_kernel_notes_quote_the_committed_sweep_table():
     notes = (ROOT_DIR / "docs" / "kernel-notes.md").read_text()
     quoted = notes.split("<!-- sweep:begin -->\n", 1)[1].split("<!-- sweep:end -->", 1)[0]
     assert quoted == (ROOT_DIR / "docs" / "bench" / "v7_sweep.md").read_text()
+
+
+@needs_nvcc
+def test_a_plan_builds_only_its_own_kernels(tmp_path):
+    shape = kernels.ConvShape(6, 30, 30, 16, 5)
+    defines = kernels.versions.plan_defines(9, shape)
+    result = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v",
+                             *[f"-D{k}={v}" for k, v in sorted(defines.items())],
+                             "-o", str(tmp_path / "out.cubin"), str(kernels.SOURCE)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    entries = set(re.findall(r"Compiling entry function '(\w+)'", result.stderr))
+    assert entries == {"conv_forward_v9", "pad_input", "add_bias", "add_into", "tanh_pool"}

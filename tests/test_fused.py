@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import require_mxnet
-from ece408_op.conv.fused import conv_tanh_pool_cpu, conv_tanh_pool_reference, pooled_shape
+from ece408_op.conv.fused import conv_tanh_pool_cpu, fused_reference_and_bound, pooled_shape
 
 fused_op = require_mxnet("ece408_op.mx.fused")
 mx = fused_op.mx
@@ -39,7 +39,7 @@ def _within(got, ref, bound, what):
 @pytest.mark.parametrize("bias", [False, True])
 def test_cpu_path_matches_the_float64_reference(rng, shape, bias):
     x, k, b = _data(rng, shape, bias)
-    ref, bound = conv_tanh_pool_reference(x, k, b)
+    ref, bound = fused_reference_and_bound(x, k, b)
     got = conv_tanh_pool_cpu(x, k, b)
     assert got.shape == pooled_shape(x.shape, k.shape)
     _within(got, ref, bound, f"fused cpu {shape}")
@@ -51,7 +51,7 @@ def test_cpu_path_in_several_chunks_and_into_out(rng, monkeypatch):
     x, k, _ = _data(rng, (11, 1, 28, 28, 50, 5), False)
     out = np.full((11, 50, 12, 12), np.nan, np.float32)
     assert fused.conv_tanh_pool_cpu(x, k, out=out) is out
-    ref, bound = conv_tanh_pool_reference(x, k)
+    ref, bound = fused_reference_and_bound(x, k)
     _within(out, ref, bound, "chunked")
 
 
@@ -71,7 +71,7 @@ def test_operator_equals_the_unfused_graph(rng, shape, bias):
     bias_var = mx.sym.Variable("bias") if bias else None
     feed = {"data": args[0], "weight": args[1], **({"bias": args[2]} if bias else {})}
     want = _unfused(data, weight, bias_var, m, ksize).bind(mx.cpu(), feed).forward()[0].asnumpy()
-    ref, bound = conv_tanh_pool_reference(x, k, b)
+    ref, bound = fused_reference_and_bound(x, k, b)
     _within(got, ref, bound, "operator vs float64")
     _within(got, want, 2 * bound, "operator vs MXNet's unfused layers")
 

@@ -199,7 +199,35 @@ def test_200_forwards_do_not_grow_device_memory(gpu):
 def test_default_is_the_preferred_supported_version():
     assert kernels.default_version(kernels.ConvShape(1, 28, 28, 50, 5)) == 7
     big = kernels.ConvShape(64, 32, 32, 128, 5)     # weights far beyond constant memory
-    assert kernels.default_version(big) == 6
+    assert kernels.default_version(big) == 8
+    many = kernels.ConvShape(6, 30, 30, 16, 5)      # v7 runs it, but its strips do not all fit: v10
+    assert kernels.VERSIONS[7].unsupported(many) is None and kernels.default_version(many) == 10
+
+
+# Data with full float32 mantissas and both signs (pixel-like integers are exact in TF32's high part
+# and would hide an error in splitting x): v9's 3xTF32 must stay inside the float32 bound.
+ACCURACY = [
+    (3, 6, 30, 30, 16, dict(kernel=5)), (2, 12, 33, 33, 24, dict(kernel=5)),
+    (2, 64, 14, 14, 72, dict(kernel=3, pad=1, no_bias="False")), (2, 96, 9, 9, 40, dict(kernel=3, stride=2, pad=1)),
+    (3, 1, 28, 28, 50, dict(kernel=5)), (2, 8, 11, 13, 8, dict(kernel=1)), (2, 4, 10, 10, 12, dict(kernel=7, pad=3)),
+]
+
+
+@pytest.mark.parametrize("version", [8, 9])
+@pytest.mark.parametrize("scale", [1.0, 1e6])
+@pytest.mark.parametrize("layer", ACCURACY, ids=lambda g: "C%dM%d" % (g[1], g[4]) if isinstance(g, tuple) else str(g))
+def test_gemm_versions_keep_float32_accuracy_on_full_mantissas(gpu, version, scale, layer):
+    from ece408_op.conv import ConvSpec, reference_and_bound
+    b, c, h, w, m, attrs = layer
+    spec = ConvSpec.from_attrs(num_filter=m, **{k: str(v) for k, v in attrs.items()})
+    rng = np.random.default_rng(version + c)
+    x = (rng.standard_normal((b, c, h, w)) * scale).astype(np.float32)
+    k = (rng.standard_normal(spec.weight_shape(c)) / np.sqrt(c * 9)).astype(np.float32)
+    bias = None if spec.no_bias else (rng.standard_normal(m) * scale).astype(np.float32)
+    y, _ = kernels.conv2d_forward_gpu(x, k, bias, spec, version=version)
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    ratio = np.abs(y - ref) / bound
+    assert ratio.max() <= 1.0, f"v{version}: error up to {ratio.max():.2f}x the float32 bound"
 
 
 @pytest.mark.parametrize("text,want", [("auto", None), ("3", 3), ("v4", 4), ("implicit", 6), ("V7", 7)])
@@ -210,7 +238,7 @@ def test_parse_version(text, want):
 def test_parse_version_rejects_unknown():
     # bad input: a kernel version that does not exist
     with pytest.raises(Ece408Error, match="unknown kernel"):
-        kernels.parse_version("v9")
+        kernels.parse_version("v99")
 
 
 def test_profile_is_held_by_the_device(gpu):

@@ -63,7 +63,7 @@ def usage(script, gpu=False):
             f"    <dataset size>: an integer, clamped to [0, {MAX_SIZE}] (default {MAX_SIZE})\n"
             "    --fuse: run each conv -> tanh -> max-pool chain as one fused layer (ece408_conv_tanh_pool)")
     if gpu:
-        text += ("\n    --kernel N: GPU kernel version 1-7 or its name (default auto: $ECE408_KERNEL, "
+        text += ("\n    --kernel N: GPU kernel version 1-10 or its name (default auto: $ECE408_KERNEL, "
                  "else the fastest for the layer)\n    --profile: print a table of the kernels and copies")
     return text
 

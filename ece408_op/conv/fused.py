@@ -1,9 +1,11 @@
-"""Convolution (+ bias) -> tanh -> 2x2 max-pool, fused: the CPU path and its float64 reference.
+"""The course models' block, convolution (+ bias) -> tanh -> 2x2/2 max-pool, in NumPy: the CPU
+path of the fused operator, and the float64 reference (with its float32 error bound) that the
+CPU path and the fused GPU kernel (``kernels.fused_forward_gpu``) are checked against.
 
-The pattern every course model has after its first convolution. For x (B, C, H, W), a
-course-style weight k (M, C, K, K) (stride 1, no padding) and an optional bias (M,):
+For x (B, C, H, W), a weight k and an optional bias (M,), under a ConvSpec (None: the course's
+layer, stride 1, no padding):
 
-    z = conv(x, k) + bias                      B x M x HO x WO,  HO = H - K + 1
+    z = conv(x, k) + bias                      B x M x HO x WO
     y[b][m][i][j] = max over p, q < 2 of tanh(z[b][m][2i + p][2j + q])
                                                B x M x HO//2 x WO//2  (an odd last row/column
                                                is dropped, as MXNet's Pooling 'valid' does)
@@ -27,9 +29,9 @@ CHUNK_BYTES = 64 << 20          # conv output per chunk (bounded scratch memory)
 _scratch = threading.local()
 
 
-def pooled_shape(x_shape, k_shape):
+def pooled_shape(x_shape, k_shape, spec=None):
     """Shape of the fused output: the conv's B x M x HO x WO with HO and WO halved (floor)."""
-    b, m, ho, wo = output_shape(x_shape, k_shape)
+    b, m, ho, wo = output_shape(x_shape, k_shape, spec)
     if ho < 2 or wo < 2:
         raise ShapeError(f"the convolution's {ho}x{wo} output is too small for a 2x2 max-pool")
     return b, m, ho // 2, wo // 2
@@ -44,14 +46,22 @@ def check_bias(bias, k_shape):
     return bias
 
 
-def max_pool_2x2(z, out):
-    """out = 2x2/2 max-pool of z (B x M x HO x WO), into out (B x M x HO//2 x WO//2)."""
+def max_pool_2x2(z, out=None, reduce=np.maximum):
+    """The 2x2/2 windows of z (B x M x HO x WO) reduced by ``reduce`` (a NumPy binary ufunc,
+    default the max), into ``out`` (B x M x HO//2 x WO//2; allocated when None)."""
+    if out is None:
+        out = np.empty(z.shape[:2] + (z.shape[2] // 2, z.shape[3] // 2), z.dtype)
     ph, pw = out.shape[2], out.shape[3]
     rows = z[:, :, :2 * ph, :2 * pw]
-    np.maximum(rows[:, :, 0::2, 0::2], rows[:, :, 0::2, 1::2], out=out)
-    np.maximum(out, rows[:, :, 1::2, 0::2], out=out)
-    np.maximum(out, rows[:, :, 1::2, 1::2], out=out)
+    reduce(rows[:, :, 0::2, 0::2], rows[:, :, 0::2, 1::2], out=out)
+    reduce(out, rows[:, :, 1::2, 0::2], out=out)
+    reduce(out, rows[:, :, 1::2, 1::2], out=out)
     return out
+
+
+def tanh_maxpool(z):
+    """tanh of the 2x2/2 max-pool of z (tanh is increasing: equal to the max-pool of tanh(z))."""
+    return np.tanh(max_pool_2x2(z))
 
 
 def _scratch_buffer(count):
@@ -94,13 +104,11 @@ def conv_tanh_pool_cpu(x, k, bias=None, out=None):
     return out
 
 
-def conv_tanh_pool_reference(x, k, bias=None):
+def fused_reference_and_bound(x, k, bias=None, spec=None):
     """(float64 reference, per-element float32 bound) of the fused layer, unfused in float64:
-    conv (+ bias), tanh, then the pool. tanh and max are 1-Lipschitz, so the conv's bound
+    conv (+ bias), the pool, then tanh. tanh and max are 1-Lipschitz, so the conv's bound
     carries over (the pool takes the largest of its window's); tanh's own float32 rounding
     adds a few units in the last place."""
-    z, bound = reference_and_bound(np.asarray(x), np.asarray(k), bias)
-    ph, pw = z.shape[2] // 2, z.shape[3] // 2
-    ref = max_pool_2x2(np.tanh(z), np.empty(z.shape[:2] + (ph, pw)))
-    carried = max_pool_2x2(bound, np.empty(z.shape[:2] + (ph, pw)))
-    return ref, carried + 4 * np.finfo(np.float32).eps * np.abs(ref) + 1e-7
+    z, bound = reference_and_bound(np.asarray(x), np.asarray(k), bias, spec)
+    ref = tanh_maxpool(z)
+    return ref, max_pool_2x2(bound) + 4 * np.finfo(np.float32).eps * np.abs(ref) + 1e-7

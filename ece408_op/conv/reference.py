@@ -23,7 +23,7 @@ def conv2d_forward_reference(x, k, bias=None, spec=None):
             for q in range(k.shape[3]):
                 window = xg[:, :, p * dh:p * dh + sh * (ho - 1) + 1:sh, q * dw:q * dw + sw * (wo - 1) + 1:sw]
                 # sum over c of x[b, c, i*sh + p*dh, j*sw + q*dw] * k[m, c, p, q]
-                y[:, g * mg:(g + 1) * mg] += np.einsum("bchw,mc->bmhw", window, kg[:, :, p, q])
+                y[:, g * mg:(g + 1) * mg] += np.einsum("bchw,mc->bmhw", window, kg[:, :, p, q], optimize=True)
     if bias is not None:
         y += np.asarray(bias, dtype=np.float64).reshape(1, -1, 1, 1)
     return y

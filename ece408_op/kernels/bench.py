@@ -2,6 +2,7 @@
 
     python -m ece408_op bench gpu [--batch 10000] [--repeats 30] [--out DIR]
     python -m ece408_op bench gpu --sweep [--apply]     # v7's tuning sweep (tuning.json)
+    python -m ece408_op bench gpu --suite [--apply]     # every layer and batch (suite.py; defaults.json)
 
 Runs without MXNet (PyTorch, PyCUDA and NumPy only). cuDNN is "just another
 version": every entry is validated against the float64 NumPy reference on a
@@ -26,7 +27,7 @@ from . import tuning
 from .device import GpuDevice
 from .launch import plan_for
 from .shape import ConvShape
-from .versions import VERSIONS, Strip, module_defines
+from .versions import VERSIONS, Strip, module_defines, plan_defines
 
 COURSE_LAYER = dict(batch=10000, C=1, H=28, W=28, M=50, K=5)
 
@@ -165,7 +166,7 @@ def _precompile(bench, configs):
     source = SOURCE.read_text()
 
     def build(config):
-        defines = sorted(module_defines(bench.shape, config).items())
+        defines = sorted(plan_defines(7, bench.shape, config).items())
         nvcc_compile(source, options=[f"-D{k}={v}" for k, v in defines], no_extern_c=True,
                      arch=bench.device.arch)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -280,8 +281,20 @@ def main(argv=None):
     parser.add_argument("--versions", help="comma-separated version numbers (default: all)")
     parser.add_argument("--out", default="bench-gpu", help="folder for the JSON/CSV/PNG (and the sweep's table)")
     parser.add_argument("--sweep", action="store_true", help="run v7's tuning sweep instead")
-    parser.add_argument("--apply", action="store_true", help="with --sweep: store the winner in tuning.json")
+    parser.add_argument("--suite", action="store_true",
+                        help="run the suite instead: every layer of the course models and real networks, several batches")
+    parser.add_argument("--quick", action="store_true", help="with --suite: one batch per layer")
+    parser.add_argument("--layers", help="with --suite: comma-separated layer names (default: all)")
+    parser.add_argument("--tiles", nargs="?", const="all",
+                        help="with --suite: first sweep tile sizes (of 'all', or e.g. '9,10,fused')")
+    parser.add_argument("--apply", action="store_true",
+                        help="with --sweep: store the winner in tuning.json; with --suite: the defaults in defaults.json")
     args = parser.parse_args(argv)
+    if args.suite:
+        from . import suite
+        if args.repeats == parser.get_default("repeats"):
+            args.repeats = 10
+        return suite.main(args)
     layer = [getattr(args, key) for key in COURSE_LAYER]
     if args.sweep:
         result = sweep(*layer, repeats=args.repeats)

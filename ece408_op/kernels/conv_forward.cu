@@ -4,7 +4,7 @@
 //   x: B x C x H x W, k: M x C x K x K, y: B x M x HO x WO (HO = H-K+1, WO = W-K+1), float32
 //   In general (conv/spec.py): stride SH x SW, zero padding PH x PW, dilation DH x DW, G groups
 //   (k is M x C/G x KH x KW), an optional bias per filter; HO = (H + 2PH - DH(KH-1) - 1) / SH + 1.
-//   v1, v5 and v6 compute the general layer; the others the course's kind (stride 1, no dilation,
+//   v1, v5, v6, v8 and v9 compute the general layer; the others the course's kind (stride 1, no dilation,
 //   one group, square kernel), the launcher padding x (pad_input) and adding the bias (add_bias).
 //
 // Versions (ece408_op/kernels/versions.py holds each one's capability check, #defines and grid;
@@ -22,14 +22,27 @@
 //                channel in registers (one channel at a time where C is large) and computes VEC
 //                adjacent outputs for every filter; weights are constant-bank operands of the
 //                FMAs; VEC-wide streaming stores
+//   v8 gemm      like v6, but register-tiled: a block computes BP output positions (taken across the
+//                whole batch) x BF filters, each thread a TP x TF micro-tile from 16-byte shared-memory
+//                reads; the x and weight tiles arrive by cp.async, STAGES tiles deep (any layer, FP32).
+//                H100: 2018 conv2 1.28 ms (v6 4.37, v7 2.55), ResNet 3x3 C=64 at B=64 0.44 ms (v6 1.88)
+//   v9 tensor    like v8, but on the tensor cores: warps of mma.sync m16n8k8 TF32 fragments in the
+//                error-compensated 3xTF32 scheme (three products per fragment: float32 accuracy).
+//                H100: 2019 conv2 4.13 ms (v8 4.78), ResNet 3x3 C=64 at B=64 0.32 ms (v8 0.44)
+//   v10 filters  like v7, but its loops swapped for several channels: one channel's strip in registers
+//                at a time, the VEC accumulators of every filter kept across the channels. H100: 2019
+//                conv1 1.39 ms (v7 2.02); with several channels slower than v8 (2018 conv2 1.57 ms)
+//   fused        not a convolution version: conv + bias + tanh + 2x2 max-pool in one pass (v7's
+//                register strips over two rows; kernels.fused_forward_gpu), the course models' block.
+//                H100: 0.33 ms on the course layer, 0.29x cuDNN's convolution alone
 //
 // Why v7 wins on the course layer (B=10000, C=1, M=50, 28x28, K=5): y is 1152 MB and x 31 MB,
 // so the layer is bound by writing y (0.39 ms at the 3.0 TB/s copy rate measured on the H100)
 // while its 7.2 G FMAs take about 0.22 ms at its fp32 rate, if nearly every instruction is an
 // FMA. v7 issues 25 FMAs per output with the weight in a uniform register (fully unrolled filter
 // loop: 5000 of its 6552 instructions are FFMA), no shared-memory traffic, and one 16-byte
-// evict-first store per 4 outputs, so both limits overlap: 0.43 ms, 1.09x the floor
-// (docs/kernel-notes.md has the measurements).
+// evict-first store per 4 outputs, so both limits overlap: 0.43-0.45 ms, 1.09-1.13x the floor in
+// separate runs (docs/kernel-notes.md has the measurements).
 //
 // The launcher passes #defines (CONV_C, CONV_H, CONV_W, CONV_M, CONV_K, TILE, MB, VEC, ...)
 // computed by the same Python that sizes the grids (versions.module_defines). The defaults below
@@ -112,6 +125,10 @@
 #ifndef CONST_WEIGHTS
 #define CONST_WEIGHTS 16384   // floats of constant memory for weights (64 KB)
 #endif
+#ifndef ONLY_KERNEL
+#define ONLY_KERNEL 0      // 0: every version's kernels; n: only version n's (100: the fused kernel's), so
+#endif                     // that a plan compiles what it launches (the helpers below always)
+#define WANTED(n) (ONLY_KERNEL == 0 || ONLY_KERNEL == (n))
 
 #define CONV_HO ((CONV_H + 2 * CONV_PH - CONV_DH * (CONV_KH - 1) - 1) / CONV_SH + 1)
 #define CONV_WO ((CONV_W + 2 * CONV_PW - CONV_DW * (CONV_KW - 1) - 1) / CONV_SW + 1)
@@ -126,6 +143,7 @@ __constant__ float c_weights[CONST_WEIGHTS];
 
 // ------------------------------------------------------------------ v1 naive
 // Any layer (every size at run time); bias may be null.
+#if WANTED(1)
 extern "C" __global__ void conv_forward_v1(float* __restrict__ y, const float* __restrict__ x,
                                            const float* __restrict__ k, const float* __restrict__ bias,
                                            int B, int C, int H, int W, int M, int KH, int KW,
@@ -155,6 +173,7 @@ extern "C" __global__ void conv_forward_v1(float* __restrict__ y, const float* _
     if (bias) acc += bias[m];
     y[i] = acc;
 }
+#endif  // WANTED(1)
 
 // ------------------------------------------------------------------ v2 shared, v3 constant
 // Grid: (tiles of the output plane, M, min(B, 65535)); images beyond gridDim.z loop.
@@ -191,25 +210,30 @@ __device__ __forceinline__ void tiled_plane(float* __restrict__ y, const float* 
     }
 }
 
+#if WANTED(2)
 extern "C" __global__ void conv_forward_v2(float* __restrict__ y, const float* __restrict__ x,
                                            const float* __restrict__ k,
                                            int B, int C, int H, int W, int M, int K)
 {
     tiled_plane<false>(y, x, k, B, C, H, W, M, K);
 }
+#endif  // WANTED(2)
 
+#if WANTED(3)
 extern "C" __global__ void conv_forward_v3(float* __restrict__ y, const float* __restrict__ x,
                                            const float* __restrict__ k,
                                            int B, int C, int H, int W, int M, int K)
 {
     tiled_plane<true>(y, x, k, B, C, H, W, M, K);
 }
+#endif  // WANTED(3)
 
 // ------------------------------------------------------------------ v4 register
 // Grid: (tiles of the output plane, ceil(M / MB), min(B, 65535)). Weights in constant memory; where
 // M is not a multiple of MB, the last group reads past the M filters (still inside the bank, which
 // the capability check ensures) and does not store those results.
 #define V4_SPAN (TILE + CONV_K - 1)
+#if WANTED(4)
 extern "C" __global__ void __launch_bounds__(TILE * TILE)
 conv_forward_v4(float* __restrict__ y, const float* __restrict__ x, int B)
 {
@@ -253,6 +277,7 @@ conv_forward_v4(float* __restrict__ y, const float* __restrict__ x, int B)
         }
     }
 }
+#endif  // WANTED(4)
 
 // ------------------------------------------------------------------ v5 im2col, v6 implicit GEMM
 // Per image b and group g: Y (MG x HO*WO) = Kmat_g (MG x CG*KH*KW) . X_bg (CG*KH*KW x HO*WO),
@@ -310,6 +335,7 @@ __device__ __forceinline__ void gemm_tile(float* __restrict__ y, const float* __
 }
 
 // cols[i][g][r][s] = x[b0 + i], group g, unrolled; one thread per element.
+#if WANTED(5)
 extern "C" __global__ void im2col_v5(float* __restrict__ cols, const float* __restrict__ x,
                                      long long b0, int n)
 {
@@ -324,24 +350,28 @@ extern "C" __global__ void im2col_v5(float* __restrict__ cols, const float* __re
         cols[e] = unrolled_x(x + (b0 + i) * (CONV_C * CONV_H * CONV_W) + (long long)g * CONV_CG * CONV_H * CONV_W, r, s);
     }
 }
+#endif  // WANTED(5)
 
+#if WANTED(5)
 extern "C" __global__ void gemm_v5(float* __restrict__ y, const float* __restrict__ cols,
                                    const float* __restrict__ k, const float* __restrict__ bias, long long b0, int n)
 {
     gemm_tile<false>(y, cols, k, bias, b0, n);
 }
+#endif  // WANTED(5)
 
+#if WANTED(6)
 extern "C" __global__ void conv_forward_v6(float* __restrict__ y, const float* __restrict__ x,
                                            const float* __restrict__ k, const float* __restrict__ bias,
                                            long long b0, int n)
 {
     gemm_tile<true>(y, x, k, bias, b0, n);
 }
+#endif  // WANTED(6)
 
 // ------------------------------------------------------------------ v7 strip
 // One thread per (b, h, strip of VEC outputs along w): B * HO * ceil(WO / VEC) threads.
 #define V7_STRIP (VEC + CONV_K - 1)
-#define V7_STRIPS ((CONV_WO + VEC - 1) / VEC)
 #define V7_EXACT (CONV_WO % VEC == 0)               // every strip lies inside the row
 #define V7_VEC4_IO (VEC % 4 == 0 && V7_EXACT && CONV_W % 4 == 0 && V7_STRIP % 4 == 0)
 
@@ -363,29 +393,72 @@ __device__ __forceinline__ void v7_store4(float* p, float a, float b, float c, f
 #endif
 }
 
-// The K x V7_STRIP inputs of channel c under this thread's outputs, into registers.
-__device__ __forceinline__ void v7_load_channel(float (&in)[CONV_K][V7_STRIP], const float* __restrict__ xb,
-                                                int c, int w0)
+// Where thread t's strip of VEC_ outputs lies (v7, v10): image b, output row h, first column w0;
+// false for a thread past the batch.
+template <int VEC_>
+__device__ __forceinline__ bool strip_of(long long t, int B, long long& b, int& h, int& w0)
 {
+    constexpr int strips = (CONV_WO + VEC_ - 1) / VEC_;
+    if (t >= (long long)B * CONV_HO * strips) return false;
+    w0 = (int)(t % strips) * VEC_;
+    const long long r = t / strips;
+    h = (int)(r % CONV_HO);
+    b = r / CONV_HO;
+    return true;
+}
+
+// x at channel 0, row h, column w0 of image b (the corner of a thread's strips).
+__device__ __forceinline__ const float* strip_input(const float* x, long long b, int h, int w0)
+{
+    return x + b * (CONV_C * CONV_H * CONV_W) + h * CONV_W + w0;
+}
+
+// A thread's N adjacent outputs from column w0 of one output row: 16-byte streaming stores where
+// VEC4 (aligned, inside the row), else the ones left of column LIMIT (every one where EXACT).
+template <int N, bool EXACT, bool VEC4, int LIMIT>
+__device__ __forceinline__ void store_strip(float* out, const float (&v)[N], int w0)
+{
+    if (VEC4) {
 #pragma unroll
-    for (int p = 0; p < CONV_K; ++p) {
-        const float* row = xb + (c * CONV_H + p) * CONV_W;
-#if V7_VEC4_IO
+        for (int i = 0; i < N; i += 4) v7_store4(out + i, v[i], v[(i + 1) % N], v[(i + 2) % N], v[(i + 3) % N]);
+    } else {
 #pragma unroll
-        for (int j = 0; j < V7_STRIP; j += 4) {
-            const float4 v = __ldg(reinterpret_cast<const float4*>(row + j));
-            in[p][j] = v.x; in[p][j + 1] = v.y; in[p][j + 2] = v.z; in[p][j + 3] = v.w;
-        }
-#else
-#pragma unroll
-        for (int j = 0; j < V7_STRIP; ++j)
-            in[p][j] = (V7_EXACT || w0 + j < CONV_W) ? __ldg(row + j) : 0.f;
-#endif
+        for (int i = 0; i < N; ++i)
+            if (EXACT || w0 + i < LIMIT) v7_store(out + i, v[i]);
     }
 }
 
-// acc[v] += channel c's contribution to filter m (weights from constant memory).
-__device__ __forceinline__ void v7_accumulate(float (&acc)[VEC], const float (&in)[CONV_K][V7_STRIP], int m, int c)
+// The ROWS x COLS inputs of channel c under a thread's outputs (xb: its first row and column in
+// channel 0), into registers; EXACT: every strip lies inside the row, else columns past W read 0.
+template <int ROWS, int COLS, bool EXACT, bool VEC4>
+__device__ __forceinline__ void load_strip(float (&in)[ROWS][COLS], const float* __restrict__ xb, int c, int w0)
+{
+#pragma unroll
+    for (int p = 0; p < ROWS; ++p) {
+        const float* row = xb + (c * CONV_H + p) * CONV_W;
+        if (VEC4) {
+#pragma unroll
+            for (int j = 0; j < COLS; j += 4) {
+                const float4 v = __ldg(reinterpret_cast<const float4*>(row + j));
+                in[p][j] = v.x; in[p][j + 1] = v.y; in[p][j + 2] = v.z; in[p][j + 3] = v.w;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < COLS; ++j)
+                in[p][j] = (EXACT || w0 + j < CONV_W) ? __ldg(row + j) : 0.f;
+        }
+    }
+}
+
+__device__ __forceinline__ void v7_load_channel(float (&in)[CONV_K][V7_STRIP], const float* __restrict__ xb,
+                                                int c, int w0)
+{
+    load_strip<CONV_K, V7_STRIP, V7_EXACT, V7_VEC4_IO>(in, xb, c, w0);
+}
+
+// acc[v] += channel c's contribution to filter m (weights from constant memory); v7, v10.
+template <int VEC_>
+__device__ __forceinline__ void accumulate(float (&acc)[VEC_], const float (&in)[CONV_K][VEC_ + CONV_K - 1], int m, int c)
 {
 #pragma unroll
     for (int p = 0; p < CONV_K; ++p)
@@ -393,22 +466,20 @@ __device__ __forceinline__ void v7_accumulate(float (&acc)[VEC], const float (&i
         for (int q = 0; q < CONV_K; ++q) {
             const float kv = c_weights[m * CONV_CKK + c * CONV_KK + p * CONV_K + q];
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) acc[v] = fmaf(in[p][q + v], kv, acc[v]);
+            for (int v = 0; v < VEC_; ++v) acc[v] = fmaf(in[p][q + v], kv, acc[v]);
         }
 }
 
+#if WANTED(7)
 extern "C" __global__ void __launch_bounds__(V7_THREADS)
 conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
 {
 #if V7_ENABLED
     constexpr int kV7UnrollM = V7_UNROLL_M;
-    const long long t = (long long)blockIdx.x * V7_THREADS + threadIdx.x;
-    if (t >= (long long)B * CONV_HO * V7_STRIPS) return;
-    const int w0 = (int)(t % V7_STRIPS) * VEC;
-    const long long r = t / V7_STRIPS;
-    const int h = (int)(r % CONV_HO);
-    const long long b = r / CONV_HO;
-    const float* xb = x + b * (CONV_C * CONV_H * CONV_W) + h * CONV_W + w0;
+    long long b;
+    int h, w0;
+    if (!strip_of<VEC>((long long)blockIdx.x * V7_THREADS + threadIdx.x, B, b, h, w0)) return;
+    const float* xb = strip_input(x, b, h, w0);
 #if V7_ALL_CHANNELS            // every channel's strip stays in registers across the filters
     float in[CONV_C][CONV_K][V7_STRIP];
 #pragma unroll
@@ -423,26 +494,542 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
         for (int v = 0; v < VEC; ++v) acc[v] = 0.f;
 #if V7_ALL_CHANNELS
 #pragma unroll
-        for (int c = 0; c < CONV_C; ++c) v7_accumulate(acc, in[c], m, c);
+        for (int c = 0; c < CONV_C; ++c) accumulate<VEC>(acc, in[c], m, c);
 #else                          // too many channels: reload each channel's strip (from L1) per filter
 #pragma unroll 1
         for (int c = 0; c < CONV_C; ++c) {
             float in[CONV_K][V7_STRIP];
             v7_load_channel(in, xb, c, w0);
-            v7_accumulate(acc, in, m, c);
+            accumulate<VEC>(acc, in, m, c);
         }
 #endif
-        float* out = yb + (long long)m * CONV_HOWO;
-#if V7_VEC4_IO
-#pragma unroll
-        for (int v = 0; v < VEC; v += 4) v7_store4(out + v, acc[v], acc[v + 1], acc[v + 2], acc[v + 3]);
-#else
-#pragma unroll
-        for (int v = 0; v < VEC; ++v)
-            if (V7_EXACT || w0 + v < CONV_WO) v7_store(out + v, acc[v]);
-#endif
+        store_strip<VEC, V7_EXACT, V7_VEC4_IO, CONV_WO>(yb + (long long)m * CONV_HOWO, acc, w0);
     }
 #endif  // V7_ENABLED
+}
+#endif  // WANTED(7)
+
+// ------------------------------------------------------------------ v10 filters
+// v7 with its loops swapped, for layers with several channels (the course models' second layers):
+// a thread keeps one channel's K x (VEC+K-1) input strip in registers at a time and the VEC
+// accumulators of every filter across all channels, so each strip is loaded once (v7 reloads it
+// for every filter where the channels' strips do not all fit) and nearly every instruction is an
+// FMA on a constant-bank weight. One thread per (b, h, strip of V10_VEC outputs along w).
+#ifndef V10_VEC
+#define V10_VEC 2          // v10: adjacent outputs per thread (M * V10_VEC accumulators)
+#endif
+#ifndef V10_THREADS
+#define V10_THREADS 128    // v10: threads per block
+#endif
+#ifndef V10_UNROLL_C
+#define V10_UNROLL_C 1     // v10: unroll factor of the channel loop
+#endif
+#ifndef V10_ENABLED
+#define V10_ENABLED 1      // v10: 0 where the accumulators do not fit in registers (the launcher refuses v10)
+#endif
+#define V10_STRIP (V10_VEC + CONV_K - 1)
+#define V10_EXACT (CONV_WO % V10_VEC == 0)
+#define V10_VEC4_IO (V10_VEC % 4 == 0 && V10_EXACT && CONV_W % 4 == 0 && V10_STRIP % 4 == 0)
+
+#if WANTED(10)
+extern "C" __global__ void __launch_bounds__(V10_THREADS)
+conv_forward_v10(float* __restrict__ y, const float* __restrict__ x, int B)
+{
+#if V10_ENABLED
+    constexpr int kUnrollC = V10_UNROLL_C;
+    long long b;
+    int h, w0;
+    if (!strip_of<V10_VEC>((long long)blockIdx.x * V10_THREADS + threadIdx.x, B, b, h, w0)) return;
+    const float* xb = strip_input(x, b, h, w0);
+    float acc[CONV_M][V10_VEC];
+#pragma unroll
+    for (int m = 0; m < CONV_M; ++m)
+#pragma unroll
+        for (int v = 0; v < V10_VEC; ++v) acc[m][v] = 0.f;
+#pragma unroll kUnrollC
+    for (int c = 0; c < CONV_C; ++c) {
+        float in[CONV_K][V10_STRIP];
+        load_strip<CONV_K, V10_STRIP, V10_EXACT, V10_VEC4_IO>(in, xb, c, w0);
+#pragma unroll
+        for (int m = 0; m < CONV_M; ++m) accumulate<V10_VEC>(acc[m], in, m, c);
+    }
+    float* yb = y + b * CONV_M * CONV_HOWO + h * CONV_WO + w0;
+#pragma unroll
+    for (int m = 0; m < CONV_M; ++m)
+        store_strip<V10_VEC, V10_EXACT, V10_VEC4_IO, CONV_WO>(yb + (long long)m * CONV_HOWO, acc[m], w0);
+#endif  // V10_ENABLED
+}
+#endif  // WANTED(10)
+
+// ------------------------------------------------------------------ v8 gemm, v9 tensor: implicit GEMM
+// Per group g: Y (positions x filters) = X (positions x GKK) . Kmat_g^T (GKK x filters), where the
+// positions n = b * HO*WO + ho * WO + wo run over the whole batch (full tiles even for 7x7 planes) and
+// the GKK rows r = (c, p, q) over a group's channels and the kernel window (padding reads as zero).
+// A block computes BP positions x BF filters. Its k-loop stages BK rows of both operands in shared
+// memory with 4-byte cp.async copies (zero-filled at padding and at the edges of the matrices), STAGES
+// tiles deep, so the loads of later tiles overlap the arithmetic on the current one:
+//     As[stage][k][BP + pad] (position-contiguous: consecutive threads read consecutive columns of x)
+//     Bs[stage][k][BF + pad]
+// A row stride of 8 (mod 16) floats makes the tensor cores' fragment loads conflict-free.
+// Grid: (ceil(B*HO*WO / BP), G * ceil(MG / BF)); dynamic shared memory STAGES*BK*(SA+SB) floats.
+#ifndef V8_BP
+#define V8_BP 128          // v8: positions per block (V8_BP / V8_TP threads along them)
+#endif
+#ifndef V8_BF
+#define V8_BF 64           // v8: filters per block (V8_BF / V8_TF threads along them)
+#endif
+#ifndef V8_TP
+#define V8_TP 8            // v8: positions per thread (chunks of 4, 4 * V8_BP / V8_TP apart)
+#endif
+#ifndef V8_TF
+#define V8_TF 4            // v8: filters per thread (adjacent)
+#endif
+#ifndef V8_BK
+#define V8_BK 8            // v8: GEMM rows per stage
+#endif
+#ifndef V8_STAGES
+#define V8_STAGES 3        // v8: shared-memory stages of the cp.async pipeline
+#endif
+#ifndef V8_ACOLS
+#define V8_ACOLS 4         // v8: columns of the x tile each thread copies (sharing one row decomposition)
+#endif
+#ifndef V9_MI
+#define V9_MI 2            // v9: 16-position fragments per warp
+#endif
+#ifndef V9_NI
+#define V9_NI 4            // v9: 8-filter fragments per warp
+#endif
+#ifndef V9_WP
+#define V9_WP 4            // v9: warps along positions
+#endif
+#ifndef V9_WF
+#define V9_WF 2            // v9: warps along filters
+#endif
+#ifndef V9_BK
+#define V9_BK 16           // v9: GEMM rows per stage (a multiple of 8)
+#endif
+#ifndef V9_STAGES
+#define V9_STAGES 3        // v9: shared-memory stages
+#endif
+#ifndef V9_ACOLS
+#define V9_ACOLS 4         // v9: columns of the x tile each thread copies
+#endif
+
+#define V8_THREADS ((V8_BP / V8_TP) * (V8_BF / V8_TF))
+#define V9_THREADS (32 * V9_WP * V9_WF)
+#define V9_BP (V9_WP * V9_MI * 16)
+#define V9_BF (V9_WF * V9_NI * 8)
+#define CONV_HW (CONV_H * CONV_W)
+#define CONV_KHKW (CONV_KH * CONV_KW)
+
+// A shared-memory row of n floats, padded to a stride of 8 (mod 16).
+__host__ __device__ constexpr int gemm_stride(int n) { return n + (24 - n % 16) % 16; }
+
+// r / D for 0 <= r < 2^16 and a constant 0 < D < 2^16: one multiply-high (exact in that range, where
+// the compiler's general division by a constant takes 64-bit arithmetic). The launcher keeps GKK < 2^16.
+template <unsigned D>
+__device__ __forceinline__ int div_small(int r) { return D == 1 ? r : (int)__umulhi((unsigned)r, 0xffffffffu / D + 1u); }
+
+__device__ __forceinline__ void cp_async4(float* smem, const float* gmem, bool ok)
+{
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(gmem), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+// The x tile: BK rows (r) x BP columns (positions). Thread t copies the columns t % TC + j * TC
+// (j < COLS) of the rows t / TC + i * TR: each row's (c, p, q) is decomposed once for COLS columns.
+// Offsets are 32-bit, from the group's first channel of image 0 (the launcher keeps a launch's x
+// under 2^31 elements); with padding a column's in-bounds window taps are a bit mask.
+#if CONV_PH > 0 || CONV_PW > 0
+#define GEMM_PADDED 1
+typedef unsigned long long gemm_mask_t;     // one bit per tap (p, q): KH*KW <= 64
+#else
+#define GEMM_PADDED 0
+#endif
+
+template <int BP, int BK, int THREADS, int COLS>
+struct XTileLoader {
+    static constexpr int TC = BP / COLS, TR = THREADS / TC, ROWS = BK / TR, SA = gemm_stride(BP);
+    static_assert(BP % COLS == 0 && THREADS % TC == 0 && BK % TR == 0, "x tile does not divide among the threads");
+    int corner[COLS];          // offset of the window's corner (row ih0, column iw0; may lie in the padding)
+#if GEMM_PADDED
+    gemm_mask_t taps[COLS];    // bit p*KW+q: that tap lies inside x (none for a column past the batch)
+#else
+    bool live[COLS];           // the column is a position of the batch
+#endif
+    int col, row;
+    const float* xg;
+
+    __device__ __forceinline__ XTileLoader(const float* __restrict__ xg_, long long n0, long long npos)
+        : col(threadIdx.x % TC), row(threadIdx.x / TC), xg(xg_)
+    {
+#pragma unroll
+        for (int j = 0; j < COLS; ++j) {
+            const long long n = n0 + col + j * TC;
+            const bool in = n < npos;
+            const int b = in ? (int)(n / CONV_HOWO) : 0;
+            const int s = in ? (int)(n - (long long)b * CONV_HOWO) : 0;
+            const int ih0 = (s / CONV_WO) * CONV_SH - CONV_PH, iw0 = (s % CONV_WO) * CONV_SW - CONV_PW;
+            corner[j] = b * (CONV_C * CONV_HW) + ih0 * CONV_W + iw0;
+#if GEMM_PADDED
+            gemm_mask_t bits = 0;
+#pragma unroll
+            for (int p = 0; p < CONV_KH; ++p)
+#pragma unroll
+                for (int q = 0; q < CONV_KW; ++q) {
+                    const int h = ih0 + p * CONV_DH, w = iw0 + q * CONV_DW;
+                    if (in && h >= 0 && h < CONV_H && w >= 0 && w < CONV_W) bits |= (gemm_mask_t)1 << (p * CONV_KW + q);
+                }
+            taps[j] = bits;
+#else
+            live[j] = in;
+#endif
+        }
+    }
+
+    __device__ __forceinline__ void load(float* As, int k0) const
+    {
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            const int k = row + i * TR, r = k0 + k;
+            const int c = div_small<CONV_KHKW>(r), pq = r - c * CONV_KHKW;
+            const int p = div_small<CONV_KW>(pq), q = pq - p * CONV_KW;
+            const int offset = c * CONV_HW + p * CONV_DH * CONV_W + q * CONV_DW;
+            const bool rok = CONV_GKK % BK == 0 || r < CONV_GKK;    // (no partial last tile: always)
+#pragma unroll
+            for (int j = 0; j < COLS; ++j) {
+#if GEMM_PADDED
+                const bool ok = rok && ((taps[j] >> pq) & 1);
+#else
+                const bool ok = rok && live[j];
+#endif
+                cp_async4(As + k * SA + col + j * TC, xg + (ok ? (unsigned)(corner[j] + offset) : 0u), ok);
+            }
+        }
+    }
+};
+
+// The weight tile: BK rows (r) x BF filters of group g, from Kmat_g (MG x GKK, r contiguous).
+template <int BF, int BK, int THREADS>
+__device__ __forceinline__ void load_weight_tile(float* Bs, const float* __restrict__ kg, int f0, int k0)
+{
+    constexpr int SB = gemm_stride(BF), COUNT = BF * BK, PER = (COUNT + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int e = threadIdx.x + i * THREADS;
+        const int f = div_small<BK>(e), k = e - f * BK, r = k0 + k;   // consecutive threads: consecutive r
+        const bool ok = e < COUNT && (CONV_MG % BF == 0 || f0 + f < CONV_MG) && (CONV_GKK % BK == 0 || r < CONV_GKK);
+        if (e < COUNT) cp_async4(Bs + k * SB + f, kg + (ok ? (unsigned)((f0 + f) * CONV_GKK + r) : 0u), ok);
+    }
+}
+
+// The k-loop: stages tiles through the pipeline and calls compute(As, Bs) on each in turn.
+template <int BP, int BF, int BK, int STAGES, int THREADS, int COLS, class Compute>
+__device__ __forceinline__ void gemm_mainloop(float* smem, const float* __restrict__ xg, const float* __restrict__ kg,
+                                              long long n0, int f0, long long npos, Compute&& compute)
+{
+    constexpr int A_STAGE = BK * gemm_stride(BP), B_STAGE = BK * gemm_stride(BF);
+    constexpr int KT = (CONV_GKK + BK - 1) / BK;
+    float* As = smem;
+    float* Bs = smem + STAGES * A_STAGE;
+    const XTileLoader<BP, BK, THREADS, COLS> xtile(xg, n0, npos);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) {
+            xtile.load(As + s * A_STAGE, s * BK);
+            load_weight_tile<BF, BK, THREADS>(Bs + s * B_STAGE, kg, f0, s * BK);
+        }
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_async_wait<STAGES - 2>();         // tile kt has landed (for this thread) ...
+        __syncthreads();                     // ... for every thread, and tile kt-1 is no longer read
+        const int next = kt + STAGES - 1;
+        if (next < KT) {
+            const int st = next % STAGES;
+            xtile.load(As + st * A_STAGE, next * BK);
+            load_weight_tile<BF, BK, THREADS>(Bs + st * B_STAGE, kg, f0, next * BK);
+        }
+        cp_async_commit();                   // (an empty group past the end keeps the count uniform)
+        const int st = kt % STAGES;
+        compute(As + st * A_STAGE, Bs + st * B_STAGE);
+    }
+    cp_async_wait<0>();
+}
+
+__device__ __forceinline__ void gemm_store(float* __restrict__ y, float v)
+{
+    __stcs(y, v);                            // y is not read again here: evict-first
+}
+
+extern __shared__ float4 gemm_smem[];      // float4: 16-byte aligned
+
+// v8: FP32 FFMA; each thread a V8_TP x V8_TF micro-tile (4-wide shared-memory reads on positions).
+#if WANTED(8)
+extern "C" __global__ void __launch_bounds__(V8_THREADS)
+conv_forward_v8(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ k,
+                const float* __restrict__ bias, int B)
+{
+    constexpr int SA = gemm_stride(V8_BP), SB = gemm_stride(V8_BF), TXP = V8_BP / V8_TP;
+    constexpr int tiles_f = (CONV_MG + V8_BF - 1) / V8_BF;
+    static_assert(V8_TP % 4 == 0 && V8_BP % V8_TP == 0 && V8_BF % V8_TF == 0, "v8 tile");
+    const int g = blockIdx.y / tiles_f, f0 = (blockIdx.y % tiles_f) * V8_BF;
+    const long long n0 = (long long)blockIdx.x * V8_BP, npos = (long long)B * CONV_HOWO;
+    const int tx = threadIdx.x % TXP, ty = threadIdx.x / TXP;
+    float acc[V8_TF][V8_TP];
+#pragma unroll
+    for (int i = 0; i < V8_TF; ++i)
+#pragma unroll
+        for (int j = 0; j < V8_TP; ++j) acc[i][j] = 0.f;
+
+    gemm_mainloop<V8_BP, V8_BF, V8_BK, V8_STAGES, V8_THREADS, V8_ACOLS>(
+        reinterpret_cast<float*>(gemm_smem), x + (long long)g * CONV_CG * CONV_HW, k + (long long)g * CONV_MG * CONV_GKK,
+        n0, f0, npos, [&](const float* As, const float* Bs) {
+#pragma unroll
+            for (int kk = 0; kk < V8_BK; ++kk) {
+                float a[V8_TP], w[V8_TF];
+#pragma unroll
+                for (int j = 0; j < V8_TP; j += 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(As + kk * SA + tx * 4 + j * TXP);
+                    a[j] = v.x; a[j + 1] = v.y; a[j + 2] = v.z; a[j + 3] = v.w;
+                }
+#pragma unroll
+                for (int i = 0; i < V8_TF; ++i) w[i] = Bs[kk * SB + ty * V8_TF + i];
+#pragma unroll
+                for (int i = 0; i < V8_TF; ++i)
+#pragma unroll
+                    for (int j = 0; j < V8_TP; ++j) acc[i][j] = fmaf(a[j], w[i], acc[i][j]);
+            }
+        });
+
+    // Position chunk j/4 of this thread: 4 adjacent positions, one 16-byte store where they lie in one image.
+#pragma unroll
+    for (int j = 0; j < V8_TP; j += 4) {
+        const long long n = n0 + tx * 4 + j * TXP;
+#pragma unroll
+        for (int i = 0; i < V8_TF; ++i) {
+            const int f = f0 + ty * V8_TF + i;
+            if (f >= CONV_MG) continue;
+            const int m = g * CONV_MG + f;
+#if CONV_BIAS
+            const float add = __ldg(&bias[m]);
+#else
+            const float add = 0.f;
+#endif
+            if (CONV_HOWO % 4 == 0 && n < npos) {          // npos is a multiple of 4: all four exist
+                const long long b = n / CONV_HOWO;
+                float* out = y + (b * CONV_M + m) * CONV_HOWO + (n - b * CONV_HOWO);
+                __stcs(reinterpret_cast<float4*>(out),
+                       make_float4(acc[i][j] + add, acc[i][j + 1] + add, acc[i][j + 2] + add, acc[i][j + 3] + add));
+            } else if (CONV_HOWO % 4 != 0) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if (n + e >= npos) break;
+                    const long long b = (n + e) / CONV_HOWO;
+                    gemm_store(y + (b * CONV_M + m) * CONV_HOWO + (n + e - b * CONV_HOWO), acc[i][j + e] + add);
+                }
+            }
+        }
+    }
+}
+#endif  // WANTED(8)
+
+// v9: tensor cores, mma.sync m16n8k8 TF32 in the error-compensated "3xTF32" scheme: each operand
+// v = hi + lo, hi = v rounded to TF32 (10 mantissa bits), lo = v - hi (exact in float32);
+// acc += lo*hi' + hi*lo' + hi*hi' in fp32 (the dropped lo*lo' term is below float32's rounding).
+// The tensor cores read the top 19 bits of a TF32 operand, so hi is rounded by integer arithmetic
+// (add half a TF32 ulp, clear the low 13 bits: ties away from zero, as cvt.rna does, in 2 instructions
+// where sm_90's cvt.rna.tf32.f32 takes more) and lo goes in as it is (its extra low bits are truncated:
+// a relative error of 2^-11 of lo, 2^-22 of v). Positions are the MMA's 16 rows, filters its 8 columns:
+// a warp computes V9_MI x V9_NI such fragments.
+__device__ __forceinline__ void split_tf32(float v, unsigned& hi, unsigned& lo)
+{
+    hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(v - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+#if WANTED(9)
+extern "C" __global__ void __launch_bounds__(V9_THREADS)
+conv_forward_v9(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ k,
+                const float* __restrict__ bias, int B)
+{
+    constexpr int SA = gemm_stride(V9_BP), SB = gemm_stride(V9_BF);
+    constexpr int tiles_f = (CONV_MG + V9_BF - 1) / V9_BF;
+    static_assert(V9_BK % 8 == 0, "v9: BK must be a multiple of 8");
+    const int g = blockIdx.y / tiles_f, f0 = (blockIdx.y % tiles_f) * V9_BF;
+    const long long n0 = (long long)blockIdx.x * V9_BP, npos = (long long)B * CONV_HOWO;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+    const int p0 = (warp % V9_WP) * V9_MI * 16, q0 = (warp / V9_WP) * V9_NI * 8;   // the warp's corner
+    float acc[V9_MI][V9_NI][4];
+#pragma unroll
+    for (int i = 0; i < V9_MI; ++i)
+#pragma unroll
+        for (int j = 0; j < V9_NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    gemm_mainloop<V9_BP, V9_BF, V9_BK, V9_STAGES, V9_THREADS, V9_ACOLS>(
+        reinterpret_cast<float*>(gemm_smem), x + (long long)g * CONV_CG * CONV_HW, k + (long long)g * CONV_MG * CONV_GKK,
+        n0, f0, npos, [&](const float* As, const float* Bs) {
+#pragma unroll
+            for (int k8 = 0; k8 < V9_BK; k8 += 8) {
+                unsigned ahi[V9_MI][4], alo[V9_MI][4], bhi[V9_NI][2], blo[V9_NI][2];
+#pragma unroll
+                for (int i = 0; i < V9_MI; ++i) {     // A (16 x 8): rows gid, gid+8; columns tig, tig+4
+                    const float* a = As + (k8 + tig) * SA + p0 + i * 16 + gid;
+                    split_tf32(a[0], ahi[i][0], alo[i][0]);
+                    split_tf32(a[8], ahi[i][1], alo[i][1]);
+                    split_tf32(a[4 * SA], ahi[i][2], alo[i][2]);
+                    split_tf32(a[4 * SA + 8], ahi[i][3], alo[i][3]);
+                }
+#pragma unroll
+                for (int j = 0; j < V9_NI; ++j) {     // B (8 x 8): rows tig, tig+4; column gid
+                    const float* b = Bs + (k8 + tig) * SB + q0 + j * 8 + gid;
+                    split_tf32(b[0], bhi[j][0], blo[j][0]);
+                    split_tf32(b[4 * SB], bhi[j][1], blo[j][1]);
+                }
+#pragma unroll
+                for (int i = 0; i < V9_MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < V9_NI; ++j) {  // the small products first
+                        mma_tf32(acc[i][j], alo[i], bhi[j]);
+                        mma_tf32(acc[i][j], ahi[i], blo[j]);
+                        mma_tf32(acc[i][j], ahi[i], bhi[j]);
+                    }
+            }
+        });
+
+    // Accumulator e of fragment (i, j): position row gid (+8 for e >= 2), filter column 2*tig (+1 for odd e).
+#pragma unroll
+    for (int i = 0; i < V9_MI; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const long long n = n0 + p0 + i * 16 + gid + half * 8;
+            if (n >= npos) continue;
+            const long long b = n / CONV_HOWO;
+            float* out = y + b * CONV_M * CONV_HOWO + (n - b * CONV_HOWO);
+#pragma unroll
+            for (int j = 0; j < V9_NI; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int f = f0 + q0 + j * 8 + 2 * tig + e;
+                    if (f >= CONV_MG) continue;
+                    const int m = g * CONV_MG + f;
+#if CONV_BIAS
+                    gemm_store(out + (long long)m * CONV_HOWO, acc[i][j][half * 2 + e] + __ldg(&bias[m]));
+#else
+                    gemm_store(out + (long long)m * CONV_HOWO, acc[i][j][half * 2 + e]);
+#endif
+                }
+        }
+}
+#endif  // WANTED(9)
+
+// ------------------------------------------------------------------ fused: conv + bias + tanh + 2x2 max-pool
+// The course models' conv -> tanh -> maxpool(2, 2) in one pass (kernels.fused_forward_gpu). Like v7,
+// but a thread computes a 2 x 2*FUSE_PV block of the convolution (two rows) for every filter from a
+// (K+1) x (2*FUSE_PV+K-1) input strip per channel in registers, takes the 2x2 maxima, adds the bias and
+// applies tanh once per pooled output (tanh is increasing, so tanh(max) = max(tanh)): y is
+// B x M x HO/2 x WO/2, 4x smaller than the convolution's output (an odd last row/column is dropped,
+// as the pooling does). One thread per (b, pooled row, strip of FUSE_PV pooled outputs).
+#ifndef FUSE_PV
+#define FUSE_PV 4          // fused: pooled outputs per thread along a row
+#endif
+#ifndef FUSE_THREADS
+#define FUSE_THREADS 256   // fused: threads per block
+#endif
+#ifndef FUSE_UNROLL_M
+#define FUSE_UNROLL_M 5    // fused: unroll factor of the filter loop
+#endif
+#ifndef FUSE_ENABLED
+#define FUSE_ENABLED 1     // fused: 0 where the strips do not fit in registers (the launcher falls back)
+#endif
+#define FUSE_VEC (2 * FUSE_PV)
+#define FUSE_STRIP (FUSE_VEC + CONV_K - 1)
+#define FUSE_PHO (CONV_HO / 2)
+#define FUSE_PWO (CONV_WO / 2)
+#define FUSE_STRIPS ((FUSE_PWO + FUSE_PV - 1) / FUSE_PV)
+#define FUSE_EXACT (FUSE_PWO % FUSE_PV == 0)
+#define FUSE_VEC4_IN (FUSE_EXACT && CONV_W % 4 == 0 && FUSE_VEC % 4 == 0 && FUSE_STRIP % 4 == 0)
+
+#if WANTED(100)
+extern "C" __global__ void __launch_bounds__(FUSE_THREADS)
+fused_forward(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ bias, int B)
+{
+#if FUSE_ENABLED
+    constexpr int kUnrollM = FUSE_UNROLL_M;
+    const long long t = (long long)blockIdx.x * FUSE_THREADS + threadIdx.x;
+    if (t >= (long long)B * FUSE_PHO * FUSE_STRIPS) return;
+    const int j0 = (int)(t % FUSE_STRIPS) * FUSE_PV;
+    const long long r = t / FUSE_STRIPS;
+    const int ph = (int)(r % FUSE_PHO);
+    const long long b = r / FUSE_PHO;
+    const int w0 = 2 * j0;
+    const float* xb = x + b * (CONV_C * CONV_H * CONV_W) + 2 * ph * CONV_W + w0;
+    float in[CONV_C][CONV_K + 1][FUSE_STRIP];
+#pragma unroll
+    for (int c = 0; c < CONV_C; ++c) load_strip<CONV_K + 1, FUSE_STRIP, FUSE_EXACT, FUSE_VEC4_IN>(in[c], xb, c, w0);
+
+    float* yb = y + b * CONV_M * (FUSE_PHO * FUSE_PWO) + ph * FUSE_PWO + j0;
+#pragma unroll kUnrollM
+    for (int m = 0; m < CONV_M; ++m) {
+        float top[FUSE_VEC], bottom[FUSE_VEC];
+#pragma unroll
+        for (int v = 0; v < FUSE_VEC; ++v) top[v] = bottom[v] = 0.f;
+#pragma unroll
+        for (int c = 0; c < CONV_C; ++c)
+#pragma unroll
+            for (int p = 0; p < CONV_K; ++p)
+#pragma unroll
+                for (int q = 0; q < CONV_K; ++q) {
+                    const float kv = c_weights[m * CONV_CKK + c * CONV_KK + p * CONV_K + q];
+#pragma unroll
+                    for (int v = 0; v < FUSE_VEC; ++v) {
+                        top[v] = fmaf(in[c][p][q + v], kv, top[v]);
+                        bottom[v] = fmaf(in[c][p + 1][q + v], kv, bottom[v]);
+                    }
+                }
+        const float add = bias ? __ldg(&bias[m]) : 0.f;
+        float pooled[FUSE_PV];
+#pragma unroll
+        for (int j = 0; j < FUSE_PV; ++j)
+            pooled[j] = tanhf(fmaxf(fmaxf(top[2 * j], top[2 * j + 1]), fmaxf(bottom[2 * j], bottom[2 * j + 1])) + add);
+        float* out = yb + (long long)m * (FUSE_PHO * FUSE_PWO);
+        if (FUSE_EXACT && FUSE_PV == 2 && FUSE_PWO % 2 == 0)
+            __stcs(reinterpret_cast<float2*>(out), make_float2(pooled[0], pooled[FUSE_PV - 1]));
+        else
+            store_strip<FUSE_PV, FUSE_EXACT, FUSE_PV % 4 == 0 && FUSE_EXACT && FUSE_PWO % 4 == 0, FUSE_PWO>(out, pooled, j0);
+    }
+#endif  // FUSE_ENABLED
+}
+#endif  // WANTED(100)
+
+// The unfused tail for layers the fused kernel does not run: out = tanh(2x2 max-pool(conv)), one
+// thread per pooled output; conv holds `planes` HO x WO planes (the bias already added).
+extern "C" __global__ void tanh_pool(float* __restrict__ out, const float* __restrict__ conv, long long planes,
+                                     int HO, int WO)
+{
+    const int PH = HO / 2, PW = WO / 2;
+    const long long total = planes * PH * PW;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const int j = (int)(e % PW);
+        const long long t = e / PW;
+        const int i = (int)(t % PH);
+        const float* src = conv + ((t / PH) * HO + 2 * i) * WO + 2 * j;
+        out[e] = tanhf(fmaxf(fmaxf(src[0], src[1]), fmaxf(src[WO], src[WO + 1])));
+    }
 }
 
 // ------------------------------------------------------------------ helpers

@@ -11,9 +11,18 @@ refused by their capability check, so that ``default_version`` falls back to one
 
 Adding a version: write its kernel in conv_forward.cu (one line in the header saying how it
 differs from the previous one), add a class here, put its number in PREFERENCE.
+
+Which version runs a layer by default: the per-device table ``defaults.json`` (written by
+``python -m ece408_op bench gpu --suite --apply`` from measurements on that device, keyed by
+the device's name and the layer's shape class), else the first version of PREFERENCE that
+runs the layer and suits it (``suits``: v7 only where every channel's strip fits in registers).
+The fused conv + tanh + max-pool kernel is not a version (it computes another function); its
+capability check and defines are FUSED's, here too, because they share the module.
 """
+import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +30,8 @@ from ..errors import GpuError, ShapeError
 from . import tuning
 
 KERNEL_ENV = "ECE408_KERNEL"
+DEFAULTS_FILE = Path(__file__).with_name("defaults.json")
+MAX_SHARED = 227 * 1024   # bytes of shared memory a block may opt into on sm_80/sm_90
 CONST_WEIGHTS = 16384     # floats of __constant__ memory for weights (64 KB): v3, v4, v7
 
 
@@ -34,6 +45,8 @@ class Version:
     kernels = ()              # entry points in conv_forward.cu, in launch order
     constant_weights = False  # every launch copies k into constant memory (inside Op Time)
     general = False           # computes padding, stride, dilation, groups, rectangular kernels, bias itself
+    tuning_keys = ()          # the tuning overrides it takes (see module_defines)
+    exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -55,6 +68,18 @@ class Version:
     def defines(self, inner, tuning_overrides=None):
         """The ``#define``s its kernels are compiled with (the same values size its grid)."""
         return {}
+
+    def own(self, tuning_overrides):
+        """The overrides among ``tuning_overrides`` that are this version's."""
+        return {k: v for k, v in (tuning_overrides or {}).items() if k in self.tuning_keys}
+
+    def suits(self, shape):
+        """Whether the fallback rule (no measured table for the device) may pick it for ``shape``."""
+        return True
+
+    def shared_bytes(self, defines):
+        """Dynamic shared memory per block (bytes) of its launch."""
+        return 0
 
     def launch(self, plan, y, x, k, bias, batch):
         """Queue the kernels on device pointers (ints; bias 0 where there is none); no
@@ -172,8 +197,11 @@ class Strip(Version):
     stores, threads per block."""
     number, name, kernels = 7, "strip", ("conv_forward_v7",)
     constant_weights = True
+    tuning_keys = tuning.V7_KEYS
     MAX_REGS = 128                 # a thread keeps C*K*(VEC+K-1) inputs (K*(VEC+K-1) at least)
-    MAX_UNROLLED_FMAS = 20000      # "full" unroll only below this many FMAs in the filter loop
+    MAX_UNROLLED_FMAS = 20000      # "full" unroll only below this many FMAs in the filter loop, and
+                                   # only with one channel: several channels' strips, fully unrolled,
+                                   # spilled (VGG's first layer: 255 registers, 7.9 KB of spills)
 
     def vec(self, shape, values):
         """Outputs per thread: the tuned width where a channel's strip fits in registers, else 1."""
@@ -188,22 +216,27 @@ class Strip(Version):
         if values["UNROLL_M"] != "full":
             return min(int(values["UNROLL_M"]), shape.M)
         body = (shape.CKK if self.all_channels(shape, vec) else shape.K * shape.K) * vec   # FMAs per filter
-        return shape.M if shape.M * body <= self.MAX_UNROLLED_FMAS else min(5, shape.M)
+        several = shape.C > 1 and self.all_channels(shape, vec)
+        return shape.M if shape.M * body <= self.MAX_UNROLLED_FMAS and not several else min(5, shape.M)
 
     def limits(self, inner, tuning_overrides=None):
-        vec = self.vec(inner, tuning.v7_values(tuning_overrides))
+        vec = self.vec(inner, tuning.v7_values(self.own(tuning_overrides)))
         strip = inner.K * (vec + inner.K - 1)
         if strip > self.MAX_REGS:
             return f"a K*(VEC+K-1) = {strip} register strip is too large"
         return _const_weights_reason(inner.M * inner.CKK)
 
     def defines(self, inner, tuning_overrides=None):
-        values = tuning.v7_values(tuning_overrides)
+        values = tuning.v7_values(self.own(tuning_overrides))
         vec = self.vec(inner, values)
         enabled = inner.course_reason() is None and self.limits(inner, tuning_overrides) is None
         return {"VEC": vec, "V7_THREADS": int(values["THREADS"]), "V7_UNROLL_M": self.unroll(inner, values, vec),
                 "V7_STREAM": int(values["STREAM"]), "V7_ENABLED": int(enabled),
                 "V7_ALL_CHANNELS": int(self.all_channels(inner, vec))}
+
+    def suits(self, shape):
+        inner = self.inner(shape)
+        return self.all_channels(inner, self.vec(inner, tuning.v7_values()))
 
     def launch(self, plan, y, x, k, bias, batch):
         s, threads = plan.inner, plan.defines["V7_THREADS"]
@@ -212,18 +245,249 @@ class Strip(Version):
                         grid=(math.ceil(total / threads), 1))
 
 
-VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2col(), Implicit(), Strip())}
-# Fastest first, from the H100 benchmark of the course layer (README): v7 0.43 ms, v4 1.74,
-# v6 3.04, v5 3.70, v1 5.72, v3 7.33, v2 7.61. v1, v2, v5 and v6 run every shape.
-PREFERENCE = (7, 4, 6, 5, 1, 3, 2)
+class Filters(Version):
+    """v7 with the loops swapped: channels streamed through one strip, every filter's accumulators held."""
+    number, name, kernels = 10, "filters", ("conv_forward_v10",)
+    constant_weights = True
+    tuning_keys = ("V10_VEC", "V10_THREADS", "V10_UNROLL_C")
+    MAX_REGS = 160                 # M * VEC accumulators + a K x (VEC+K-1) strip
+    MAX_UNROLLED_FMAS = 12000      # the channel loop unrolls fully below this many FMAs
+
+    def vec(self, inner, overrides=None):
+        """Outputs per thread: the widest of 4, 2, 1 whose accumulators and strip fit (0: none)."""
+        wanted = self.own(overrides).get("V10_VEC")
+        for vec in ((int(wanted),) if wanted else (4, 2, 1)):
+            if inner.WO >= vec and inner.M * vec + inner.K * (vec + inner.K - 1) <= self.MAX_REGS:
+                return vec
+        return 0
+
+    def limits(self, inner, tuning_overrides=None):
+        if not self.vec(inner, tuning_overrides):
+            return f"{inner.M} filters' accumulators and a {inner.K}-row strip exceed {self.MAX_REGS} registers"
+        return _const_weights_reason(inner.M * inner.CKK)
+
+    def defines(self, inner, tuning_overrides=None):
+        own = self.own(tuning_overrides)
+        vec = self.vec(inner, tuning_overrides) or 1
+        full = inner.C * inner.M * inner.K * inner.K * vec <= self.MAX_UNROLLED_FMAS
+        enabled = inner.course_reason() is None and self.limits(inner, tuning_overrides) is None
+        return {"V10_VEC": vec, "V10_THREADS": int(own.get("V10_THREADS", 128)),
+                "V10_UNROLL_C": int(own.get("V10_UNROLL_C", inner.C if full else 1)), "V10_ENABLED": int(enabled)}
+
+    def suits(self, shape):
+        return shape.C > 1           # one channel: v7 (all its strips fit) is the faster one
+
+    def launch(self, plan, y, x, k, bias, batch):
+        s, d = plan.inner, plan.defines
+        total = batch * s.HO * math.ceil(s.WO / d["V10_VEC"])
+        plan.kernels[0](np.uintp(y), np.uintp(x), np.int32(batch), block=(d["V10_THREADS"], 1, 1),
+                        grid=(math.ceil(total / d["V10_THREADS"]), 1))
+
+
+def gemm_stride(n):
+    """A shared-memory row of n floats padded to 8 (mod 16) floats: conflict-free fragment loads."""
+    return n + (24 - n % 16) % 16
+
+
+def _x_tile_split(threads, bp, bk_min, multiple=1):
+    """(ACOLS, BK) for the x tile of v8/v9: each thread copies ACOLS columns of BK / (threads / (bp /
+    ACOLS)) rows; BK is the smallest multiple of that row step (and of ``multiple``) >= bk_min."""
+    for cols in (4, 2, 1, 8):
+        if bp % cols or threads % (bp // cols):
+            continue
+        step = threads // (bp // cols)
+        step = step * multiple // math.gcd(step, multiple)
+        return cols, max(step, math.ceil(bk_min / step) * step)
+    raise ValueError(f"no split of a {bp}-position tile among {threads} threads")
+
+
+class _ImplicitGemm(Version):
+    """v8 and v9: a block computes a tile of positions x filters, the k-loop pipelined through shared
+    memory; tile sizes from the layer's filters per group (``tile``), tuning overrides on top."""
+    general = True
+    prefix = ""
+    BK_MIN, BK_MULTIPLE = 8, 1
+    MAX_X = 2**31 - 1         # a launch's x in elements: the kernels' offsets are 32-bit (larger batches: chunks)
+    MAX_GKK = 2**16           # C/G*KH*KW: the row decomposition's multiply-high division is exact below it
+
+    def tile(self, inner):
+        """The default tile for ``inner`` (a dict of the version's #defines)."""
+        raise NotImplementedError
+
+    def threads_and_bp(self, values):
+        raise NotImplementedError
+
+    def values(self, inner, tuning_overrides=None):
+        own = self.own(tuning_overrides)
+        values = {**self.tile(inner), f"{self.prefix}_STAGES": 3}
+        values.update({k: v for k, v in own.items() if not k.endswith(("_ACOLS", "_BK"))})
+        threads, bp = self.threads_and_bp(values)
+        cols, bk = _x_tile_split(threads, bp, self.BK_MIN, self.BK_MULTIPLE)
+        values.update({f"{self.prefix}_ACOLS": cols, f"{self.prefix}_BK": bk})
+        values.update(own)
+        return {k: int(v) for k, v in values.items()}
+
+    def defines(self, inner, tuning_overrides=None):
+        values = self.values(inner, tuning_overrides)
+        threads, bp = self.threads_and_bp(values)
+        cols, bk = values[f"{self.prefix}_ACOLS"], values[f"{self.prefix}_BK"]
+        tc = bp // cols if bp % cols == 0 else 0
+        if not tc or threads % tc or bk % (threads // tc) or threads > 1024 or threads % 32:
+            raise ValueError(f"v{self.number}: tile {values} does not divide among {threads} threads")
+        return values
+
+    def shared_bytes(self, defines):
+        p = self.prefix
+        _, bp = self.threads_and_bp(defines)
+        bf = self.bf(defines)
+        return defines[f"{p}_STAGES"] * defines[f"{p}_BK"] * (gemm_stride(bp) + gemm_stride(bf)) * 4
+
+    def limits(self, inner, tuning_overrides=None):
+        shared = self.shared_bytes(self.defines(inner, tuning_overrides))
+        if shared > MAX_SHARED:
+            return f"its tiles need {shared} bytes of shared memory (at most {MAX_SHARED})"
+        if (inner.PH or inner.PW) and inner.KH * inner.KW > 64:
+            return f"a padded {inner.KH}x{inner.KW} window has more taps than its 64-bit mask"
+        if inner.CKK >= self.MAX_GKK:
+            return f"C/G*KH*KW = {inner.CKK} is not below {self.MAX_GKK}"
+        if inner.C * inner.H * inner.W > self.MAX_X:
+            return f"one image has more than {self.MAX_X} elements"
+        return None
+
+    def launch(self, plan, y, x, k, bias, batch):
+        s, d = plan.inner, plan.defines
+        threads, bp = self.threads_and_bp(d)
+        image, out = s.C * s.H * s.W, s.M * s.HO * s.WO
+        chunk = min(batch, self.MAX_X // image)
+        for b0 in range(0, batch, chunk):
+            n = min(chunk, batch - b0)
+            grid = (math.ceil(n * s.HO * s.WO / bp), s.G * math.ceil(s.M // s.G / self.bf(d)))
+            plan.kernels[0](np.uintp(y + 4 * b0 * out), np.uintp(x + 4 * b0 * image), np.uintp(k), np.uintp(bias),
+                            np.int32(n), block=(threads, 1, 1), grid=grid, shared=plan.shared_bytes)
+
+
+class Gemm(_ImplicitGemm):
+    """Register-tiled implicit GEMM in FP32 (FFMA): each thread a V8_TP x V8_TF micro-tile."""
+    number, name, kernels = 8, "gemm", ("conv_forward_v8",)
+    prefix = "V8"
+    tuning_keys = ("V8_BP", "V8_BF", "V8_TP", "V8_TF", "V8_BK", "V8_STAGES", "V8_ACOLS")
+
+    def tile(self, inner):
+        mg = inner.M // inner.G
+        if mg > 64:
+            return {"V8_BP": 128, "V8_BF": 128, "V8_TP": 8, "V8_TF": 8}
+        if mg > 32:
+            return {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 4}
+        bf = 4 * math.ceil(mg / 4)                  # few filters: all of them, 32 threads along positions
+        return {"V8_BP": 256, "V8_BF": bf, "V8_TP": 8, "V8_TF": 4}
+
+    def threads_and_bp(self, values):
+        bp = values["V8_BP"]
+        return (bp // values["V8_TP"]) * (values["V8_BF"] // values["V8_TF"]), bp
+
+    def bf(self, values):
+        return values["V8_BF"]
+
+
+class Tensor(_ImplicitGemm):
+    """Implicit GEMM on the tensor cores, error-compensated 3xTF32 (float32 accuracy)."""
+    number, name, kernels = 9, "tensor", ("conv_forward_v9",)
+    prefix = "V9"
+    exact = False
+    tuning_keys = ("V9_MI", "V9_NI", "V9_WP", "V9_WF", "V9_BK", "V9_STAGES", "V9_ACOLS")
+    BK_MIN, BK_MULTIPLE = 16, 8
+
+    def tile(self, inner):
+        # From the tile sweep on the H100 (docs/bench/tiles.md): 8 warps of 64 positions x 32 filters
+        # where the planes are large; 32 positions per warp on 14x14 and 7x7 planes, where 256-position
+        # tiles leave the last wave of blocks half empty at batch 64; few filters: 4 warps along positions.
+        mg = inner.M // inner.G
+        if mg > 32:
+            return {"V9_WP": 4, "V9_WF": 2, "V9_MI": 4 if inner.HO * inner.WO >= 784 else 2,
+                    "V9_NI": min(4, math.ceil(mg / 16))}
+        ni = math.ceil(mg / 8)         # 64 positions per warp for 9-16 filters (measured); else 32 (ptxas
+        return {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4 if ni == 2 else 2, "V9_NI": ni}   # spilled with 64)
+
+    def threads_and_bp(self, values):
+        return 32 * values["V9_WP"] * values["V9_WF"], values["V9_WP"] * values["V9_MI"] * 16
+
+    def bf(self, values):
+        return values["V9_WF"] * values["V9_NI"] * 8
+
+
+class Fused:
+    """The fused convolution (+ bias) + tanh + 2x2/2 max-pool kernel of the course models (v7's strips,
+    two output rows per thread). Not a version: it computes another function. Course-style: the launcher
+    pads x; it adds the bias itself (before tanh)."""
+    name, kernel = "fused", "fused_forward"
+    tuning_keys = ("FUSE_PV", "FUSE_THREADS", "FUSE_UNROLL_M")
+    MAX_REGS = Strip.MAX_REGS
+    MAX_UNROLLED_FMAS = 12000      # the course layer's 50 filters x 200 FMAs unroll fully (105 registers)
+
+    def values(self, inner, tuning_overrides=None):
+        # 4 pooled outputs per thread (where they tile the pooled row: 16-byte stores) and the filter loop
+        # unrolled 5 times: 0.33 ms on the course layer against 0.52 for 2 and a full unroll (H100 sweep)
+        pwo = inner.WO // 2
+        values = {"FUSE_PV": 4 if pwo % 4 == 0 else 2 if pwo >= 2 else 1, "FUSE_THREADS": 256, "FUSE_UNROLL_M": "full"}
+        values.update({k: v for k, v in (tuning_overrides or {}).items() if k in self.tuning_keys})
+        if values["FUSE_UNROLL_M"] == "full":
+            body = inner.CKK * 4 * values["FUSE_PV"]          # FMAs per filter
+            full = inner.M * body <= self.MAX_UNROLLED_FMAS and inner.C == 1
+            values["FUSE_UNROLL_M"] = inner.M if full else min(5, inner.M)
+        return {k: int(v) for k, v in values.items()}
+
+    def reason(self, shape, tuning_overrides=None):
+        """None if the fused kernel runs ``shape`` (the caller's layer), else why not."""
+        if shape.HO < 2 or shape.WO < 2:
+            return f"a {shape.HO}x{shape.WO} output has no 2x2 window to pool"
+        why = shape.course_reason()
+        return why or self._limits(shape.unpadded(), tuning_overrides)
+
+    def _limits(self, inner, tuning_overrides=None):
+        pv = self.values(inner, tuning_overrides)["FUSE_PV"]
+        regs = inner.C * (inner.K + 1) * (2 * pv + inner.K - 1)
+        if regs > self.MAX_REGS:
+            return f"its C*(K+1)*(2*PV+K-1) = {regs} input strips do not fit in registers"
+        return _const_weights_reason(inner.M * inner.CKK)
+
+    def defines(self, inner, tuning_overrides=None):
+        enabled = (inner.course_reason() is None and (inner.PH, inner.PW) == (0, 0) and min(inner.HO, inner.WO) >= 2
+                   and self._limits(inner, tuning_overrides) is None)
+        return {**self.values(inner, tuning_overrides), "FUSE_ENABLED": int(enabled)}
+
+
+VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2col(), Implicit(), Strip(), Gemm(),
+                                  Tensor(), Filters())}
+FUSED = Fused()
+FUSED_ID = 100            # ONLY_KERNEL of the fused kernel's module
+# The fallback order where no table measured on this device names the layer's shape: from the H100
+# benchmark of the course layer (README): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
+# v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
+# course-layer-only v4; v9 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose it.
+# v1, v5, v6, v8 and v9 run every shape.
+PREFERENCE = (7, 10, 8, 4, 6, 5, 1, 3, 2, 9)
+
+
+def tuning_keys():
+    return {key for owner in (*VERSIONS.values(), FUSED) for key in owner.tuning_keys}
 
 
 def module_defines(inner, tuning_overrides=None):
-    """Every ``#define`` of the module for the layer ``inner``: its sizes and each version's constants."""
+    """Every ``#define`` of the module for the layer ``inner``: its sizes and each version's constants
+    (and the fused kernel's). ``tuning_overrides``: keys of any version's ``tuning_keys``."""
+    unknown = set(tuning_overrides or {}) - tuning_keys()
+    if unknown:
+        raise ValueError(f"unknown tuning keys {sorted(unknown)}; use {', '.join(sorted(tuning_keys()))}")
     defines = {**inner.defines(), "CONST_WEIGHTS": CONST_WEIGHTS}
-    for version in VERSIONS.values():
-        defines.update(version.defines(inner, tuning_overrides))
+    for owner in (*VERSIONS.values(), FUSED):
+        defines.update(owner.defines(inner, tuning_overrides))
     return defines
+
+
+def plan_defines(owner, inner, tuning_overrides=None):
+    """The #defines of the module a plan loads: ``module_defines`` plus ONLY_KERNEL, so that only the
+    kernels of ``owner`` (a version number, or FUSED) are compiled (a sixth of the build time)."""
+    return {**module_defines(inner, tuning_overrides), "ONLY_KERNEL": FUSED_ID if owner is FUSED else int(owner)}
 
 
 def parse_version(text):
@@ -238,18 +502,37 @@ def parse_version(text):
     raise GpuError(f"unknown kernel {text!r}; choose auto or one of {names}")
 
 
-def default_version(shape):
-    """The fastest version that supports ``shape``."""
-    return next(n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None)
+def shape_key(shape):
+    """The defaults table's key of a shape class (its bias aside)."""
+    s = shape
+    return f"C{s.C} H{s.H} W{s.W} M{s.M} K{s.KH}x{s.KW} S{s.SH}x{s.SW} P{s.PH}x{s.PW} D{s.DH}x{s.DW} G{s.G}"
 
 
-def choose_version(requested, shape):
+def load_defaults():
+    """The measured defaults table: {device name: {"shapes": {shape key: version}, ...}}."""
+    if not DEFAULTS_FILE.exists():
+        return {}
+    return json.loads(DEFAULTS_FILE.read_text(encoding="utf-8"))
+
+
+def default_version(shape, device_name=None):
+    """The version measured fastest for ``shape`` on this device (defaults.json), else the first of
+    PREFERENCE that runs ``shape`` and suits it."""
+    if device_name is not None:
+        measured = load_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
+        if measured in VERSIONS and VERSIONS[measured].unsupported(shape) is None:
+            return measured
+    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
+    return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
+
+
+def choose_version(requested, shape, device_name=None):
     """Resolve 'auto'/None (then $ECE408_KERNEL) and check support; returns a version number."""
     if requested is None or str(requested).strip().lower() in ("", "auto"):
         requested = os.environ.get(KERNEL_ENV)
     number = parse_version(requested)
     if number is None:
-        return default_version(shape)
+        return default_version(shape, device_name)
     reason = VERSIONS[number].unsupported(shape)
     if reason:
         raise ShapeError(f"kernel {VERSIONS[number].label} cannot run this layer: {reason}; use kernel=auto")
