@@ -174,3 +174,36 @@ def test_pass_absorbs_an_already_swapped_conv_and_keeps_its_attributes():
     node = next(n for n in json.loads(fused.tojson())["nodes"] if n["op"] == "Custom")
     assert names == ["conv1"] and node["attrs"]["op_type"] == FUSED
     assert node["attrs"]["gpu_kernel"] == "7" and node["attrs"]["device"] == "cpu"
+
+
+@pytest.mark.parametrize("layout", ["2017", "2019"])
+def test_swap_with_fuse_fuses_then_swaps_the_rest(rng, layout):
+    symbol = course_symbol() if layout == "2017" else later_course_symbol(**LATER_LAYOUTS[layout])
+    report = swap_convolutions(symbol, fuse=True, device="cpu")
+    assert report.fused == ["conv1"] and report.swapped == ([] if layout == "2017" else ["conv2"])
+    assert "fused    conv1" in str(report) and report.kept == []
+    nodes = json.loads(report.symbol.tojson())["nodes"]
+    custom = {n["name"]: n["attrs"]["op_type"] for n in nodes if n["op"] == "Custom"}
+    assert custom["conv1"] == FUSED and all(n["op"] != "Convolution" for n in nodes)
+    assert "conv1_guard_data" in {n["name"] for n in nodes}           # guarded like the swapped nodes
+    size = 28 if layout == "2017" else 70
+    args = _random_args(rng, symbol, (3, 1, size, size))
+    want = symbol.get_internals()["fc1_output"].bind(mx.cpu(), args).forward()[0].asnumpy()
+    got = report.symbol.get_internals()["fc1_output"].bind(mx.cpu(), args).forward()[0].asnumpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    unselected = swap_convolutions(symbol, fuse=True, select=["conv2"], device="cpu")
+    assert unselected.fused == [] and ("conv1", "not selected") in unselected.kept
+
+
+def test_swap_with_fuse_in_a_gluon_block(rng):
+    net = mx.gluon.nn.HybridSequential()
+    with net.name_scope():
+        net.add(mx.gluon.nn.Conv2D(6, 5, in_channels=1), mx.gluon.nn.Activation("tanh"),
+                mx.gluon.nn.MaxPool2D(2, 2), mx.gluon.nn.Conv2D(16, 5, in_channels=6), mx.gluon.nn.Flatten(),
+                mx.gluon.nn.Dense(10, in_units=16 * 8 * 8))
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.array(rng.random((4, 1, 28, 28)).astype(np.float32) * 255)
+    want = net(x).asnumpy()
+    report = swap_convolutions(net, fuse=True, device="cpu")
+    assert len(report.fused) == 1 and len(report.swapped) == 1
+    np.testing.assert_allclose(report.result(x).asnumpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -105,8 +105,9 @@ def _compact(graph):
     return graph
 
 
-def fuse_conv_tanh_pool(symbol, **op_attrs):
-    """Return (new symbol, names of the fused convolutions); see the module doc."""
+def fuse_conv_tanh_pool(symbol, select=None, **op_attrs):
+    """Return (new symbol, names of the fused convolutions); see the module doc. ``select``
+    (a predicate on the convolution's name) limits which chains are fused."""
     graph = json.loads(symbol.tojson())
     nodes = graph["nodes"]
     uses = _consumers(graph)
@@ -121,7 +122,7 @@ def fuse_conv_tanh_pool(symbol, **op_attrs):
         conv_index = act["inputs"][0][0]
         conv = nodes[conv_index]
         attrs = _conv_attrs(conv)
-        if attrs is None or uses[conv_index] != 1:
+        if attrs is None or uses[conv_index] != 1 or (select is not None and not select(conv["name"])):
             continue
         pool.update(op="Custom", name=conv["name"], inputs=[list(e) for e in conv["inputs"]],
                     attrs={"op_type": FUSED_OP_TYPE, **attrs, **{k: str(v) for k, v in op_attrs.items()}})

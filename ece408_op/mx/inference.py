@@ -3,6 +3,8 @@
 ``run_inference(model, n)`` is the quiet milestone: accuracy and Op Times of the
 first ``n`` test images, for tests and tools.
 """
+import threading
+
 import numpy as np
 
 from ..data import load_fashion_mnist
@@ -37,13 +39,22 @@ def label_names(symbol):
     return [name for name in symbol.list_arguments() if name.endswith("label")]
 
 
+# MXNet 1.x's graph executor (Module, simple_bind) is not thread-safe: two threads binding at
+# once can corrupt its heap (seen here: "free(): invalid size" about once in 360 runs of two
+# threads binding and running; MXNet's "Multi Threaded Inference" guide says so). Binding is
+# serialised; the forwards of bound executors still run concurrently in MXNet's engine.
+BIND_LOCK = threading.Lock()
+
+
 def bind_model(symbol, arg_params, aux_params, batch_size, context=None):
-    """A Module bound for inference on one batch of ``batch_size`` images of the model's shape."""
+    """A Module bound for inference on one batch of ``batch_size`` images of the model's shape
+    (safe to call from several threads: binds take BIND_LOCK)."""
     labels = label_names(symbol)
-    module = mx.mod.Module(symbol, context=context or mx.cpu(), label_names=labels)
-    module.bind(data_shapes=[("data", (batch_size,) + input_shape(symbol))],
-                label_shapes=[(name, (batch_size,)) for name in labels], for_training=False)
-    module.set_params(arg_params, aux_params)
+    with BIND_LOCK:
+        module = mx.mod.Module(symbol, context=context or mx.cpu(), label_names=labels)
+        module.bind(data_shapes=[("data", (batch_size,) + input_shape(symbol))],
+                    label_shapes=[(name, (batch_size,)) for name in labels], for_training=False)
+        module.set_params(arg_params, aux_params)
     return module
 
 
@@ -61,13 +72,9 @@ def prepare(symbol, custom, device, op_attrs=None, fuse=False):
     ``fuse``, each conv -> tanh -> 2x2 max-pool chain first becomes one ece408_conv_tanh_pool."""
     if not custom:
         return symbol
-    fused = []
-    if fuse:
-        from .fuse import fuse_conv_tanh_pool
-        symbol, fused = fuse_conv_tanh_pool(symbol, device=device, **(op_attrs or {}))
     # Bound with a Module (the executor), which keeps MXNet's layout conversions alive: no guards.
-    report = swap_convolutions(symbol, guard=False, device=device, **(op_attrs or {}))
-    if not report.swapped and not fused:
+    report = swap_convolutions(symbol, guard=False, fuse=fuse, device=device, **(op_attrs or {}))
+    if not report.swapped and not report.fused:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in report.kept) or "it has no Convolution"
         raise ModelError(f"the model has no convolution that ece408_conv can replace ({reasons})")
     return report.result

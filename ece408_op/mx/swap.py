@@ -6,6 +6,7 @@
     report.result     # the swapped Symbol / SymbolBlock (sharing net's parameters)
     report.swapped    # names of the swapped nodes
     report.kept       # [(name, reason)] of the Convolutions left alone
+    report.fused      # with fuse=True: the convolutions now fused with their tanh and max-pool
     print(report)     # one line per node
 
 Every 2-D NCHW Convolution is swapped, whatever its kernel, stride, padding, dilation, groups
@@ -14,6 +15,10 @@ inputs, so parameter names are unchanged and a checkpoint's parameters load as t
 swapped node's inputs go through ``op.guard_inputs`` (see docs/mkldnn.md), named
 ``<node>_guard_<input>``. A swapped symbol saved as JSON loads in any program where ece408_op is
 importable (the import hook registers the operator when MXNet loads).
+
+``fuse=True`` first turns each Convolution -> tanh -> 2x2 max-pool chain that the fused kernel
+computes into one ``ece408_conv_tanh_pool`` node (``mx/fuse.py``; named after the convolution,
+same parameters, guarded like the others), then swaps the remaining convolutions.
 """
 import ast
 import json
@@ -25,6 +30,8 @@ from .. import OP_TYPE
 from ..conv.spec import ConvSpec
 from ..errors import Ece408Error, ModelError, ShapeError
 from .compat import import_mxnet
+from .fuse import fuse_conv_tanh_pool
+from .fused import FUSED_OP_TYPE
 from .op import OWN_ATTRS, SPEC_ATTRS, parse_device, parse_gpu_kernel
 
 mx = import_mxnet()
@@ -41,6 +48,7 @@ class SwapReport:
     arg_params: dict = None                         # a checkpoint's parameters (prefix input)
     aux_params: dict = None
     block_symbol: object = None                     # the SymbolBlock's Symbol (HybridBlock input)
+    fused: list = field(default_factory=list)       # convolutions fused with tanh + max-pool (fuse=True)
 
     @property
     def symbol(self):
@@ -51,7 +59,10 @@ class SwapReport:
         return iter((self.result, self.swapped))
 
     def __str__(self):
-        lines = [f"swapped {len(self.swapped)} of {len(self.swapped) + len(self.kept)} convolutions"]
+        total = len(self.swapped) + len(self.kept) + len(self.fused)
+        fused = f" (+ {len(self.fused)} fused with tanh + max-pool)" if self.fused else ""
+        lines = [f"swapped {len(self.swapped) + len(self.fused)} of {total} convolutions{fused}"]
+        lines += [f"  fused    {name}: conv -> tanh -> max-pool as one {FUSED_OP_TYPE}" for name in self.fused]
         lines += [f"  swapped  {name}" for name in self.swapped]
         lines += [f"  kept     {name}: {reason}" for name, reason in self.kept]
         return "\n".join(lines)
@@ -112,10 +123,13 @@ def _selector(select):
     return names.__contains__
 
 
-def swap_graph(symbol, guard=True, select=None, **op_attrs):
-    """(swapped Symbol, swapped names, kept [(name, reason)])."""
+def swap_graph(symbol, guard=True, select=None, fuse=False, **op_attrs):
+    """(swapped Symbol, swapped names, kept [(name, reason)], fused names)."""
     extra = _op_attrs(op_attrs)
     selected = _selector(select)
+    fused = []
+    if fuse:
+        symbol, fused = fuse_conv_tanh_pool(symbol, select=selected, **extra)
     graph = json.loads(symbol.tojson())
     nodes, new_nodes, new_id = graph["nodes"], [], {}
     swapped, kept = [], []
@@ -130,7 +144,9 @@ def swap_graph(symbol, guard=True, select=None, **op_attrs):
     for old, node in enumerate(nodes):
         node = dict(node)
         node["inputs"] = [entry(e) for e in node.get("inputs", [])]
-        if node["op"] == "Convolution":
+        if guard and node["op"] == "Custom" and node["name"] in fused:
+            node["inputs"] = _guard_nodes(node["name"], node["inputs"], add)
+        elif node["op"] == "Convolution":
             # Convolution has a bias unless told otherwise; ece408_conv's default is the course's
             attrs = {"no_bias": "False", **node.get("attrs", node.get("param", {}))}
             reason = why_not(attrs) if selected(node["name"]) else "not selected"
@@ -149,7 +165,7 @@ def swap_graph(symbol, guard=True, select=None, **op_attrs):
     graph["arg_nodes"] = [new_id[i] for i in graph["arg_nodes"]]
     graph["heads"] = [entry(e) for e in graph["heads"]]
     graph.pop("node_row_ptr", None)
-    return mx.sym.load_json(json.dumps(graph)), swapped, kept
+    return mx.sym.load_json(json.dumps(graph)), swapped, kept, fused
 
 
 def _guard_nodes(name, inputs, add):
@@ -166,7 +182,8 @@ def _guard_nodes(name, inputs, add):
     return guarded
 
 
-def swap_convolutions(model, epoch=None, input_names=("data",), guard=True, select=None, **op_attrs):
+def swap_convolutions(model, epoch=None, input_names=("data",), guard=True, select=None, fuse=False,
+                      **op_attrs):
     """Swap every 2-D Convolution of ``model`` that ece408_conv computes; returns a SwapReport.
 
     ``model``: a Symbol; a checkpoint prefix (``epoch``: which one, default the latest), whose
@@ -175,19 +192,20 @@ def swap_convolutions(model, epoch=None, input_names=("data",), guard=True, sele
     ``op_attrs`` (``device="gpu"``, ``gpu_kernel=7``) are set on every swapped node.
     ``select``: node names (or a predicate on them) to swap; the others are kept ("not selected").
     ``guard=False`` leaves out the layout guards (safe only for the executor / Module).
+    ``fuse=True``: conv -> tanh -> 2x2 max-pool chains become one fused node first (see above).
     """
     if isinstance(model, mx.sym.Symbol):
-        result, swapped, kept = swap_graph(model, guard, select, **op_attrs)
-        return SwapReport(result, swapped, kept)
+        result, swapped, kept, fused = swap_graph(model, guard, select, fuse, **op_attrs)
+        return SwapReport(result, swapped, kept, fused=fused)
     if isinstance(model, (str, Path)):
-        return _swap_checkpoint(str(model), epoch, guard, select, op_attrs)
+        return _swap_checkpoint(str(model), epoch, guard, select, fuse, op_attrs)
     if isinstance(model, mx.gluon.HybridBlock):
-        return _swap_block(model, input_names, guard, select, op_attrs)
+        return _swap_block(model, input_names, guard, select, fuse, op_attrs)
     raise Ece408Error(f"swap_convolutions takes a Symbol, a checkpoint prefix or a Gluon HybridBlock, "
                       f"not {type(model).__name__}")
 
 
-def _swap_checkpoint(prefix, epoch, guard, select, op_attrs):
+def _swap_checkpoint(prefix, epoch, guard, select, fuse, op_attrs):
     from .models import load_model, resolve_model
     if epoch is None:
         _, symbol, arg_params, aux_params = load_model(prefix)
@@ -198,22 +216,22 @@ def _swap_checkpoint(prefix, epoch, guard, select, op_attrs):
         except Exception as exc:  # noqa: BLE001  MXNetError, OSError
             raise ModelError(f"cannot load checkpoint {prefix}-{int(epoch):04d}: "
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
-    result, swapped, kept = swap_graph(symbol, guard, select, **op_attrs)
-    return SwapReport(result, swapped, kept, arg_params, aux_params)
+    result, swapped, kept, fused = swap_graph(symbol, guard, select, fuse, **op_attrs)
+    return SwapReport(result, swapped, kept, arg_params, aux_params, fused=fused)
 
 
-def _swap_block(block, input_names, guard, select, op_attrs):
+def _swap_block(block, input_names, guard, select, fuse, op_attrs):
     inputs = [mx.sym.var(name) for name in input_names]
     outputs = block(*inputs)
     symbol = outputs if isinstance(outputs, mx.sym.Symbol) else mx.sym.Group(list(outputs))
-    swapped_symbol, swapped, kept = swap_graph(symbol, guard, select, **op_attrs)
+    swapped_symbol, swapped, kept, fused = swap_graph(symbol, guard, select, fuse, **op_attrs)
     params = block.collect_params()
     wanted = set(swapped_symbol.list_arguments()) | set(swapped_symbol.list_auxiliary_states())
     shared = {name: p for name, p in params.items() if name in wanted}
     with warnings.catch_warnings():            # SymbolBlock's notes on inputs that look like parameters
         warnings.simplefilter("ignore")
         result = mx.gluon.SymbolBlock(swapped_symbol, inputs, params=_ParamDict(shared, block.prefix))
-    return SwapReport(result, swapped, kept, block_symbol=swapped_symbol)
+    return SwapReport(result, swapped, kept, block_symbol=swapped_symbol, fused=fused)
 
 
 class _ParamDict(mx.gluon.ParameterDict):
