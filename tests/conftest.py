@@ -76,3 +76,13 @@ def check_against_reference(y, x, k, images=None, what="kernel"):
         lines = [f"  image {images[i[0]]} {tuple(i[1:])}: got {got[tuple(i)]!r}, want {ref[tuple(i)]!r}"
                  for i in idx]
         pytest.fail(f"{what}: {int(bad.sum())} of {bad.size} elements off\n" + "\n".join(lines))
+
+
+@pytest.fixture
+def gpu_alone(gpu):
+    """The device, for tests that read its memory in use (the driver reports it for the whole
+    device): skipped under pytest-xdist, whose other workers allocate at the same time."""
+    import os
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("reads the whole device's memory in use: run without -n (other workers allocate)")
+    return gpu

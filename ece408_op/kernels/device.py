@@ -97,6 +97,8 @@ class GpuDevice:
         self._plans = {}
         self._buffers = {}
         self._pinned = {}
+        self._streams = {}
+        self._events = {}
         atexit.register(self.release)
 
     @contextmanager
@@ -138,6 +140,20 @@ class GpuDevice:
             self._pinned[name] = self.cuda.pagelocked_empty(max(int(count), 1), np.float32)
         return self._pinned[name][:count]
 
+    def stream(self, name):
+        """A CUDA stream kept for reuse: created and destroyed with this context current (a
+        stream collected on a thread without the context is leaked, with PyCUDA's warning)."""
+        if name not in self._streams:
+            self._streams[name] = self.cuda.Stream()
+        return self._streams[name]
+
+    def events(self, name, count):
+        """``count`` CUDA events kept for reuse under ``name`` (as ``stream``)."""
+        held = self._events.setdefault(name, [])
+        while len(held) < count:
+            held.append(self.cuda.Event())
+        return held[:count]
+
     def memory_in_use(self):
         with self.active():
             free, total = self.cuda.mem_get_info()
@@ -166,6 +182,8 @@ class GpuDevice:
                 array.base.free()
             self._buffers.clear()
             self._pinned.clear()
+            self._streams.clear()
+            self._events.clear()
             self._plans.clear()
             self._modules.clear()               # module unloads run with the context current
 

@@ -254,7 +254,7 @@ class _Transfer:
 
     def __init__(self, dev, mode):
         self.dev, self.cuda, self.mode = dev, dev.cuda, mode
-        self.stream = self.cuda.Stream()
+        self.stream = dev.stream("hostcopy")
         self.registered = _Registered(dev) if mode == "registered" else None
         self.ahead = {}                     # y piece address -> future of its head-start work
         self.tasks = []
@@ -281,7 +281,7 @@ class _Transfer:
     # -- the ring
     def _slots(self):
         slots = [self.dev.pinned(f"hostcopy-ring-{i}", SLOT_BYTES // 4).view(np.uint8) for i in range(SLOTS)]
-        return slots, [self.cuda.Event() for _ in range(SLOTS)]
+        return slots, self.dev.events("hostcopy-ring", SLOTS)
 
     def ring_in(self, dst, x_addr, nbytes):
         """x -> device: the pool copies piece i into a slot while the link carries piece i - 1."""
