@@ -82,7 +82,6 @@ def check_against_reference(y, x, k, images=None, what="kernel"):
 def gpu_alone(gpu):
     """The device, for tests that read its memory in use (the driver reports it for the whole
     device): skipped under pytest-xdist, whose other workers allocate at the same time."""
-    import os
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.skip("reads the whole device's memory in use: run without -n (other workers allocate)")
     return gpu
