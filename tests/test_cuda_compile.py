@@ -75,7 +75,8 @@ def test_source_defaults_are_the_tuned_course_layer():
     from ece408_op.kernels import tuning
     stored = tuning.v7_values()
     assert _source_defaults()["V7_THREADS"] == stored["THREADS"] and _source_defaults()["VEC"] == stored["VEC"]
-    assert stored["UNROLL_M"] == "full" and _source_defaults()["V7_UNROLL_M"] == course.M
+    unroll = course.M if stored["UNROLL_M"] == "full" else min(int(stored["UNROLL_M"]), course.M)
+    assert _source_defaults()["V7_UNROLL_M"] == unroll and _source_defaults()["V7_STREAM"] == stored["STREAM"]
 
 
 def test_tuning_overrides_change_the_module_defines():
@@ -87,7 +88,7 @@ def test_tuning_overrides_change_the_module_defines():
     from ece408_op.kernels.bench import sweep_configs
     configs = sweep_configs()
     keys = {tuple(sorted(kernels.module_defines(course, c).items())) for c in configs}
-    assert len(configs) == 32 and len(keys) == 32       # every config is its own module
+    assert len(configs) == 48 and len(keys) == 48       # every config is its own module
     with pytest.raises(ValueError, match="unknown tuning keys"):
         # bad input: a tuning key that does not exist
         kernels.module_defines(course, {"WARP": 2})
@@ -129,3 +130,28 @@ def test_a_plan_builds_only_its_own_kernels(tmp_path):
     assert result.returncode == 0, result.stderr
     entries = set(re.findall(r"Compiling entry function '(\w+)'", result.stderr))
     assert entries == {"conv_forward_v9", "pad_input", "add_bias", "add_into", "tanh_pool"}
+
+
+CUOBJDUMP = shutil.which("cuobjdump")
+
+
+@needs_nvcc
+@pytest.mark.skipif(CUOBJDUMP is None, reason="cuobjdump not on PATH")
+@pytest.mark.parametrize("shape, wide", [
+    (kernels.ConvShape(3, 224, 224, 64, 3, PH=1, PW=1), True),    # VGG's first: x padded to 226 wide, y 224
+    (kernels.ConvShape(1, 28, 28, 50, 5), True),                   # the course layer
+    (kernels.ConvShape(1, 70, 70, 12, 5), False),                  # 66 outputs a row: strips of 4 do not fit
+], ids=str)
+def test_v7_writes_y_in_16_byte_stores_where_its_rows_allow(shape, wide, tmp_path):
+    """v7's stores are 16 bytes wide wherever y's rows are (WO a multiple of 4), whatever x's width:
+    VGG's first layer used to store one float at a time because its padded x rows are 226 wide."""
+    inner = kernels.VERSIONS[7].inner(shape)
+    defines = kernels.versions.plan_defines(7, inner)
+    cubin = tmp_path / "v7.cubin"
+    subprocess.run([NVCC, "-arch=sm_90", "-cubin", *[f"-D{k}={v}" for k, v in sorted(defines.items())],
+                    "-o", str(cubin), str(kernels.SOURCE)], check=True, capture_output=True)
+    sass = subprocess.run([CUOBJDUMP, "-sass", "-fun", "conv_forward_v7", str(cubin)],
+                          check=True, capture_output=True, text=True).stdout
+    stores = re.findall(r"\bSTG\.E[\w.]*", sass)
+    assert stores, sass[:2000]
+    assert all(s.endswith(".128") for s in stores) == wide, sorted(set(stores))

@@ -19,6 +19,7 @@ SHAPES = [
     (2, 1, 70, 70, 12, 5), (1, 8, 16, 16, 33, 3), (3, 3, 4, 4, 2, 4), (129, 1, 28, 28, 50, 5),
     (2, 16, 9, 9, 8, 3), (1, 2, 31, 29, 11, 6), (9, 1, 29, 31, 17, 7), (2, 1, 19, 19, 50, 3),
     (70000, 1, 8, 8, 3, 3),            # more images than a grid's z dimension (65535)
+    (2, 3, 10, 10, 7, 3),              # y rows a multiple of 4 wide, x rows not: v7's 16-byte stores only
 ]
 SAMPLE = 40                            # images checked per large batch
 
@@ -71,6 +72,7 @@ GENERAL = [
     (6, 2, 9, 9, 5, dict(kernel=1, stride=3)),
     (1, 4, 6, 10, 4, dict(kernel=5, pad=(2, 0), dilate=(1, 2), num_group=2)),
     (70000, 1, 8, 8, 3, dict(kernel=3, pad=1, no_bias="False")),                        # more images than grid z
+    (2, 3, 24, 24, 64, dict(kernel=3, pad=1, no_bias="False")),                       # VGG's first, small
 ]
 
 

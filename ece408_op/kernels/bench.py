@@ -143,8 +143,8 @@ def run(batch, C, H, W, M, K, repeats=30, versions=None, seed=408):
     }
 
 
-# v7's sweep: every combination below (32 builds of the module, compiled in parallel first).
-SWEEP_GRID = {"VEC": (4, 8), "UNROLL_M": ("full", 1, 2, 5), "STREAM": (0, 1), "THREADS": (128, 256)}
+# v7's sweep: every combination below (48 builds of the module, compiled in parallel first).
+SWEEP_GRID = {"VEC": (4, 8), "UNROLL_M": ("full", 1, 2, 5, 8, 16), "STREAM": (0, 1), "THREADS": (128, 256)}
 
 
 def sweep_configs(grid=SWEEP_GRID):

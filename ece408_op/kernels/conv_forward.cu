@@ -111,10 +111,10 @@
 #define V7_THREADS 256     // v7: threads per block
 #endif
 #ifndef V7_UNROLL_M
-#define V7_UNROLL_M CONV_M // v7: unroll factor of the filter loop (CONV_M: fully, weights as operands)
+#define V7_UNROLL_M 16     // v7: unroll factor of the filter loop (CONV_M: fully; weights are operands either way)
 #endif
 #ifndef V7_STREAM
-#define V7_STREAM 1        // v7: streaming (evict-first) stores for y, which nothing here reads again
+#define V7_STREAM 0        // v7: 1: streaming (evict-first) stores for y, which nothing here reads again
 #endif
 #ifndef V7_ENABLED
 #define V7_ENABLED 1       // v7: 0 where even one channel's strip does not fit (the launcher refuses v7)
@@ -374,23 +374,21 @@ extern "C" __global__ void conv_forward_v6(float* __restrict__ y, const float* _
 #define V7_STRIP (VEC + CONV_K - 1)
 #define V7_EXACT (CONV_WO % VEC == 0)               // every strip lies inside the row
 #define V7_VEC4_IO (VEC % 4 == 0 && V7_EXACT && CONV_W % 4 == 0 && V7_STRIP % 4 == 0)
+#define V7_VEC4_OUT (VEC % 4 == 0 && V7_EXACT && CONV_WO % 4 == 0)   // 16-byte stores: rows of y aligned
 
+// Stores of y, which nothing here reads again: streaming (evict-first) where STREAM, else plain.
+template <bool STREAM>
 __device__ __forceinline__ void v7_store(float* p, float v)
 {
-#if V7_STREAM
-    __stcs(p, v);
-#else
-    *p = v;
-#endif
+    if (STREAM) __stcs(p, v);
+    else *p = v;
 }
 
+template <bool STREAM>
 __device__ __forceinline__ void v7_store4(float* p, float a, float b, float c, float d)
 {
-#if V7_STREAM
-    __stcs(reinterpret_cast<float4*>(p), make_float4(a, b, c, d));
-#else
-    *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
-#endif
+    if (STREAM) __stcs(reinterpret_cast<float4*>(p), make_float4(a, b, c, d));
+    else *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
 }
 
 // Where thread t's strip of VEC_ outputs lies (v7, v10): image b, output row h, first column w0;
@@ -413,18 +411,21 @@ __device__ __forceinline__ const float* strip_input(const float* x, long long b,
     return x + b * (CONV_C * CONV_H * CONV_W) + h * CONV_W + w0;
 }
 
-// A thread's N adjacent outputs from column w0 of one output row: 16-byte streaming stores where
-// VEC4 (aligned, inside the row), else the ones left of column LIMIT (every one where EXACT).
-template <int N, bool EXACT, bool VEC4, int LIMIT>
+// A thread's N adjacent outputs from column w0 of one output row: 16-byte stores where VEC4
+// (aligned, inside the row), else the ones left of column LIMIT (every one where EXACT). v10 and
+// the fused kernel stream them always; v7 as tuned (V7_STREAM; the launcher streams the
+// one-float stores: plain ones cost v7 40% on 2019 conv1).
+template <int N, bool EXACT, bool VEC4, int LIMIT, bool STREAM = true>
 __device__ __forceinline__ void store_strip(float* out, const float (&v)[N], int w0)
 {
     if (VEC4) {
 #pragma unroll
-        for (int i = 0; i < N; i += 4) v7_store4(out + i, v[i], v[(i + 1) % N], v[(i + 2) % N], v[(i + 3) % N]);
+        for (int i = 0; i < N; i += 4)
+            v7_store4<STREAM>(out + i, v[i], v[(i + 1) % N], v[(i + 2) % N], v[(i + 3) % N]);
     } else {
 #pragma unroll
         for (int i = 0; i < N; ++i)
-            if (EXACT || w0 + i < LIMIT) v7_store(out + i, v[i]);
+            if (EXACT || w0 + i < LIMIT) v7_store<STREAM>(out + i, v[i]);
     }
 }
 
@@ -503,7 +504,7 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
             accumulate<VEC>(acc, in, m, c);
         }
 #endif
-        store_strip<VEC, V7_EXACT, V7_VEC4_IO, CONV_WO>(yb + (long long)m * CONV_HOWO, acc, w0);
+        store_strip<VEC, V7_EXACT, V7_VEC4_OUT, CONV_WO, V7_STREAM != 0>(yb + (long long)m * CONV_HOWO, acc, w0);
     }
 #endif  // V7_ENABLED
 }
@@ -530,6 +531,7 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
 #define V10_STRIP (V10_VEC + CONV_K - 1)
 #define V10_EXACT (CONV_WO % V10_VEC == 0)
 #define V10_VEC4_IO (V10_VEC % 4 == 0 && V10_EXACT && CONV_W % 4 == 0 && V10_STRIP % 4 == 0)
+#define V10_VEC4_OUT (V10_VEC % 4 == 0 && V10_EXACT && CONV_WO % 4 == 0)
 
 #if WANTED(10)
 extern "C" __global__ void __launch_bounds__(V10_THREADS)
@@ -556,7 +558,7 @@ conv_forward_v10(float* __restrict__ y, const float* __restrict__ x, int B)
     float* yb = y + b * CONV_M * CONV_HOWO + h * CONV_WO + w0;
 #pragma unroll
     for (int m = 0; m < CONV_M; ++m)
-        store_strip<V10_VEC, V10_EXACT, V10_VEC4_IO, CONV_WO>(yb + (long long)m * CONV_HOWO, acc[m], w0);
+        store_strip<V10_VEC, V10_EXACT, V10_VEC4_OUT, CONV_WO>(yb + (long long)m * CONV_HOWO, acc[m], w0);
 #endif  // V10_ENABLED
 }
 #endif  // WANTED(10)

@@ -415,6 +415,8 @@ def markdown_table(result, defaults):
 
 # Tile sweep of v8, v9 and the fused kernel (``--tiles``): tuning overrides tried per layer.
 TILE_GRID = {
+    7: [{}, {"UNROLL_M": 1}, {"UNROLL_M": 4}, {"UNROLL_M": 8}, {"UNROLL_M": 16}, {"UNROLL_M": 64}, {"VEC": 8},
+        {"VEC": 8, "UNROLL_M": 8}, {"THREADS": 128}, {"THREADS": 128, "UNROLL_M": 8}, {"STREAM": 1}],
     8: [{}, {"V8_BK": 16}, {"V8_STAGES": 4}, {"V8_BP": 128, "V8_BF": 128, "V8_TP": 8, "V8_TF": 8},
         {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 4}, {"V8_BP": 64, "V8_BF": 64, "V8_TP": 4, "V8_TF": 4}],
     9: [{}, {"V9_STAGES": 4}, {"V9_BK": 32, "V9_STAGES": 2}, {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4},
