@@ -41,6 +41,24 @@ def test_bench_needs_cpu_or_gpu():
     assert result.returncode == 2 and "bench cpu" in result.stderr and "bench gpu" in result.stderr
 
 
+def test_bench_overhead_splits_an_imperative_call_into_invoke_and_engine_wait(tmp_path):
+    """``bench overhead`` times each imperative call until it returns and then until its output is
+    ready (MXNet's engine hop): the split behind the README's statement of what CustomOp costs."""
+    require_mxnet()
+    import json
+    out = tmp_path / "overhead.json"
+    result = _module("bench", "overhead", "--rounds", 1, "--json", out)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    names = {"built-in Convolution", "empty CustomOp", "ece408_conv"}
+    assert set(data["imperative_invoke"]) == set(data["imperative_wait"]) == names
+    for name in names:
+        total = data["imperative_per_call"][name]["median_s"]
+        invoke, wait = data["imperative_invoke"][name]["median_s"], data["imperative_wait"][name]["median_s"]
+        assert 0 < invoke < total and 0 <= wait < total and abs(invoke + wait - total) <= 1e-9 + 1e-6 * total
+    assert "| empty CustomOp |" in result.stdout and "until the call returns" in result.stdout
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in SCRIPTS.glob("*.py")))
 def test_scripts_are_plain_files_calling_the_cli(name):
     path = SCRIPTS / name

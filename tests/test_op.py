@@ -221,3 +221,19 @@ def test_exit_with_work_still_queued_is_clean():
     for _ in range(3):
         result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
         assert result.returncode == 0 and "terminate" not in result.stderr, result.stderr[-2000:]
+
+
+def test_parsed_attributes_are_remembered_per_attribute_set_and_errors_are_not():
+    """MXNet builds a new property object for every imperative call: the attribute strings are
+    parsed once per distinct set, and a bad set fails again every time (nothing cached)."""
+    attrs = {"num_filter": "8", "kernel": "(3, 3)", "pad": "(1, 1)", "device": "cpu"}
+    first = op._parsed(attrs)
+    assert op._parsed(dict(reversed(list(attrs.items())))) is first            # same set, any order
+    assert op._parsed({**attrs, "pad": "(0, 0)"}) is not first
+    assert first == op.parse_attrs(attrs)
+    bad = {"num_filter": "8", "kernel": "(3, 3)", "stride": "(0, 1)"}
+    for _ in range(2):
+        # bad input: a zero stride, refused on every call
+        with pytest.raises(ShapeError, match="stride"):
+            op._parsed(bad)
+    assert tuple(sorted(bad.items())) not in op._PARSED
