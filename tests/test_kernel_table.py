@@ -8,6 +8,7 @@ import pytest
 
 from ece408_op import kernels
 from ece408_op.conv import fused_reference_and_bound, max_pool_2x2, reference_and_bound, tanh_maxpool
+from ece408_op.errors import ShapeError
 from ece408_op.kernels import suite, versions
 
 S = kernels.ConvShape
@@ -118,3 +119,21 @@ def test_committed_defaults_are_the_committed_measurements():
         result = json.loads(path.read_text())
         assert table[result["device"]]["shapes"] == suite.choose_defaults(result)
         assert all(row["valid"] for row in result["rows"])
+
+
+@pytest.mark.parametrize("entry", ["conv2d_forward_device", "fused_forward_device"])
+@pytest.mark.parametrize("bad", ["y", "x", "k"])
+def test_device_entry_points_refuse_misaligned_pointers_before_any_launch(entry, bad):
+    """A 16-byte load or store at a misaligned address is a CUDA error that poisons the context:
+    the zero-copy entry points refuse such pointers first (no GPU needed: nothing is launched)."""
+    pointers = {"y": 0x10000, "x": 0x20000, "k": 0x30000}
+    pointers[bad] += 4                              # bad input: a view starting one float in
+    with pytest.raises(ShapeError, match=rf"^{bad} at 0x[0-9a-f]+ is not 16-byte aligned"):
+        getattr(kernels, entry)(pointers["y"], pointers["x"], pointers["k"], (2, 1, 28, 28), (50, 1, 5, 5))
+
+
+def test_an_explicit_full_unroll_is_honoured_with_several_channels():
+    vgg = S(3, 224, 224, 64, 3, PH=1, PW=1)
+    inner = kernels.VERSIONS[7].inner(vgg)
+    assert versions.plan_defines(7, inner, {"UNROLL_M": "full"})["V7_UNROLL_M"] == 64
+    assert versions.plan_defines(7, inner)["V7_UNROLL_M"] == kernels.VERSIONS[7].SEVERAL_UNROLL

@@ -227,6 +227,19 @@ def _host_call(dev, plan, x, k, bias, out, accumulate=False):
     return out, seconds
 
 
+ALIGN = 16                     # bytes: the kernels move x, k and y in 16-byte loads, stores and cp.async
+
+
+def _require_aligned(**pointers):
+    """ShapeError unless every device pointer is 16-byte aligned: a misaligned 16-byte access is a
+    CUDA error that poisons the whole context, so refuse before launching (a view that starts
+    inside an array, e.g. ``flat[1:]``, must be copied first)."""
+    for name, pointer in pointers.items():
+        if int(pointer) % ALIGN:
+            raise ShapeError(f"{name} at {int(pointer):#x} is not {ALIGN}-byte aligned; the kernels read and "
+                             f"write {ALIGN} bytes at a time: pass a copy that starts on its own allocation")
+
+
 def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
                           accumulate=False, device=None):
     """Device pointers in and out (zero-copy, e.g. MXNet GPU arrays): returns op_seconds.
@@ -234,6 +247,7 @@ def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, 
     The caller synchronises its own framework before the call; this returns after
     the device is idle again.
     """
+    _require_aligned(y=y_ptr, x=x_ptr, k=k_ptr)
     if spec is None and bias_ptr:
         spec = ConvSpec.course(k_shape).with_(no_bias=False)
     shape = ConvShape.of(x_shape, k_shape, spec)
@@ -293,6 +307,7 @@ def fused_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, s
                          device=None):
     """The fused layer on device pointers (y: ``pooled_shape`` floats): returns op_seconds.
     The caller synchronises its own framework before the call; this returns with the device idle."""
+    _require_aligned(y=y_ptr, x=x_ptr, k=k_ptr)
     if spec is None and bias_ptr:
         spec = ConvSpec.course(k_shape).with_(no_bias=False)
     shape = ConvShape.of(x_shape, k_shape, spec)

@@ -220,6 +220,8 @@ class Strip(Version):
         tuned 16 with a remainder spilled 28 bytes on 2019 conv2)."""
         wanted = forced if forced is not None else values["UNROLL_M"]
         all_channels = self.all_channels(shape, vec)
+        if forced == "full":
+            return shape.M
         if forced is None and shape.C > 1:
             if all_channels:
                 return min(self.SEVERAL_UNROLL, shape.M)
@@ -234,7 +236,7 @@ class Strip(Version):
         """Streaming stores: as tuned (or overridden) where y leaves in 16-byte stores, as on the course
         layer where the sweep measured it; always for one-float stores (2019 conv1, H100: v7 2.02 ms
         streaming, 2.78 ms plain)."""
-        wide = vec % 4 == 0 and shape.WO % vec == 0 and shape.WO % 4 == 0
+        wide = vec % 4 == 0 and shape.WO % vec == 0          # as V7_VEC4_OUT in conv_forward.cu
         forced = self.own(tuning_overrides).get("STREAM")
         return int(values["STREAM"]) if wide or forced is not None else 1
 
