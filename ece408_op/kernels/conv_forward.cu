@@ -374,7 +374,6 @@ extern "C" __global__ void conv_forward_v6(float* __restrict__ y, const float* _
 #define V7_STRIP (VEC + CONV_K - 1)
 #define V7_EXACT (CONV_WO % VEC == 0)               // every strip lies inside the row
 #define V7_VEC4_IO (VEC % 4 == 0 && V7_EXACT && CONV_W % 4 == 0 && V7_STRIP % 4 == 0)
-#define V7_VEC4_OUT (VEC % 4 == 0 && V7_EXACT && CONV_WO % 4 == 0)   // 16-byte stores: rows of y aligned
 
 // Stores of y, which nothing here reads again: streaming (evict-first) where STREAM, else plain.
 template <bool STREAM>
@@ -411,14 +410,16 @@ __device__ __forceinline__ const float* strip_input(const float* x, long long b,
     return x + b * (CONV_C * CONV_H * CONV_W) + h * CONV_W + w0;
 }
 
-// A thread's N adjacent outputs from column w0 of one output row: 16-byte stores where VEC4
-// (aligned, inside the row), else the ones left of column LIMIT (every one where EXACT). v10 and
-// the fused kernel stream them always; v7 as tuned (V7_STREAM; the launcher streams the
-// one-float stores: plain ones cost v7 40% on 2019 conv1).
-template <int N, bool EXACT, bool VEC4, int LIMIT, bool STREAM = true>
+// A thread's N adjacent outputs from column w0 of one output row (LIMIT columns wide): 16-byte
+// stores where N is a multiple of 4, every strip lies inside the row (EXACT) and rows are a
+// multiple of 4 wide (so every strip starts 16-byte aligned in an aligned y), else the ones left
+// of column LIMIT (every one where EXACT). v10 and the fused kernel stream them always; v7 as
+// tuned (V7_STREAM; the launcher streams the one-float stores: plain ones cost v7 40% on 2019 conv1).
+template <int N, bool EXACT, int LIMIT, bool STREAM = true>
 __device__ __forceinline__ void store_strip(float* out, const float (&v)[N], int w0)
 {
-    if (VEC4) {
+    constexpr bool kWide = N % 4 == 0 && EXACT && LIMIT % 4 == 0;
+    if (kWide) {
 #pragma unroll
         for (int i = 0; i < N; i += 4)
             v7_store4<STREAM>(out + i, v[i], v[(i + 1) % N], v[(i + 2) % N], v[(i + 3) % N]);
@@ -504,7 +505,7 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
             accumulate<VEC>(acc, in, m, c);
         }
 #endif
-        store_strip<VEC, V7_EXACT, V7_VEC4_OUT, CONV_WO, V7_STREAM != 0>(yb + (long long)m * CONV_HOWO, acc, w0);
+        store_strip<VEC, V7_EXACT, CONV_WO, V7_STREAM != 0>(yb + (long long)m * CONV_HOWO, acc, w0);
     }
 #endif  // V7_ENABLED
 }
@@ -531,7 +532,6 @@ conv_forward_v7(float* __restrict__ y, const float* __restrict__ x, int B)
 #define V10_STRIP (V10_VEC + CONV_K - 1)
 #define V10_EXACT (CONV_WO % V10_VEC == 0)
 #define V10_VEC4_IO (V10_VEC % 4 == 0 && V10_EXACT && CONV_W % 4 == 0 && V10_STRIP % 4 == 0)
-#define V10_VEC4_OUT (V10_VEC % 4 == 0 && V10_EXACT && CONV_WO % 4 == 0)
 
 #if WANTED(10)
 extern "C" __global__ void __launch_bounds__(V10_THREADS)
@@ -558,7 +558,7 @@ conv_forward_v10(float* __restrict__ y, const float* __restrict__ x, int B)
     float* yb = y + b * CONV_M * CONV_HOWO + h * CONV_WO + w0;
 #pragma unroll
     for (int m = 0; m < CONV_M; ++m)
-        store_strip<V10_VEC, V10_EXACT, V10_VEC4_OUT, CONV_WO>(yb + (long long)m * CONV_HOWO, acc[m], w0);
+        store_strip<V10_VEC, V10_EXACT, CONV_WO>(yb + (long long)m * CONV_HOWO, acc[m], w0);
 #endif  // V10_ENABLED
 }
 #endif  // WANTED(10)
@@ -1011,7 +1011,7 @@ fused_forward(float* __restrict__ y, const float* __restrict__ x, const float* _
         if (FUSE_EXACT && FUSE_PV == 2 && FUSE_PWO % 2 == 0)
             __stcs(reinterpret_cast<float2*>(out), make_float2(pooled[0], pooled[FUSE_PV - 1]));
         else
-            store_strip<FUSE_PV, FUSE_EXACT, FUSE_PV % 4 == 0 && FUSE_EXACT && FUSE_PWO % 4 == 0, FUSE_PWO>(out, pooled, j0);
+            store_strip<FUSE_PV, FUSE_EXACT, FUSE_PWO>(out, pooled, j0);
     }
 #endif  // FUSE_ENABLED
 }

@@ -138,25 +138,26 @@ class Case:
                      rel_error=float(np.linalg.norm(np.nan_to_num(got - ref, nan=1e30)) / max(np.linalg.norm(ref), 1e-30)))
         return entry
 
+    def launcher(self, plan, out):
+        """A call running ``plan`` on this case's x and k into ``out`` (y or pooled)."""
+        dev = plan.device
+
+        def fn():
+            with dev.active():
+                plan.launch(out.data_ptr(), self.x.data_ptr(), self.k.data_ptr(), 0, self.batch)
+        return fn
+
     def ours(self, version):
         dev = GpuDevice.get()
         with dev.active():
             plan = plan_for(dev, self.shape, version)
-
-        def fn():
-            with dev.active():
-                plan.launch(self.y.data_ptr(), self.x.data_ptr(), self.k.data_ptr(), 0, self.batch)
-        return fn
+        return self.launcher(plan, self.y)
 
     def fused(self, version=None):
         dev = GpuDevice.get()
         with dev.active():
             plan = fused_plan_for(dev, self.shape, version)
-
-        def fn():
-            with dev.active():
-                plan.launch(self.pooled.data_ptr(), self.x.data_ptr(), self.k.data_ptr(), 0, self.batch)
-        return fn, plan.label
+        return self.launcher(plan, self.pooled), plan.label
 
 
 def _versions_for(layer, shape, batch, default):
@@ -470,11 +471,7 @@ def sweep_tiles(repeats=10, layers=TILE_LAYERS, batch=None, owners=None, log=pri
                 plan = fused_plan_for(dev, case.shape, "fused", overrides) if owner == "fused" else \
                     plan_for(dev, case.shape, owner, overrides)
             out = case.pooled if owner == "fused" else case.y
-
-            def fn(plan=plan, out=out):
-                with dev.active():
-                    plan.launch(out.data_ptr(), case.x.data_ptr(), case.k.data_ptr(), 0, case.batch)
-            entry = case.measure(fn, out, fused=owner == "fused")
+            entry = case.measure(case.launcher(plan, out), out, fused=owner == "fused")
             rows.append({"layer": layer.name, "batch": case.batch, "owner": str(owner), "overrides": overrides,
                          "median_s": entry["median_s"], "valid": entry["valid"]})
             log(f"  tiles {layer.name:16s} {str(owner):6s} {json.dumps(overrides):70s} {entry['median_s'] * 1e3:8.3f} ms "

@@ -236,7 +236,7 @@ class Strip(Version):
         """Streaming stores: as tuned (or overridden) where y leaves in 16-byte stores, as on the course
         layer where the sweep measured it; always for one-float stores (2019 conv1, H100: v7 2.02 ms
         streaming, 2.78 ms plain)."""
-        wide = vec % 4 == 0 and shape.WO % vec == 0          # as V7_VEC4_OUT in conv_forward.cu
+        wide = vec % 4 == 0 and shape.WO % vec == 0          # as store_strip decides in conv_forward.cu
         forced = self.own(tuning_overrides).get("STREAM")
         return int(values["STREAM"]) if wide or forced is not None else 1
 
