@@ -137,3 +137,35 @@ def test_an_explicit_full_unroll_is_honoured_with_several_channels():
     inner = kernels.VERSIONS[7].inner(vgg)
     assert versions.plan_defines(7, inner, {"UNROLL_M": "full"})["V7_UNROLL_M"] == 64
     assert versions.plan_defines(7, inner)["V7_UNROLL_M"] == kernels.VERSIONS[7].SEVERAL_UNROLL
+
+
+@pytest.mark.parametrize("layer", [(6, 30, 30, 5), (12, 33, 33, 5), (1, 28, 28, 5), (3, 9, 11, 3), (2, 6, 6, 6),
+                                   (1, 1, 1, 1)])
+def test_v11_tap_order_is_a_padded_permutation_no_worse_than_the_natural_one(layer):
+    c, h, w, k = layer
+    order = versions.tap_order(c, h, w, k)
+    taps = c * k * k
+    assert len(order) % 8 == 0 and len(order) - taps < 8
+    assert sorted(order[:taps]) == list(range(taps)) and set(order[taps:]) <= {-1}   # padding only at the end
+    natural = list(range(taps))
+    assert versions.read_wavefronts(c, h, w, k, order) <= versions.read_wavefronts(c, h, w, k, natural)
+
+
+def test_v11_tap_order_removes_bank_conflicts_on_the_2018_layer():
+    natural = versions.read_wavefronts(6, 30, 30, 5, list(range(150)))
+    ordered = versions.read_wavefronts(6, 30, 30, 5, versions.tap_order(6, 30, 30, 5))
+    assert natural > 1.4 and ordered < 1.25, (natural, ordered)
+    # consecutive taps of one row never conflict: 8 positions x 4 adjacent taps span 11 words
+    assert versions.read_wavefronts(1, 8, 40, 4, [0, 1, 2, 3]) == pytest.approx(1.0)
+
+
+def test_v11_tiles_and_shared_memory():
+    v11 = kernels.VERSIONS[11]
+    course2 = kernels.ConvShape(6, 30, 30, 16, 5)
+    d = versions.plan_defines(11, v11.inner(course2))
+    assert (d["V11_WARPS"], d["V11_MT"], d["V11_BUFFERS"], d["V11_ENABLED"]) == (4, 2, 1, 1)
+    # 19 k-steps x 2 filter fragments x 32 lanes x 16 bytes + the tap table + one 6x30x30 image
+    assert v11.shared_bytes(d) == 19 * 2 * 32 * 16 + 19 * 32 + 6 * 900 * 4
+    assert "filters" in v11.unsupported(kernels.ConvShape(6, 30, 30, 72, 5))
+    assert "C*K*K" in v11.unsupported(kernels.ConvShape(64, 16, 16, 32, 3))
+    assert "shared memory" in v11.unsupported(kernels.ConvShape(3, 226, 226, 64, 3))

@@ -35,7 +35,7 @@ from .versions import DEFAULTS_FILE, FUSED, VERSIONS, load_defaults, shape_key
 COURSE_BATCHES = (100, 1000, 10000, 100000)
 BASELINE_LIMIT = 100000         # the unfused baselines of the fused layer run below this batch (memory)
 LADDER_BATCH = 10000            # course layers: every version at this batch; elsewhere only FAST ones
-FAST = (7, 8, 9, 10)            # besides the default version
+FAST = (7, 8, 9, 10, 11)        # besides the default version
 
 
 @dataclass(frozen=True)
@@ -414,7 +414,7 @@ def markdown_table(result, defaults):
     return "\n".join(lines) + "\n"
 
 
-# Tile sweep of v8, v9 and the fused kernel (``--tiles``): tuning overrides tried per layer.
+# Tile sweep of v7-v11 and the fused kernel (``--tiles``): tuning overrides tried per layer.
 TILE_GRID = {
     7: [{}, {"UNROLL_M": 1}, {"UNROLL_M": 4}, {"UNROLL_M": 8}, {"UNROLL_M": 16}, {"UNROLL_M": 64}, {"VEC": 8},
         {"VEC": 8, "UNROLL_M": 8}, {"THREADS": 128}, {"THREADS": 128, "UNROLL_M": 8}, {"STREAM": 1}],
@@ -424,6 +424,7 @@ TILE_GRID = {
         {"V9_WP": 8, "V9_WF": 1, "V9_MI": 2}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4},
         {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4}, {"V9_WP": 2, "V9_WF": 4, "V9_MI": 4, "V9_NI": 4},
         {"V9_WP": 4, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}],
+    11: [{"V11_WARPS": w, "V11_MT": mt, "V11_BUFFERS": nb} for w in (4, 8) for mt in (2, 3, 4) for nb in (1, 2)],
     10: [{}, {"V10_VEC": 2}, {"V10_THREADS": 256}, {"V10_UNROLL_C": 2}, {"V10_VEC": 2, "V10_THREADS": 256}],
     "fused": [{}, {"FUSE_PV": 2}, {"FUSE_PV": 2, "FUSE_UNROLL_M": 5}, {"FUSE_UNROLL_M": 10}, {"FUSE_THREADS": 128}],
 }
