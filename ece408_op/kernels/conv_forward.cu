@@ -858,11 +858,33 @@ __device__ __forceinline__ void split_tf32(float v, unsigned& hi, unsigned& lo)
     lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
+// The accumulators of MI x NI fragments (v9, v11), zeroed.
+template <int MI, int NI>
+__device__ __forceinline__ void zero_fragments(float (&acc)[MI][NI][4])
+{
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
 {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// acc[i][j] += a[i] . b[j] for every fragment pair (v11).
+template <int MI, int NI>
+__device__ __forceinline__ void mma_tf32_all(float (&acc)[MI][NI][4], const unsigned (&a)[MI][4], const unsigned (&b)[NI][2])
+{
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma_tf32(acc[i][j], a[i], b[j]);
 }
 
 #if WANTED(9)
@@ -878,12 +900,7 @@ conv_forward_v9(float* __restrict__ y, const float* __restrict__ x, const float*
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
     const int p0 = (warp % V9_WP) * V9_MI * 16, q0 = (warp / V9_WP) * V9_NI * 8;   // the warp's corner
     float acc[V9_MI][V9_NI][4];
-#pragma unroll
-    for (int i = 0; i < V9_MI; ++i)
-#pragma unroll
-        for (int j = 0; j < V9_NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    zero_fragments(acc);
 
     gemm_mainloop<V9_BP, V9_BF, V9_BK, V9_STAGES, V9_THREADS, V9_ACOLS>(
         reinterpret_cast<float*>(gemm_smem), x + (long long)g * CONV_CG * CONV_HW, k + (long long)g * CONV_MG * CONV_GKK,
@@ -1009,12 +1026,7 @@ __device__ __forceinline__ void v11_fragments(float* __restrict__ yb, const floa
     const int gid = lane / 4, tig = lane % 4;
     const bool ok0 = (V11_KS - 1) * 8 + tig < CONV_CKK, ok1 = (V11_KS - 1) * 8 + tig + 4 < CONV_CKK;
     float acc[N][V11_NT][4];
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-#pragma unroll
-        for (int j = 0; j < V11_NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    zero_fragments(acc);
     unsigned row[N][2];                               // rows gid and gid+8 of fragment i: their window corners
 #pragma unroll
     for (int i = 0; i < N; ++i)
@@ -1044,18 +1056,9 @@ __device__ __forceinline__ void v11_fragments(float* __restrict__ yb, const floa
             bhi[j][0] = __float_as_uint(w.x); bhi[j][1] = __float_as_uint(w.y);
             blo[j][0] = __float_as_uint(w.z); blo[j][1] = __float_as_uint(w.w);
         }
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-#pragma unroll
-            for (int j = 0; j < V11_NT; ++j) mma_tf32(acc[i][j], alo[i], bhi[j]);
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-#pragma unroll
-            for (int j = 0; j < V11_NT; ++j) mma_tf32(acc[i][j], ahi[i], blo[j]);
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-#pragma unroll
-            for (int j = 0; j < V11_NT; ++j) mma_tf32(acc[i][j], ahi[i], bhi[j]);
+        mma_tf32_all(acc, alo, bhi);                   // each product over every fragment in turn: the
+        mma_tf32_all(acc, ahi, blo);                   // small ones first, MT x NT independent chains
+        mma_tf32_all(acc, ahi, bhi);
     }
     // Accumulator e of fragment (i, j): position row gid (+8 for e >= 2), filter 2*tig (+1 for odd e).
 #pragma unroll
