@@ -496,9 +496,12 @@ class Resident(Version):
 
     def launch(self, plan, y, x, k, bias, batch):
         order = getattr(plan, "resident_order", None)
-        if order is None:                     # the tap order, on the device once per plan
-            s = plan.inner
-            order = plan.resident_order = plan.device.cuda.to_device(np.array(tap_order(s.C, s.H, s.W, s.K), np.int32))
+        if order is None:                     # the tap order, copied to the device once per plan (the
+            s = plan.inner                    # device's buffer: freed with its other memory)
+            taps = np.array(tap_order(s.C, s.H, s.W, s.K), np.int32)
+            order = plan.device.buffer(f"v11 tap order C{s.C} H{s.H} W{s.W} K{s.K}", taps.nbytes)
+            plan.device.cuda.memcpy_htod(order, taps)
+            plan.resident_order = order
         plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), order, np.int32(batch),
                         block=(32 * plan.defines["V11_WARPS"], 1, 1), grid=(min(batch, self.blocks(plan)), 1),
                         shared=plan.shared_bytes)
