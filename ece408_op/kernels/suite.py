@@ -424,8 +424,8 @@ TILE_GRID = {
         {"V9_WP": 8, "V9_WF": 1, "V9_MI": 2}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4},
         {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4}, {"V9_WP": 2, "V9_WF": 4, "V9_MI": 4, "V9_NI": 4},
         {"V9_WP": 4, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}],
-    11: [{"V11_WARPS": w, "V11_MT": mt, "V11_BUFFERS": nb} for w in (4, 8) for mt in (2, 3, 4) for nb in (1, 2)],
     10: [{}, {"V10_VEC": 2}, {"V10_THREADS": 256}, {"V10_UNROLL_C": 2}, {"V10_VEC": 2, "V10_THREADS": 256}],
+    11: [{"V11_WARPS": w, "V11_MT": mt, "V11_BUFFERS": nb} for w in (4, 8) for mt in (2, 3, 4) for nb in (1, 2)],
     "fused": [{}, {"FUSE_PV": 2}, {"FUSE_PV": 2, "FUSE_UNROLL_M": 5}, {"FUSE_UNROLL_M": 10}, {"FUSE_THREADS": 128}],
 }
 TILE_LAYERS = ("ece408-high", "2018-conv1", "2018-conv2", "2019-conv1", "2019-conv2", "resnet18-64",

@@ -440,7 +440,8 @@ class Tensor(_ImplicitGemm):
 
 class Resident(Version):
     """3xTF32 tensor cores like v9, on whole images kept in shared memory (no im2col gather): the x
-    operand read at compile-time tap offsets, the weights split once per block in fragment order."""
+    operand read at tap offsets (``tap_order``) from each position's window corner, the weights split
+    once per block in fragment order."""
     number, name, kernels = 11, "resident", ("conv_forward_v11",)
     exact = False
     tuning_keys = ("V11_WARPS", "V11_MT", "V11_BUFFERS")
@@ -655,11 +656,15 @@ def _read_cost(C, H, W, K):
     return offsets, cost
 
 
-def read_wavefronts(C, H, W, K, order):
-    """Mean shared-memory wavefronts per x read of v11 with the tap ``order`` (1.0: conflict-free)."""
-    _, cost = _read_cost(C, H, W, K)
+def _mean_wavefronts(cost, order):
+    """Mean of ``cost`` (``_read_cost``) over the groups of 4 taps of ``order`` (padding reads tap 0)."""
     taps = [r if r >= 0 else 0 for r in order]
     return float(cost(np.array(taps + [0] * (-len(taps) % 4)).reshape(-1, 4)).mean())
+
+
+def read_wavefronts(C, H, W, K, order):
+    """Mean shared-memory wavefronts per x read of v11 with the tap ``order`` (1.0: conflict-free)."""
+    return _mean_wavefronts(_read_cost(C, H, W, K)[1], order)
 
 
 @functools.lru_cache(maxsize=32)
@@ -681,5 +686,5 @@ def tap_order(C, H, W, K, look=64):
             remaining.remove(best)
         order += group
     natural = list(range(len(offsets)))
-    best = order if read_wavefronts(C, H, W, K, order) < read_wavefronts(C, H, W, K, natural) else natural
+    best = order if _mean_wavefronts(cost, order) < _mean_wavefronts(cost, natural) else natural
     return tuple(best + [-1] * (-len(best) % 8))
