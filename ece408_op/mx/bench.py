@@ -13,8 +13,9 @@ set; ece408_conv's thread pool has as many threads (``$ECE408_CPU_THREADS``).
 
 ``bench overhead`` measures the fixed cost of one call: a bound graph (executor) of 50 chained
 1x1 convolutions on an 8x8 image (computation negligible), per node: MXNet's built-in, an empty
-CustomOp (MXNet's mechanism alone) and ece408_conv (with and without the layout guards); and one
-imperative ``nd`` call, until its output is ready.
+CustomOp (MXNet's mechanism alone: registered with ``mx.operator.register``, and registered as
+ece408_conv is, with ``lean.register``) and ece408_conv (with and without the layout guards);
+and one imperative ``nd`` call, until its output is ready.
 """
 import os
 import platform
@@ -26,6 +27,7 @@ import numpy as np
 from ..conv import ConvSpec
 from ..conv.parallel import pool_size
 from .compat import import_mxnet
+from . import lean
 from .op import op_times
 
 mx = import_mxnet()
@@ -129,6 +131,12 @@ class _EmptyProp(mx.operator.CustomOpProp):
         return _Empty()
 
 
+@lean.register("ece408_bench_empty_lean")
+class _EmptyLeanProp(_EmptyProp):
+    """The same empty CustomOp registered as ece408_conv is (``lean.register``): what is left is
+    MXNet's C++ side of the mechanism (engine hops, its CustomOp thread, the completion)."""
+
+
 CHAIN = 50
 
 
@@ -136,8 +144,8 @@ def _chain(kind):
     x = mx.sym.Variable("data")
     for i in range(CHAIN):
         w = mx.sym.Variable(f"w{i}")
-        if kind == "empty":
-            x = mx.sym.Custom(x, w, op_type="ece408_bench_empty", name=f"c{i}")
+        if kind in ("empty", "empty_lean"):
+            x = mx.sym.Custom(x, w, op_type="ece408_bench_empty" + kind[5:], name=f"c{i}")
         else:
             x = mx.sym.Convolution(x, w, kernel=(1, 1), num_filter=1, no_bias=True, name=f"c{i}")
     return x
@@ -160,6 +168,7 @@ def bench_overhead(rounds=9):
     from .swap import swap_convolutions
     builtin = _chain("builtin")
     graphs = {"built-in Convolution": builtin, "empty CustomOp": _chain("empty"),
+              "empty CustomOp, lean registration": _chain("empty_lean"),
               "ece408_conv (guarded)": swap_convolutions(builtin, device="cpu").result,
               "ece408_conv (no guards)": swap_convolutions(builtin, guard=False, device="cpu").result}
     runs = {name: _per_node(symbol, rounds) for name, symbol in graphs.items()}
@@ -170,6 +179,7 @@ def bench_overhead(rounds=9):
     x, w = mx.nd.ones((1, 1, 8, 8)), mx.nd.ones((1, 1, 1, 1))
     calls = {"built-in Convolution": lambda: mx.nd.Convolution(x, w, kernel=(1, 1), num_filter=1, no_bias=True),
              "empty CustomOp": lambda: mx.nd.Custom(x, w, op_type="ece408_bench_empty"),
+             "empty CustomOp, lean registration": lambda: mx.nd.Custom(x, w, op_type="ece408_bench_empty_lean"),
              "ece408_conv": lambda: mx.nd.Custom(x, w, op_type="ece408_conv", num_filter=1, kernel=(1, 1),
                                                  device="cpu")}
     imperative = {name: [] for name in calls}

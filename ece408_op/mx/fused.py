@@ -25,6 +25,7 @@ import numpy as np
 from ..conv import ConvSpec, parallel_zero, warm_up
 from ..conv.fused import conv_tanh_pool_cpu, pooled_shape
 from ..errors import Ece408Error, ShapeError
+from . import lean
 from .compat import import_mxnet
 from .op import (DEVICES, InferenceOnlyError, _remember_errors, host_view, ndarray_pointer, op_times,
                  resolve_device)
@@ -90,17 +91,23 @@ class ConvTanhPool(mx.operator.CustomOp):
                                  "train the unfused network, then fuse it for inference")
 
 
-@mx.operator.register(FUSED_OP_TYPE)
+@lean.register(FUSED_OP_TYPE)
 class ConvTanhPoolProp(mx.operator.CustomOpProp):
     """Keeps the attributes as given; ``infer_shape`` parses them (raising there is safe)."""
 
-    def __init__(self, num_filter=None, kernel=None, no_bias="True", device="auto", gpu_kernel="auto"):
-        super().__init__(need_top_grad=False)
-        self.attrs = {"num_filter": num_filter, "kernel": kernel, "no_bias": no_bias}
-        self.device, self.gpu_kernel = str(device).lower(), str(gpu_kernel)
+    KNOWN = ("num_filter", "kernel", "no_bias", "device", "gpu_kernel")
+
+    def __init__(self, **attrs):                    # never raises: unknown attributes too are
+        super().__init__(need_top_grad=False)       # reported by infer_shape
+        self.unknown = sorted(k for k in attrs if k not in self.KNOWN and not k.startswith("__"))
+        no_bias = attrs.get("no_bias", "True")
+        self.attrs = {"num_filter": attrs.get("num_filter"), "kernel": attrs.get("kernel"), "no_bias": no_bias}
+        self.device, self.gpu_kernel = str(attrs.get("device", "auto")).lower(), str(attrs.get("gpu_kernel", "auto"))
         self.with_bias = str(no_bias).strip().lower() in ("false", "0")
 
     def _parsed(self):
+        if self.unknown:
+            raise ShapeError(f"{FUSED_OP_TYPE}: unknown attribute {self.unknown[0]}; known: {', '.join(self.KNOWN)}")
         if self.attrs["num_filter"] is None or self.attrs["kernel"] is None:
             raise ShapeError(f"{FUSED_OP_TYPE} needs num_filter and kernel, e.g. num_filter=50, kernel=5")
         if self.device not in DEVICES:

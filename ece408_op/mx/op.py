@@ -22,6 +22,11 @@ turns an exception there into a segmentation fault); they are parsed in ``infer_
 reason (``failures.py``). Unknown dimensions (0 or -1: Gluon's deferred initialisation,
 ``__shape__`` hints) are filled from the data.
 
+Registration: ``lean.register`` rather than ``mx.operator.register``: one set of ctypes
+callbacks for the process and one property object per set of attribute strings, with shape and
+type inference remembered per input shapes and types, where MXNet's creator builds all of
+that again on every imperative call (``mx/lean.py``; the README's "Fixed cost of one call").
+
 MKLDNN: MXNet hands a CustomOp inputs that an MKLDNN operator left in a blocked layout as a
 temporary default-layout copy that it frees before the (asynchronous) Python forward reads it;
 see docs/mkldnn.md. ``guard_inputs`` puts a small copy in front of the operator's inputs that
@@ -57,7 +62,7 @@ from ..conv import ConvSpec, conv2d_forward_cpu, warm_up
 from ..conv.parallel import populate
 from ..conv.spec import IGNORED_ATTRS, infer_shapes
 from ..errors import Ece408Error, ShapeError
-from . import failures
+from . import failures, lean
 from .compat import import_mxnet
 from .failures import mxnet_error_line, recording  # noqa: F401  (mxnet_error_line: cli/errors.py)
 
@@ -324,7 +329,7 @@ class Conv2dForward(mx.operator.CustomOp):
                                  "train with mx.sym.Convolution and swap it in for inference")
 
 
-@mx.operator.register(OP_TYPE)
+@lean.register(OP_TYPE)
 class Conv2dForwardProp(mx.operator.CustomOpProp):
     """Keeps the attribute strings; parses them and infers shapes and types where MXNet can
     report a failure (``infer_shape``, ``infer_type``)."""
