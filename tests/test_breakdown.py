@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from conftest import python_command
-from ece408_op.cli.breakdown import START_UP, Breakdown, link_seconds, process_age
+from ece408_op.cli.breakdown import START_UP, Breakdown, link_seconds, pages_seconds, process_age
 from ece408_op.kernels.hostcopy import Record
 
 
@@ -43,6 +43,11 @@ def test_table_splits_the_inference_and_sets_layers_against_the_link():
     row = next(line for line in lines if re.match(r"\s+1\s+conv\s+ring", line))
     assert row.split()[-2:] == ["200.00", "2.00x"]                 # link ms, wall / link
     assert "HtoD 10.0 GB/s, DtoH 20.0 GB/s" in text
+    with_pages = clock.table([layer], link=(10.0, 20.0), fresh=(4.0, 8.0)).splitlines()
+    row = next(line for line in with_pages if re.match(r"\s+1\s+conv\s+ring", line))
+    assert row.split()[-2:] == ["2.00x", "500.00"]                # wall / link, pages ms
+    assert pages_seconds(layer, (4.0, 8.0)) == 0.5                     # 2 GB faulted in at 4 GB/s
+    assert "faulted in at 4.0 GB/s, copied into at 8.0 GB/s" in "\n".join(with_pages)
 
 
 def test_table_without_layers_has_no_layer_part():

@@ -108,3 +108,11 @@ def test_mode_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv(hostcopy.MODE_ENV, "teleport")
     with pytest.raises(GpuError, match="ring, registered, direct"):
         hostcopy.host_copy_mode()
+
+
+def test_fresh_memory_yardstick_measures_this_machine():
+    # both rates come from timing real work on real memory: finite and positive, and a memmove
+    # into mapped pages is not slower than a tenth of mapping them (it does no page-table work)
+    fault, copy = hostcopy.measure_fresh_memory(32 << 20, repeats=1)
+    assert 0 < fault < 1e4 and 0 < copy < 1e4
+    assert copy > fault / 10

@@ -5,7 +5,10 @@ timings come from ``kernels.hostcopy.records`` (the GPU path with MXNet's arrays
 memory), so the inference splits into the layers' copies, their Op Time, the rest of their
 calls, and the rest of the network (MXNet's own layers and its data copy). The second table
 sets each custom layer's wall time against the time its x and y take over the host link at
-the bandwidth of page-locked copies measured after the run (the target: at most 2x).
+the bandwidth of page-locked copies measured after the run (the target: at most 2x), and
+against the time this machine takes to map y's bytes of fresh memory (MXNet's output is a new
+allocation: its pages fault in on first touch), measured after the run too: no call that
+writes y there can take less.
 """
 import os
 import time
@@ -40,9 +43,10 @@ class Breakdown:
         self.parts.append((name, now - self.last))
         self.last = now
 
-    def table(self, layers=(), link=None):
+    def table(self, layers=(), link=None, fresh=None):
         """The two tables as text; ``layers`` are hostcopy Records of the inference step (the
-        last mark), ``link`` (HtoD, DtoH) GB/s or None."""
+        last mark), ``link`` (HtoD, DtoH) GB/s or None, ``fresh`` (fault-in, host copy) GB/s of
+        fresh memory (``hostcopy.measure_fresh_memory``) or None."""
         lines = ["Wall time of the run (host clock):", f"{'seconds':>9}  {'share':>6}  part"]
         total = sum(seconds for _, seconds in self.parts) or 1.0
         for i, (name, seconds) in enumerate(self.parts):
@@ -51,7 +55,7 @@ class Breakdown:
                 lines += [f"{s:9.4f}  {100 * s / total:5.1f}%    {n}" for n, s in _inference_split(seconds, layers)]
         lines.append(f"{sum(s for _, s in self.parts):9.4f}  100.0%  total")
         if layers:
-            lines += ["", _layer_table(layers, link)]
+            lines += ["", _layer_table(layers, link, fresh)]
         return "\n".join(lines)
 
 
@@ -71,12 +75,20 @@ def link_seconds(record, link):
     return record.x_bytes / (link[0] * 1e9) + record.y_bytes / (link[1] * 1e9)
 
 
-def _layer_table(layers, link):
+def pages_seconds(record, fresh):
+    """Time y's bytes of fresh memory take to fault in at ``fresh[0]`` GB/s."""
+    return record.y_bytes / (fresh[0] * 1e9)
+
+
+def _layer_table(layers, link, fresh=None):
     head = ("Custom layers against the host link"
-            + (f" (page-locked copies measured after the run: HtoD {link[0]:.1f} GB/s, DtoH {link[1]:.1f} GB/s):"
-               if link else " (link not measured):"))
+            + (f" (page-locked copies measured after the run: HtoD {link[0]:.1f} GB/s, DtoH {link[1]:.1f} GB/s)"
+               if link else " (link not measured)")
+            + (f" and fresh host memory (measured after the run: faulted in at {fresh[0]:.1f} GB/s, "
+               f"copied into at {fresh[1]:.1f} GB/s; pages = y's bytes at the first rate)" if fresh else "") + ":")
     cols = f"{'layer':>5}  {'op':5}  {'copy':10}  {'x MB':>7}  {'y MB':>7}  {'wall ms':>8}  {'in ms':>7}  " \
-           f"{'kernel ms':>9}  {'Op Time ms':>10}  {'out ms':>7}  {'link ms':>7}  wall/link"
+           f"{'kernel ms':>9}  {'Op Time ms':>10}  {'out ms':>7}  {'link ms':>7}  wall/link" \
+           + (f"  {'pages ms':>8}" if fresh else "")
     lines = [head, cols]
     for i, r in enumerate(layers, 1):
         ideal = link_seconds(r, link) if link else None
@@ -84,5 +96,6 @@ def _layer_table(layers, link):
                      f"{r.wall * 1e3:8.2f}  {r.copy_in * 1e3:7.2f}  {r.kernel_call * 1e3:9.2f}  "
                      f"{r.op_time * 1e3:10.3f}  {r.copy_out * 1e3:7.2f}  "
                      + (f"{ideal * 1e3:7.2f}  {r.wall / ideal:8.2f}x" if ideal else f"{'-':>7}  {'-':>9}")
+                     + (f"  {pages_seconds(r, fresh) * 1e3:8.2f}" if fresh else "")
                      + ("  (" + "; ".join(r.notes) + ")" if r.notes else ""))
     return "\n".join(lines)

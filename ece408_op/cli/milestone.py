@@ -167,7 +167,8 @@ def run_milestone(milestone, args, console=None, clock=None):
         say(f"\nProfile of the custom layers (CUDA events; Op Time covers the conv_forward rows only):\n"
             f"{profile.table()}")
         layers = hostcopy.records_since(first_record)
-        say("\n" + clock.table(layers, hostcopy.measure_link(device.index) if layers else None))
+        say("\n" + clock.table(layers, hostcopy.measure_link(device.index) if layers else None,
+                                hostcopy.measure_fresh_memory() if layers else None))
     return metric.get()[1]
 
 

@@ -479,3 +479,32 @@ def measure_link(device=None, nbytes=256 << 20, repeats=5):
                 times.append(start.time_till(end) / 1e3)
             rates.append(host.nbytes / float(np.median(times)) / 1e9)
     return tuple(rates)
+
+
+def measure_fresh_memory(nbytes=512 << 20, repeats=3):
+    """(fault-in GB/s, host copy GB/s): how fast this machine maps fresh memory (a new anonymous
+    mapping, as MXNet's output is; faulted in by every thread of the copy pool in SLOT_BYTES
+    pieces, transparent huge pages asked for as ``forward_into`` does) and then copies into it
+    once mapped (memmove on the pool); medians of ``repeats``. A layer call that writes y into
+    MXNet's fresh memory can take no less than y's bytes at the first rate: the yardstick for
+    what is left of its wall time after the link."""
+    faults, copies = [], []
+    for _ in range(repeats):
+        dst, src = mmap.mmap(-1, nbytes), mmap.mmap(-1, nbytes)
+        try:
+            d, s = address(np.frombuffer(dst, np.uint8)), address(np.frombuffer(src, np.uint8))
+            wait_all([pool().submit(populate, s + off, n) for off, n in pieces(0, nbytes, SLOT_BYTES)])
+            if os.environ.get(HUGEPAGES_ENV, "1").strip() != "0":
+                advise_huge(d, nbytes)
+            t = time.perf_counter()
+            wait_all([pool().submit(populate, d + off, n) for off, n in pieces(0, nbytes, SLOT_BYTES)])
+            faults.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            wait_all(copy_bytes(d, s, nbytes))
+            copies.append(time.perf_counter() - t)
+        finally:
+            del d, s
+            dst.close()
+            src.close()
+    return nbytes / float(np.median(faults)) / 1e9, nbytes / float(np.median(copies)) / 1e9
+
