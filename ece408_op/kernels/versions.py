@@ -651,8 +651,10 @@ def _read_cost(C, H, W, K):
             len(groups), len(patterns), -1), axis=-1)                # (G, P, 8n)
         first = np.ones(addresses.shape, bool)
         first[..., 1:] = addresses[..., 1:] != addresses[..., :-1]  # each distinct address once
-        banks = (addresses % 32)[..., None] == np.arange(32)
-        return (banks & first[..., None]).sum(axis=-2).max(axis=-1) @ weights
+        rows = np.arange(addresses.shape[0] * addresses.shape[1]).reshape(addresses.shape[:2] + (1,))
+        per_bank = np.bincount((rows * 32 + addresses % 32).ravel(), weights=first.ravel(),
+                               minlength=rows.size * 32)            # distinct addresses per (row, bank)
+        return per_bank.reshape(addresses.shape[:2] + (32,)).max(axis=-1) @ weights
     return offsets, cost
 
 
