@@ -59,6 +59,22 @@ def test_bench_overhead_splits_an_imperative_call_into_invoke_and_engine_wait(tm
     assert "| empty CustomOp |" in result.stdout and "until the call returns" in result.stdout
 
 
+def test_bench_memory_measures_fresh_memory_per_thread_count(tmp_path):
+    """``bench memory`` (no MXNet, no GPU): one row per thread count and huge-page choice, measured."""
+    import json
+    out = tmp_path / "memory.json"
+    result = _module("bench", "memory", "--mb", 64, "--json", out)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    cores = os.cpu_count()
+    assert sorted({r["threads"] for r in rows}) == sorted({1, min(4, cores), cores})
+    assert len(rows) == 2 * len({r["threads"] for r in rows}) and all(0 < r["GB_per_s"] < 1e4 for r in rows)
+    assert all(r["huge_pages_MB"] is None or r["huge_pages_MB"] >= -1 for r in rows)
+    assert result.stdout.count("\n| 1 | ") == 2
+    bad = _module("bench", "memory", "--mb", 0)                          # bad input: one line, exit 2
+    assert bad.returncode == 2 and bad.stderr.strip() == "--mb must be a positive number of megabytes, got 0"
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in SCRIPTS.glob("*.py")))
 def test_scripts_are_plain_files_calling_the_cli(name):
     path = SCRIPTS / name

@@ -1,5 +1,7 @@
-"""``python -m ece408_op bench cpu|overhead|zoo|gpu ...``: the CPU benchmarks against MXNet's
-built-in (need MXNet), the model-zoo table (MXNet), or the GPU one (PyCUDA and PyTorch, no MXNet)."""
+"""``python -m ece408_op bench cpu|overhead|zoo|gpu|memory ...``: the CPU benchmarks against MXNet's
+built-in (need MXNet), the model-zoo table (MXNet), the GPU one (PyCUDA and PyTorch, no MXNet), or
+how fast this machine maps fresh host memory (NumPy only: the floor under the GPU path's wall time
+with MXNet's CPU build)."""
 import json
 
 from ..errors import UsageError
@@ -7,6 +9,7 @@ from .errors import ArgumentParser, run
 
 USAGE = ("usage: ece408_op bench cpu [--layers NAME ...] [--repeats N] [--json FILE]\n"
          "       ece408_op bench overhead [--rounds N] [--json FILE]\n"
+         "       ece408_op bench memory [--mb N] [--json FILE]\n"
          "       ece408_op bench gpu [--batch N ...] [--repeats N] [--out DIR] [--sweep [--apply]]\n"
          "       ece408_op bench zoo [--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] "
          "[--json FILE]")
@@ -102,13 +105,35 @@ def zoo_command(argv):
     return 0 if all(r.ok for r in results) else 1
 
 
+def memory_command(argv):
+    from ..kernels.hostcopy import fault_in_table
+    parser = ArgumentParser(prog="ece408_op bench memory",
+                            description="How fast this machine faults in fresh anonymous memory (as MXNet's new "
+                                        "output is) with 1, 4 and all-core threads, with and without transparent "
+                                        "huge pages asked for, and how many huge pages it actually got.")
+    parser.add_argument("--mb", type=int, default=1024, help="size of each mapping in MB (default 1024)")
+    args = _parse(parser, argv)
+    if args.mb <= 0:
+        raise UsageError(f"--mb must be a positive number of megabytes, got {args.mb}")
+    rows = fault_in_table(args.mb << 20)
+    print(f"{args.mb} MB of fresh memory per row, faulted in for writing in 16 MB pieces "
+          "(MADV_POPULATE_WRITE where the kernel has it, else a write per page)")
+    print("| threads | huge pages asked | GB/s | huge pages obtained |\n| --- | --- | --- | --- |")
+    for r in rows:
+        got = "unknown" if r["huge_pages_MB"] is None else f"{r['huge_pages_MB']:.0f} MB"
+        print(f"| {r['threads']} | {'yes' if r['huge'] else 'no'} | {r['GB_per_s']:.1f} | {got} |")
+    _write_json(args.json, {"mb": args.mb, "rows": rows})
+    return 0
+
+
 def gpu_command(argv):
     from ..kernels.bench import main as gpu_main
     return gpu_main([a for a in argv if a != "--debug"])
 
 
 def command(argv):
-    commands = {"cpu": cpu_command, "gpu": gpu_command, "zoo": zoo_command, "overhead": overhead_command}
+    commands = {"cpu": cpu_command, "gpu": gpu_command, "zoo": zoo_command, "overhead": overhead_command,
+                "memory": memory_command}
     if not argv or argv[0] not in commands:
         raise UsageError(USAGE)
     return commands[argv[0]](argv[1:])

@@ -481,6 +481,34 @@ def measure_link(device=None, nbytes=256 << 20, repeats=5):
     return tuple(rates)
 
 
+def _anon_huge_kb():
+    """AnonHugePages of /proc/meminfo in kB (transparent huge pages mapped now), or None."""
+    try:
+        with open("/proc/meminfo") as handle:
+            return next((int(line.split()[1]) for line in handle if line.startswith("AnonHugePages:")), None)
+    except OSError:
+        return None
+
+
+def fault_in(nbytes, executor, huge=True):
+    """(seconds, huge-page MB gained) to fault in a new anonymous mapping of ``nbytes`` for
+    writing, in SLOT_BYTES pieces on ``executor`` (``populate``), transparent huge pages asked for
+    first where ``huge``; the mapping is released after."""
+    area = mmap.mmap(-1, nbytes)
+    try:
+        start = address(np.frombuffer(area, np.uint8))
+        if huge:
+            advise_huge(start, nbytes)
+        before = _anon_huge_kb()
+        t = time.perf_counter()
+        wait_all([executor.submit(populate, start + off, n) for off, n in pieces(0, nbytes, SLOT_BYTES)])
+        seconds = time.perf_counter() - t
+        after = _anon_huge_kb()
+        return seconds, (after - before) / 1024 if before is not None and after is not None else None
+    finally:
+        area.close()
+
+
 def measure_fresh_memory(nbytes=512 << 20, repeats=3):
     """(fault-in GB/s, host copy GB/s): how fast this machine maps fresh memory (a new anonymous
     mapping, as MXNet's output is; faulted in by every thread of the copy pool in SLOT_BYTES
@@ -488,23 +516,33 @@ def measure_fresh_memory(nbytes=512 << 20, repeats=3):
     once mapped (memmove on the pool); medians of ``repeats``. A layer call that writes y into
     MXNet's fresh memory can take no less than y's bytes at the first rate: the yardstick for
     what is left of its wall time after the link."""
-    faults, copies = [], []
-    for _ in range(repeats):
-        dst, src = mmap.mmap(-1, nbytes), mmap.mmap(-1, nbytes)
-        try:
-            d, s = address(np.frombuffer(dst, np.uint8)), address(np.frombuffer(src, np.uint8))
-            wait_all([pool().submit(populate, s + off, n) for off, n in pieces(0, nbytes, SLOT_BYTES)])
-            if os.environ.get(HUGEPAGES_ENV, "1").strip() != "0":
-                advise_huge(d, nbytes)
-            t = time.perf_counter()
-            wait_all([pool().submit(populate, d + off, n) for off, n in pieces(0, nbytes, SLOT_BYTES)])
-            faults.append(time.perf_counter() - t)
+    huge = os.environ.get(HUGEPAGES_ENV, "1").strip() != "0"
+    faults = [fault_in(nbytes, pool(), huge)[0] for _ in range(repeats)]
+    copies = []
+    src, dst = mmap.mmap(-1, nbytes), mmap.mmap(-1, nbytes)
+    try:
+        s, d = address(np.frombuffer(src, np.uint8)), address(np.frombuffer(dst, np.uint8))
+        wait_all([pool().submit(populate, a + off, n) for a in (s, d) for off, n in pieces(0, nbytes, SLOT_BYTES)])
+        for _ in range(repeats):
             t = time.perf_counter()
             wait_all(copy_bytes(d, s, nbytes))
             copies.append(time.perf_counter() - t)
-        finally:
-            del d, s
-            dst.close()
-            src.close()
+    finally:
+        src.close()
+        dst.close()
     return nbytes / float(np.median(faults)) / 1e9, nbytes / float(np.median(copies)) / 1e9
 
+
+def fault_in_table(nbytes=1 << 30, threads=None):
+    """Rows {threads, huge, GB_per_s, huge_pages_MB} for ``bench memory``: fresh memory faulted in
+    by 1, 4 and all-core threads, with and without transparent huge pages asked for."""
+    from concurrent.futures import ThreadPoolExecutor as Executor
+    cores = os.cpu_count() or 1
+    rows = []
+    for count in threads or sorted({1, min(4, cores), cores}):
+        with Executor(max_workers=count) as executor:
+            for huge in (False, True):
+                seconds, gained = fault_in(nbytes, executor, huge)
+                rows.append({"threads": count, "huge": huge, "GB_per_s": nbytes / seconds / 1e9,
+                             "huge_pages_MB": gained})
+    return rows
