@@ -137,3 +137,19 @@ def test_forward_and_backward_errors_reach_the_caller_with_their_reason():
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.count("test_lean_fails: forward refused") == 2 and result.stdout.count("caught:") == 2
+
+
+def test_the_fused_operator_reports_an_unknown_attribute_instead_of_crashing():
+    # its property once took named arguments only: an unknown one raised in the constructor
+    result = _fresh("""
+        import ece408_op, mxnet as mx
+        x, w = mx.nd.ones((1, 1, 8, 8)), mx.nd.ones((2, 1, 3, 3))
+        try:
+            mx.nd.Custom(x, w, op_type="ece408_conv_tanh_pool", num_filter=2, kernel=3, colour="red").wait_to_read()
+        except mx.base.MXNetError as exc:
+            print("caught:", str(exc).splitlines()[0])
+        print(mx.nd.Custom(x, w, op_type="ece408_conv_tanh_pool", num_filter=2, kernel=3).shape)
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "caught: ece408_conv_tanh_pool: unknown attribute colour; known: num_filter, kernel" in result.stdout
+    assert "(1, 2, 3, 3)" in result.stdout
