@@ -146,15 +146,25 @@ def _creator(op_type, argc, keys, values, ret):
         return _failed(exc, sync=True)
 
 
-def _prop_delete(context):
+def _release(forget, context):
+    """A delete callback's work under the lock; never fails (MXNet frees its graphs at exit, after
+    this module's globals may be gone)."""
     try:
         with _lock:
-            entry = _props.get(context)
-            if entry is not None:
-                entry.users -= 1
-    except Exception:              # noqa: BLE001  MXNet frees its graphs at exit, after this module
+            forget(context)
+    except Exception:              # noqa: BLE001
         pass
     return 1
+
+
+def _prop_unused(context):
+    entry = _props.get(context)
+    if entry is not None:
+        entry.users -= 1
+
+
+def _prop_delete(context, _release=_release, _forget=_prop_unused):   # bound now: see _release
+    return _release(_forget, context)
 
 
 def _list_arguments(out, context):
@@ -172,26 +182,33 @@ def _list_aux(out, context):
     return 1
 
 
+def _flatten(result, count, what):
+    """An inference result's entries (inputs, outputs, aux states if given), checked to be ``count``."""
+    every = list(result[0]) + list(result[1]) + (list(result[2]) if len(result) > 2 else [])
+    if len(every) != count:
+        raise ValueError(f"{what} returned {len(every)} entries for {count} arrays")
+    return every
+
+
+def _fill(target, values):
+    """Write ``values`` into the C array MXNet passed."""
+    for i, value in enumerate(values):
+        target[i] = value
+
+
 def _infer_shape(count, ndims, shapes, context):
     try:
         entry = _props[context]
-        n_in = entry.counts[0]
-        given = tuple(tuple(shapes[i][j] for j in range(ndims[i])) for i in range(n_in))
+        given = tuple(tuple(shapes[i][j] for j in range(ndims[i])) for i in range(entry.counts[0]))
         known = entry.shapes.get(given)
         if known is None:
-            result = entry.prop.infer_shape([list(s) for s in given])
-            inputs, outputs = result[0], result[1]
-            aux = result[2] if len(result) > 2 else []
-            every = [tuple(int(d) for d in s) for s in list(inputs) + list(outputs) + list(aux)]
-            if len(every) != count:
-                raise ValueError(f"infer_shape returned {len(every)} shapes for {count} arrays")
+            every = [tuple(int(d) for d in s)
+                     for s in _flatten(entry.prop.infer_shape([list(s) for s in given]), count, "infer_shape")]
             arrays = [(mx_int * max(1, len(s)))(*s) for s in every]
             known = _remember(entry.shapes, given, (arrays, [ctypes.cast(a, POINTER(mx_int)) for a in arrays],
                                                     [len(s) for s in every]))
-        _, pointers, dims = known
-        for i in range(count):
-            shapes[i] = pointers[i]
-            ndims[i] = dims[i]
+        _fill(shapes, known[1])
+        _fill(ndims, known[2])
         return 1
     except Exception as exc:                   # noqa: BLE001
         return _failed(exc, sync=True)
@@ -204,12 +221,8 @@ def _infer_type(count, types, context):
         known = entry.types.get(given)
         if known is None:
             result = entry.prop.infer_type([_DTYPE_MX_TO_NP[t] for t in given])
-            every = list(result[0]) + list(result[1]) + (list(result[2]) if len(result) > 2 else [])
-            if len(every) != count:
-                raise ValueError(f"infer_type returned {len(every)} types for {count} arrays")
-            known = _remember(entry.types, given, [_DTYPE_NP_TO_MX[t] for t in every])
-        for i in range(count):
-            types[i] = known[i]
+            known = _remember(entry.types, given, [_DTYPE_NP_TO_MX[t] for t in _flatten(result, count, "infer_type")])
+        _fill(types, known)
         return 1
     except Exception as exc:                   # noqa: BLE001
         return _failed(exc, sync=True)
@@ -217,19 +230,17 @@ def _infer_type(count, types, context):
 
 def _infer_storage(count, stypes, context):
     try:
-        for i in range(_props[context].counts[0]):
-            if stypes[i] not in (DEFAULT_STORAGE, -1):
-                raise ValueError(f"input {i} is a sparse array; only dense (default storage) arrays are supported")
-        for i in range(count):
-            stypes[i] = DEFAULT_STORAGE
+        sparse = [i for i in range(_props[context].counts[0]) if stypes[i] not in (DEFAULT_STORAGE, -1)]
+        if sparse:
+            raise ValueError(f"input {sparse[0]} is a sparse array; only dense (default storage) arrays are supported")
+        _fill(stypes, [DEFAULT_STORAGE] * count)
         return 1
     except Exception as exc:                   # noqa: BLE001
         return _failed(exc, sync=True)
 
 
 def _infer_storage_backward(count, stypes, tags, context):
-    for i in range(count):
-        stypes[i] = DEFAULT_STORAGE
+    _fill(stypes, [DEFAULT_STORAGE] * count)
     return 1
 
 
@@ -308,13 +319,12 @@ def _backward(count, handles, tags, reqs, is_train, context):
         return _failed(exc, sync=False)
 
 
-def _op_delete(context):
-    try:
-        with _lock:
-            _ops.pop(context, None)
-    except Exception:              # noqa: BLE001  (as in _prop_delete)
-        pass
-    return 1
+def _op_forget(context):
+    _ops.pop(context, None)
+
+
+def _op_delete(context, _release=_release, _forget=_op_forget):       # bound now: see _release
+    return _release(_forget, context)
 
 
 class _Refused(mx.operator.CustomOpProp):
