@@ -153,3 +153,19 @@ def test_the_fused_operator_reports_an_unknown_attribute_instead_of_crashing():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "caught: ece408_conv_tanh_pool: unknown attribute colour; known: num_filter, kernel" in result.stdout
     assert "(1, 2, 3, 3)" in result.stdout
+
+
+def test_unused_properties_are_forgotten_and_used_ones_kept():
+    # a symbol holds its property (MXNet keeps the callbacks of its node): it must outlive the
+    # forgetting of unused ones that more than CACHE_MAX distinct attribute sets trigger
+    kept = mx.sym.Custom(mx.sym.Variable("data"), mx.sym.Variable("offset"), op_type="test_lean_double",
+                         scale="kept")
+    x, one = mx.nd.ones((1, 2)), mx.nd.ones((1,))
+    for i in range(lean.CACHE_MAX + 20):
+        mx.nd.Custom(x, one, op_type="test_lean_double", scale=f"s{i}").wait_to_read()
+    assert len(lean._by_attrs) <= lean.CACHE_MAX + 1
+    assert kept.infer_shape(data=(3, 2))[1] == [(3, 2)]
+    ex = kept.simple_bind(mx.cpu(), grad_req="null", data=(1, 2), offset=(1,))
+    ex.arg_dict["data"][:] = 1
+    ex.arg_dict["offset"][:] = 2
+    np.testing.assert_array_equal(ex.forward(is_train=False)[0].asnumpy(), [[4.0, 4.0]])

@@ -120,8 +120,10 @@ def _creator(op_type, argc, keys, values, ret):
     try:
         attrs = tuple((keys[i], values[i]) for i in range(argc))
         key = (op_type, attrs)
-        with _lock:
-            entry = _by_attrs.get(key)
+        with _lock:                            # counted as used under the lock that finds it, so
+            entry = _by_attrs.get(key)         # that no other thread can forget it in between
+            if entry is not None:
+                entry.users += 1
         if entry is None:
             cls = _classes[op_type.decode()]
             kwargs = {k.decode(): v.decode() for k, v in attrs}
