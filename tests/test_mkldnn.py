@@ -163,15 +163,21 @@ def test_nd_calls_chained_after_builtin_operators(data, reference):
     _check(outputs, reference, "nd.Custom after built-in operators")
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # the garbage it reads
 def test_control_without_guards_the_scenario_reaches_mxnet_bug(data, reference):
     # The scenario above does reach MXNet's bug: without the guards the same SymbolBlock reads
-    # the freed temporary copy MXNet made of the MKLDNN-layout weight, in some of 20 runs.
-    net = _initialised(Net())
-    _load(net, reference[1])
-    block = swap_convolutions(net, guard=False, select=SWAP).result
+    # the freed temporary copy MXNet made of the MKLDNN-layout weight. How often depends on what
+    # reuses that memory first: 1 to 83 runs in 100 per network instance (measured), so the
+    # control tries up to 10 fresh instances of 100 runs and stops at the first wrong result.
     want, scale = reference[0][0], np.abs(reference[0][0]).max()
-    wrong = 0
-    for _ in range(20):
-        net(data)
-        wrong += np.abs(block(data)[0].asnumpy() - want).max() / scale > 1e-3
-    assert wrong > 0, "no wrong result without the guards: has MXNet's CustomOp handling changed?"
+    runs = 0
+    for _ in range(10):
+        net = _initialised(Net())
+        _load(net, reference[1])
+        block = swap_convolutions(net, guard=False, select=SWAP).result
+        for _ in range(100):
+            runs += 1
+            net(data)
+            if np.abs(block(data)[0].asnumpy() - want).max() / scale > 1e-3:
+                return
+    pytest.fail(f"no wrong result in {runs} runs without the guards: has MXNet's CustomOp handling changed?")
