@@ -536,11 +536,10 @@ def measure_fresh_memory(nbytes=512 << 20, repeats=3):
 def fault_in_table(nbytes=1 << 30, threads=None):
     """Rows {threads, huge, GB_per_s, huge_pages_MB} for ``bench memory``: fresh memory faulted in
     by 1, 4 and all-core threads, with and without transparent huge pages asked for."""
-    from concurrent.futures import ThreadPoolExecutor as Executor
     cores = os.cpu_count() or 1
     rows = []
     for count in threads or sorted({1, min(4, cores), cores}):
-        with Executor(max_workers=count) as executor:
+        with ThreadPoolExecutor(max_workers=count) as executor:
             for huge in (False, True):
                 seconds, gained = fault_in(nbytes, executor, huge)
                 rows.append({"threads": count, "huge": huge, "GB_per_s": nbytes / seconds / 1e9,

@@ -138,14 +138,15 @@ class _EmptyLeanProp(_EmptyProp):
 
 
 CHAIN = 50
+EMPTY_OPS = {"empty": "ece408_bench_empty", "empty_lean": "ece408_bench_empty_lean"}
 
 
 def _chain(kind):
     x = mx.sym.Variable("data")
     for i in range(CHAIN):
         w = mx.sym.Variable(f"w{i}")
-        if kind in ("empty", "empty_lean"):
-            x = mx.sym.Custom(x, w, op_type="ece408_bench_empty" + kind[5:], name=f"c{i}")
+        if kind in EMPTY_OPS:
+            x = mx.sym.Custom(x, w, op_type=EMPTY_OPS[kind], name=f"c{i}")
         else:
             x = mx.sym.Convolution(x, w, kernel=(1, 1), num_filter=1, no_bias=True, name=f"c{i}")
     return x

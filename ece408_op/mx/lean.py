@@ -29,13 +29,12 @@ registered properties require anyway).
 """
 import ctypes
 import itertools
-import os
 import threading
 import traceback
 from ctypes import CFUNCTYPE, POINTER, c_char, c_char_p, c_int, c_void_p
 
 from .compat import import_mxnet
-from .failures import record
+from .failures import _debug, record
 
 mx = import_mxnet()
 
@@ -68,10 +67,6 @@ _classes = {}                    # op_type -> property class
 _contexts = {}                   # 'cpu(0)' -> mx.Context
 
 
-def _debug():
-    return os.environ.get("ECE408_DEBUG", "") not in ("", "0")
-
-
 def _failed(exc, sync):
     """Record ``exc`` for the MXNetError MXNet raises next; 0 is MXNet's failure return."""
     record(exc, sync)
@@ -94,10 +89,9 @@ class _Prop:
         self.prop = prop
         self.id = next(_ids)
         self.users = 0
-        self.arguments = _names(prop.list_arguments())
-        self.outputs = _names(prop.list_outputs())
-        self.aux = _names(prop.list_auxiliary_states())
-        self.counts = (len(prop.list_arguments()), len(prop.list_outputs()), len(prop.list_auxiliary_states()))
+        lists = (prop.list_arguments(), prop.list_outputs(), prop.list_auxiliary_states())
+        self.arguments, self.outputs, self.aux = (_names(names) for names in lists)
+        self.counts = tuple(len(names) for names in lists)
         self.shapes = {}
         self.types = {}
         self.deps = {}
