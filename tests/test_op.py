@@ -224,8 +224,9 @@ def test_exit_with_work_still_queued_is_clean():
 
 
 def test_parsed_attributes_are_remembered_per_attribute_set_and_errors_are_not():
-    """MXNet builds a new property object for every imperative call: the attribute strings are
-    parsed once per distinct set, and a bad set fails again every time (nothing cached)."""
+    """Properties built again (MXNet's own registration built one per imperative call; lean.register
+    rebuilds those it forgot): the attribute strings are parsed once per distinct set, and a bad
+    set fails again every time (nothing cached)."""
     attrs = {"num_filter": "8", "kernel": "(3, 3)", "pad": "(1, 1)", "device": "cpu"}
     first = op._parsed(attrs)
     assert op._parsed(dict(reversed(list(attrs.items())))) is first            # same set, any order
