@@ -45,6 +45,19 @@ def test_explicit_versions_run_or_say_why(gpu, version, rng):
     assert np.all(np.abs(y - ref) <= bound)
 
 
+def test_fast_runs_winograd_on_a_networks_3x3_layers(gpu):
+    # gpu_kernel=fast on a whole network: v12 on its 3x3 stride-1 layers (64-512 channels), the default on
+    # the stem, the stride-2 and the 1x1 layers; the swapped network agrees with the original.
+    from ece408_op import kernels
+    with gpu.profiling() as profile:
+        result = zoo.validate("resnet18_v1", batch=2, device="gpu", gpu_kernel="fast")
+    assert result.swapped == result.convolutions
+    assert all(err <= zoo.TOLERANCE for err in result.max_rel.values()), result.max_rel
+    assert all(result.argmax_equal.values()), result.argmax_equal
+    ran = {name for name in profile.samples if name.startswith("conv_forward v")}
+    assert "conv_forward v12 winograd" in ran and len(ran) >= 2, ran
+
+
 @pytest.mark.parametrize("name", ["resnet18_v1", "inceptionv3"])
 def test_model_zoo_on_the_gpu_path(gpu, name):
     result = zoo.validate(name, batch=2, device="gpu")

@@ -40,6 +40,8 @@ def _sample(b, seed):
 
 def test_every_version_runs_on_at_least_25_of_the_shapes():
     for number in kernels.VERSIONS:
+        if number == 12:              # 3x3 stride-1 layers of 16 channels or more only: WINOGRAD below
+            continue
         runs = [s for s in SHAPES if kernels.VERSIONS[number].unsupported(kernels.ConvShape(*s[1:])) is None]
         assert len(runs) >= 25, f"v{number} supports only {len(runs)} test shapes"
 
@@ -265,3 +267,84 @@ def test_profile_table_format():
     assert lines[0].split() == ["Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"]
     assert lines[1].endswith("[CUDA memcpy DtoH] y") and "96.77%" in lines[1]
     assert "2" in lines[2].split() and "500.000us" in lines[2].replace(" ", "")
+
+
+# v12 (Winograd F(4x4, 3x3)): 3x3 stride-1 layers of 16 channels or more; output planes whose sides are
+# and are not multiples of the 4x4 tile, padding 0, 1 and uneven, a bias, ResNet-18's stride-1 layers.
+WINOGRAD = [
+    (3, 16, 9, 11, 5, dict(kernel=3, pad=1)), (5, 32, 10, 10, 40, dict(kernel=3)),
+    (3, 20, 13, 6, 7, dict(kernel=3, pad="(1, 0)", no_bias="False")), (2, 64, 56, 56, 64, dict(kernel=3, pad=1)),
+    (4, 128, 28, 28, 128, dict(kernel=3, pad=1, no_bias="False")), (2, 256, 14, 14, 256, dict(kernel=3, pad=1)),
+    (2, 512, 7, 7, 512, dict(kernel=3, pad=1, no_bias="False")), (700, 16, 6, 6, 3, dict(kernel=3, pad=1)),
+]
+
+
+def test_winograd_runs_its_layers_and_refuses_the_rest():
+    v12 = kernels.VERSIONS[12]
+    for b, c, h, w, m, attrs in WINOGRAD:
+        spec, x, k, _ = _general_data(1, c, h, w, m, attrs, 0)
+        assert v12.unsupported(kernels.ConvShape.of(x.shape, k.shape, spec)) is None, attrs
+    assert "3x3" in v12.unsupported(kernels.ConvShape(64, 56, 56, 128, 3, 3, 2, 2, 1, 1))      # stride 2
+    assert "3x3" in v12.unsupported(kernels.ConvShape(64, 28, 28, 64, 5))
+    assert "channels" in v12.unsupported(kernels.ConvShape(3, 224, 224, 64, 3, PH=1, PW=1))   # VGG's first
+    runs = [s for s in SHAPES if v12.unsupported(kernels.ConvShape(*s[1:])) is None]
+    assert runs == [s for s in SHAPES if s[1] >= 16 and s[5] == 3] != []
+
+
+@pytest.mark.parametrize("gemm", [8, 9])
+@pytest.mark.parametrize("layer", WINOGRAD, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
+def test_winograd_matches_reference(gpu, gemm, layer):
+    from ece408_op.conv import reference_and_bound
+    spec, x, k, bias = _general_data(*layer, seed=gemm)
+    x = x / 255 - 0.5                                        # full mantissas, both signs
+    shape = kernels.ConvShape.of(x.shape, k.shape, spec)
+    import pycuda.gpuarray as gpuarray
+    with gpu.active():
+        plan = kernels.plan_for(gpu, shape, 12, {"V12_GEMM": gemm})
+        xd, kd = gpuarray.to_gpu(x), gpuarray.to_gpu(k)
+        bias_d = gpuarray.to_gpu(bias) if bias is not None else None     # (held until the forward is done)
+        bd = int(bias_d.gpudata) if bias_d is not None else 0
+        yd = gpuarray.empty(spec.output_shape(x.shape), np.float32)
+        yd.fill(np.nan)
+        plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), bd, len(x))
+        y = yd.get()
+        assert plan.winograd_gemm.version.number == gemm
+        assert kernels.plan_for(gpu, shape, 12, {"V12_GEMM": gemm, "V12_CHUNK_MB": 1}) is not plan   # its own plan
+    images = _sample(len(x), gemm)
+    ref, bound = reference_and_bound(x[images], k, bias, spec)
+    ratio = np.abs(y[images] - ref) / bound
+    assert ratio.max() <= 0.25, f"v12 (GEMM v{gemm}) {layer}: error up to {ratio.max():.3f}x the float32 bound"
+
+
+def test_winograd_in_chunks_of_images(gpu, monkeypatch):
+    # Chunks of 3 images: 10 images in 4 chunks, each at its own offset.
+    v12 = kernels.VERSIONS[12]
+    spec, x, k, bias = _general_data(10, 32, 12, 12, 24, dict(kernel=3, pad=1, no_bias="False"), 3)
+    inner = kernels.ConvShape.of(x.shape, k.shape, spec)
+    per_image = v12.POINTS * 9 * (32 + 24) * 4                     # 3 x 3 tiles of 36 points, C + M planes
+    assert v12.images_per_chunk(inner, 10000, {"V12_CHUNK_MB": 1}) == (1 << 20) // per_image
+    assert v12.images_per_chunk(inner, 10, {"V12_CHUNK_MB": 2}) == 10
+    monkeypatch.setattr(type(v12), "images_per_chunk", lambda self, inner, batch, overrides=None: 3)
+    y, _ = kernels.conv2d_forward_gpu(x, k, bias, spec, version=12)
+    from ece408_op.conv import reference_and_bound
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    assert (np.abs(y - ref) <= bound).all()
+
+
+def test_winograd_error_follows_the_tile_not_the_window(gpu):
+    # Why v12 is never a default: zero 3x3 windows inside tiles with large values. The direct sum gives
+    # those outputs exactly 0 (the elementwise bound there is 1e-6); Winograd mixes the 6x6 tile, so they
+    # carry rounding of the tile's magnitude, still tiny against the layer's values.
+    from ece408_op.conv import ConvSpec, reference_and_bound
+    rng = np.random.default_rng(5)
+    spec = ConvSpec.from_attrs(num_filter="32", kernel="3", pad="1")
+    x = rng.standard_normal((2, 64, 28, 28)).astype(np.float32)
+    stripes = np.arange(28) // 3 % 2 == 0
+    x *= stripes[:, None] & stripes[None, :]
+    k = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    ref, bound = reference_and_bound(x, k, None, spec)
+    direct, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=8)
+    wino, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=12)
+    assert (np.abs(direct - ref) <= bound).all()
+    assert (np.abs(wino - ref) > bound).any()
+    assert np.abs(wino - ref).max() <= 1e-5 * np.abs(ref).max()

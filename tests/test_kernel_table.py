@@ -59,6 +59,38 @@ def test_defaults_table_picks_the_measured_version(tmp_path, monkeypatch):
     assert kernels.VERSIONS[7].unsupported(big) and kernels.default_version(big, "Some GPU") == 8
 
 
+def test_winograd_is_never_a_default(tmp_path, monkeypatch):
+    resnet = S(128, 28, 28, 128, 3, PH=1, PW=1)
+    assert kernels.VERSIONS[12].unsupported(resnet) is None and kernels.default_version(resnet) != 12
+    path = tmp_path / "defaults.json"
+    path.write_text(json.dumps({"Some GPU": {"shapes": {kernels.shape_key(resnet): 12}}}))
+    monkeypatch.setattr(versions, "DEFAULTS_FILE", path)
+    assert kernels.default_version(resnet, "Some GPU") == kernels.default_version(resnet)   # the table's 12 ignored
+    assert kernels.choose_version("12", resnet, "Some GPU") == 12                          # asked for: runs
+    result = {"layers": [{"name": "L"}], "rows": [_row("L", 64, "v12 winograd", 0.1), _row("L", 64, "v9 tensor", 0.3)]}
+    assert suite.choose_defaults(result) == {"K": 9}
+    with pytest.raises(ValueError, match="V12_GEMM"):
+        # bad input: a GEMM version v12 cannot use
+        kernels.module_defines(resnet, {"V12_GEMM": 7})
+
+
+def test_fast_is_winograd_where_it_runs_else_the_default(monkeypatch):
+    resnet, stride2, course = S(128, 28, 28, 128, 3, PH=1, PW=1), S(64, 56, 56, 128, 3, 3, 2, 2, 1, 1), S(1, 28, 28, 50, 5)
+    assert kernels.parse_version(" Fast ") == versions.FAST
+    assert kernels.choose_version("fast", resnet, "NVIDIA H100 80GB HBM3") == 12
+    for shape in (stride2, course):
+        assert kernels.choose_version("fast", shape, "NVIDIA H100 80GB HBM3") == kernels.default_version(
+            shape, "NVIDIA H100 80GB HBM3") != 12
+    monkeypatch.setenv(versions.KERNEL_ENV, "fast")
+    assert kernels.choose_version(None, resnet) == 12 and kernels.choose_version("auto", course) == 7
+    with pytest.raises(ShapeError, match="v12 winograd cannot run this layer"):
+        # bad input: v12 asked for by number on a layer it cannot run (fast would fall back)
+        kernels.choose_version("12", stride2)
+    with pytest.raises(Exception, match="choose auto, fast"):
+        # bad input: an unknown kernel name; the message lists fast
+        kernels.parse_version("fastest")
+
+
 def test_committed_defaults_name_real_versions_and_measured_shapes():
     known = {kernels.shape_key(layer.shape()) for layer in suite.LAYERS}
     for device, entry in versions.load_defaults().items():

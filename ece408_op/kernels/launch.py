@@ -12,7 +12,7 @@ from ..conv.spec import ConvSpec
 from ..errors import GpuError, ShapeError
 from .device import GpuDevice, cuda_error_line
 from .shape import ConvShape
-from .versions import FUSED, VERSIONS, choose_version, parse_version, plan_defines
+from .versions import FUSED, VERSIONS, choose_version, plan_defines
 
 SHARED_DEFAULT_LIMIT = 48 * 1024     # dynamic shared memory beyond this needs the function's opt-in
 
@@ -61,6 +61,7 @@ class ConvPlan(_TimedPlan):
 
     def __init__(self, device, shape, version, tuning_overrides=None):
         self.device, self.shape, self.version = device, shape, VERSIONS[version]
+        self.tuning_overrides = dict(tuning_overrides or {})
         self.inner = self.version.inner(shape)
         self.defines = plan_defines(version, self.inner, tuning_overrides)   # the launch sizes its grid from them
         module = device.module(self.defines)
@@ -172,7 +173,7 @@ def fused_plan_for(device, shape, version=None, tuning_overrides=None):
         return device.plan(key, lambda: FusedPlan(device, shape, None, tuning_overrides))
     if shape.HO < 2 or shape.WO < 2:
         raise ShapeError(f"the {shape.HO}x{shape.WO} convolution output has no 2x2 window to pool")
-    number = choose_version(None if text in (None, "", "auto") else parse_version(version), shape, device.name)
+    number = choose_version(None if text in (None, "", "auto") else version, shape, device.name)
     conv = plan_for(device, shape, number, tuning_overrides)
     return device.plan(("fused+conv", conv), lambda: FusedPlan(device, shape, conv))
 

@@ -35,7 +35,7 @@ from .versions import DEFAULTS_FILE, FUSED, VERSIONS, load_defaults, shape_key
 COURSE_BATCHES = (100, 1000, 10000, 100000)
 BASELINE_LIMIT = 100000         # the unfused baselines of the fused layer run below this batch (memory)
 LADDER_BATCH = 10000            # course layers: every version at this batch; elsewhere only FAST ones
-FAST = (7, 8, 9, 10, 11)        # besides the default version
+FAST = (7, 8, 9, 10, 11, 12)    # besides the default version
 
 
 @dataclass(frozen=True)
@@ -249,10 +249,12 @@ def run_suite(repeats=10, quick=False, layers=None, log=print, progress=None):
 
 def choose_defaults(result):
     """{shape key: version}: per layer, the fastest of our versions at its largest measured batch,
-    among those valid at every batch measured; v9 (3xTF32) only if valid on every row of the layer."""
+    among those valid at every batch measured; v9 (3xTF32) only if valid on every row of the layer; never
+    a version that is not ``defaultable`` (v12)."""
     table = {}
     for layer in result["layers"]:
-        rows = [r for r in result["rows"] if r["layer"] == layer["name"] and r["kind"] == "conv" and r["entry"] != "cudnn"]
+        rows = [r for r in result["rows"] if r["layer"] == layer["name"] and r["kind"] == "conv" and r["entry"] != "cudnn"
+                and VERSIONS[int(r["entry"].split()[0][1:])].defaultable]
         if not rows:
             continue
         invalid = {r["entry"] for r in rows if not r["valid"]}
@@ -524,6 +526,9 @@ def suite_modules(quick=False):
         shape = layer.shape()
         sets += [plan_defines(n, VERSIONS[n].inner(shape)) for n in VERSIONS if VERSIONS[n].unsupported(shape) is None]
         sets += [plan_defines(FUSED, shape.unpadded())]
+        if VERSIONS[12].unsupported(shape) is None:          # v12's GEMMs: a plan of v8 or v9 of their own
+            number, overrides = VERSIONS[12].gemm_tuning(shape)
+            sets += [plan_defines(number, VERSIONS[12].gemm_shape(shape), overrides)]
         if layer.name in TILE_LAYERS:
             sets += [defines for _, _, defines in tile_configs(layer)]
     return sets

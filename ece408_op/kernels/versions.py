@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import GpuError, ShapeError
 from . import tuning
+from .shape import ConvShape
 
 KERNEL_ENV = "ECE408_KERNEL"
 DEFAULTS_FILE = Path(__file__).with_name("defaults.json")
@@ -48,6 +49,7 @@ class Version:
     general = False           # computes padding, stride, dilation, groups, rectangular kernels, bias itself
     tuning_keys = ()          # the tuning overrides it takes (see module_defines)
     exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
+    defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -508,6 +510,94 @@ class Resident(Version):
                         shared=plan.shared_bytes)
 
 
+class Winograd(Version):
+    """Winograd F(4x4, 3x3) for 3x3 stride-1 layers: filter and input transforms, 36 GEMMs (v8's or v9's
+    kernel on a grouped 1x1 convolution, V12_GEMM; V8_*/V9_* overrides go to that GEMM's plan), the
+    output transform, a chunk of images at a time (V12_CHUNK_MB of transformed input and GEMM output: a
+    chunk that fits in L2 is read back from it). Opt-in only (``defaultable``): its error follows each
+    6x6 input tile's magnitude, not each output's own window, so it can exceed the elementwise float32
+    bound the default versions keep (docs/kernel-notes.md)."""
+    number, name, kernels = 12, "winograd", ("wino_filter", "wino_input", "wino_output")
+    general = True
+    exact = False
+    defaultable = False
+    tuning_keys = ("V12_GEMM", "V12_CHUNK_MB")
+    MIN_C = 16                # fewer channels: its error nears the bound even on random data (measured)
+    POINTS = 36               # 6x6 transform points
+    CHUNK_MB = 1024           # default V12_CHUNK_MB
+
+    @staticmethod
+    def tiles(inner):
+        return math.ceil(inner.HO / 4), math.ceil(inner.WO / 4)
+
+    def values(self, tuning_overrides=None):
+        values = {"V12_GEMM": 0, "V12_CHUNK_MB": self.CHUNK_MB, **self.own(tuning_overrides)}
+        values = {k: int(v) for k, v in values.items()}
+        if values["V12_GEMM"] not in (0, 8, 9):
+            raise ValueError(f"V12_GEMM must be 8, 9 or 0 (by the layer), not {values['V12_GEMM']}")
+        if values["V12_CHUNK_MB"] < 1:
+            raise ValueError(f"V12_CHUNK_MB must be at least 1, not {values['V12_CHUNK_MB']}")
+        return values
+
+    def gemm_shape(self, inner):
+        """The 36 GEMMs as one grouped 1x1 convolution: 36*C channels of TH x TW tiles -> 36*M filters."""
+        th, tw = self.tiles(inner)
+        return ConvShape(self.POINTS * inner.C, th, tw, self.POINTS * inner.M, 1, G=self.POINTS)
+
+    def gemm_tuning(self, inner, tuning_overrides=None):
+        """(version, overrides) of the GEMMs' plan. V12_GEMM 0 (the default) picks by the layer, from the
+        tile sweep on ResNet-18's stride-1 layers (H100, docs/kernel-notes.md): below 128 channels v8 in
+        128 positions x 64 filters (C=64: 0.246 ms, v9's best 0.265); else v9 in 2 x 2 warps of 4 filter
+        fragments and 2 position fragments (4 from 256 channels). V8_*/V9_* overrides replace the tile."""
+        number = self.values(tuning_overrides)["V12_GEMM"] or (8 if inner.C < 128 else 9)
+        given = {k: v for k, v in (tuning_overrides or {}).items() if k.startswith(f"V{number}_")}
+        if given:
+            return number, given
+        if number == 8:
+            return 8, {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 8}
+        return 9, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4 if inner.C >= 256 else 2, "V9_NI": 4}
+
+    def limits(self, inner, tuning_overrides=None):
+        s = inner
+        if (s.KH, s.KW, s.SH, s.SW, s.DH, s.DW, s.G) != (3, 3, 1, 1, 1, 1, 1):
+            return "needs a 3x3 kernel, stride 1, no dilation and one group"
+        if s.C < self.MIN_C:
+            return f"{s.C} channels: below {self.MIN_C} its error nears the float32 bound"
+        number, overrides = self.gemm_tuning(s, tuning_overrides)
+        return VERSIONS[number].limits(self.gemm_shape(s), overrides)
+
+    def defines(self, inner, tuning_overrides=None):
+        return self.values(tuning_overrides)      # (not read by its kernels: they key the plan)
+
+    def images_per_chunk(self, inner, batch, tuning_overrides=None):
+        th, tw = self.tiles(inner)
+        per_image = self.POINTS * th * tw * (inner.C + inner.M) * 4
+        return max(1, min(batch, (self.values(tuning_overrides)["V12_CHUNK_MB"] << 20) // per_image))
+
+    def launch(self, plan, y, x, k, bias, batch):
+        from .launch import plan_for          # (launch imports this module)
+        s, dev, overrides = plan.inner, plan.device, plan.tuning_overrides
+        gemm = getattr(plan, "winograd_gemm", None)
+        if gemm is None:
+            gemm = plan.winograd_gemm = plan_for(dev, self.gemm_shape(s), *self.gemm_tuning(s, overrides))
+        th, tw = self.tiles(s)
+        tt = th * tw
+        u = int(dev.buffer("winograd U", self.POINTS * s.M * s.C * 4))
+        chunk = self.images_per_chunk(s, batch, overrides)
+        v = int(dev.buffer("winograd V", chunk * self.POINTS * s.C * tt * 4))
+        mh = int(dev.buffer("winograd M", chunk * self.POINTS * s.M * tt * 4))
+        filt, inp, out = plan.kernels
+        filt(np.uintp(u), np.uintp(k), block=(256, 1, 1), grid=(math.ceil(s.M * s.C / 256), 1))
+        image, plane = s.C * s.H * s.W, s.M * s.HO * s.WO
+        for b0 in range(0, batch, chunk):
+            n = min(chunk, batch - b0)
+            inp(np.uintp(v), np.uintp(x + 4 * b0 * image), np.int32(n), block=(256, 1, 1),
+                grid=(math.ceil(n * s.C * tt / 256), 1))
+            gemm.version.launch(gemm, mh, v, u, 0, n)
+            out(np.uintp(y + 4 * b0 * plane), np.uintp(mh), np.uintp(bias), np.int32(n), block=(256, 1, 1),
+                grid=(math.ceil(n * s.M * tt / 256), 1))
+
+
 class Fused:
     """The fused convolution (+ bias) + tanh + 2x2/2 max-pool kernel of the course models (v7's strips,
     two output rows per thread). Not a version: it computes another function. Course-style: the launcher
@@ -550,14 +640,14 @@ class Fused:
 
 
 VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2col(), Implicit(), Strip(), Gemm(),
-                                  Tensor(), Filters(), Resident())}
+                                  Tensor(), Filters(), Resident(), Winograd())}
 FUSED = Fused()
 FUSED_ID = 100            # ONLY_KERNEL of the fused kernel's module
 # The fallback order where no table measured on this device names the layer's shape: from the H100
 # benchmark of the course layer (README): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
 # v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
 # course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them.
-# v1, v5, v6, v8 and v9 run every shape.
+# v1, v5, v6, v8 and v9 run every shape. v12 (Winograd) is never a default: only asked for.
 PREFERENCE = (7, 10, 8, 4, 6, 5, 1, 3, 2, 9, 11)
 
 
@@ -583,16 +673,21 @@ def plan_defines(owner, inner, tuning_overrides=None):
     return {**module_defines(inner, tuning_overrides), "ONLY_KERNEL": FUSED_ID if owner is FUSED else int(owner)}
 
 
+FAST = "fast"             # the request "v12 (Winograd) where it runs the layer, else the default"
+
+
 def parse_version(text):
-    """'auto' / None -> None; '3', 'v3', 'constant' -> 3. Raises GpuError for anything else."""
+    """'auto' / None -> None; '3', 'v3', 'constant' -> 3; 'fast' -> FAST. Raises GpuError for anything else."""
     if text is None or str(text).strip().lower() in ("", "auto"):
         return None
     key = str(text).strip().lower()
+    if key == FAST:
+        return FAST
     for version in VERSIONS.values():
         if key in (str(version.number), f"v{version.number}", version.name):
             return version.number
     names = ", ".join(f"{v.number}/{v.name}" for v in VERSIONS.values())
-    raise GpuError(f"unknown kernel {text!r}; choose auto or one of {names}")
+    raise GpuError(f"unknown kernel {text!r}; choose auto, {FAST} (v12 where it runs, else auto) or one of {names}")
 
 
 def shape_key(shape):
@@ -613,17 +708,20 @@ def default_version(shape, device_name=None):
     PREFERENCE that runs ``shape`` and suits it."""
     if device_name is not None:
         measured = load_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
-        if measured in VERSIONS and VERSIONS[measured].unsupported(shape) is None:
+        if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None:
             return measured
     supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
     return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
 
 
 def choose_version(requested, shape, device_name=None):
-    """Resolve 'auto'/None (then $ECE408_KERNEL) and check support; returns a version number."""
+    """Resolve 'auto'/None (then $ECE408_KERNEL) and 'fast' (for a whole network: v12 on its 3x3 stride-1
+    layers, the default on the others) and check support; returns a version number."""
     if requested is None or str(requested).strip().lower() in ("", "auto"):
         requested = os.environ.get(KERNEL_ENV)
     number = parse_version(requested)
+    if number == FAST:
+        return 12 if VERSIONS[12].unsupported(shape) is None else default_version(shape, device_name)
     if number is None:
         return default_version(shape, device_name)
     reason = VERSIONS[number].unsupported(shape)
