@@ -173,7 +173,7 @@ def fused_plan_for(device, shape, version=None, tuning_overrides=None):
         return device.plan(key, lambda: FusedPlan(device, shape, None, tuning_overrides))
     if shape.HO < 2 or shape.WO < 2:
         raise ShapeError(f"the {shape.HO}x{shape.WO} convolution output has no 2x2 window to pool")
-    number = choose_version(None if text in (None, "", "auto") else version, shape, device.name)
+    number = choose_version(version, shape, device.name)
     conv = plan_for(device, shape, number, tuning_overrides)
     return device.plan(("fused+conv", conv), lambda: FusedPlan(device, shape, conv))
 

@@ -247,6 +247,11 @@ def run_suite(repeats=10, quick=False, layers=None, log=print, progress=None):
     return result
 
 
+def _entry_version(entry):
+    """The version number of a row's entry label (``Version.label``: "v12 winograd" -> 12)."""
+    return int(entry.split()[0][1:])
+
+
 def choose_defaults(result):
     """{shape key: version}: per layer, the fastest of our versions at its largest measured batch,
     among those valid at every batch measured; v9 (3xTF32) only if valid on every row of the layer; never
@@ -254,7 +259,7 @@ def choose_defaults(result):
     table = {}
     for layer in result["layers"]:
         rows = [r for r in result["rows"] if r["layer"] == layer["name"] and r["kind"] == "conv" and r["entry"] != "cudnn"
-                and VERSIONS[int(r["entry"].split()[0][1:])].defaultable]
+                and VERSIONS[_entry_version(r["entry"])].defaultable]
         if not rows:
             continue
         invalid = {r["entry"] for r in rows if not r["valid"]}
@@ -262,7 +267,7 @@ def choose_defaults(result):
         best = min((r for r in rows if r["batch"] == largest and r["entry"] not in invalid),
                    key=lambda r: r["median_s"], default=None)
         if best is not None:
-            table[rows[0]["shape"]] = int(best["entry"].split()[0][1:])
+            table[rows[0]["shape"]] = _entry_version(best["entry"])
     return table
 
 

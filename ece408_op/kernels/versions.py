@@ -513,10 +513,10 @@ class Resident(Version):
 class Winograd(Version):
     """Winograd F(4x4, 3x3) for 3x3 stride-1 layers: filter and input transforms, 36 GEMMs (v8's or v9's
     kernel on a grouped 1x1 convolution, V12_GEMM; V8_*/V9_* overrides go to that GEMM's plan), the
-    output transform, a chunk of images at a time (V12_CHUNK_MB of transformed input and GEMM output: a
-    chunk that fits in L2 is read back from it). Opt-in only (``defaultable``): its error follows each
-    6x6 input tile's magnitude, not each output's own window, so it can exceed the elementwise float32
-    bound the default versions keep (docs/kernel-notes.md)."""
+    output transform, a chunk of images at a time (at most V12_CHUNK_MB of transformed input and GEMM
+    output; chunks small enough to stay in L2 measured slower, docs/kernel-notes.md). Opt-in only
+    (``defaultable``): its error follows each 6x6 input tile's magnitude, not each output's own
+    window, so it can exceed the elementwise float32 bound the default versions keep."""
     number, name, kernels = 12, "winograd", ("wino_filter", "wino_input", "wino_output")
     general = True
     exact = False
