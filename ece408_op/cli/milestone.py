@@ -28,6 +28,7 @@ class Milestone:
     summary: str           # one line for ``python -m ece408_op --help``
     custom: bool           # swap in ece408_conv
     device: str = "cpu"    # path the custom operator takes
+    repeats: int = 0       # a team's forward: timed runs on fresh inputs per layer (final)
 
 
 MILESTONES = {
@@ -35,7 +36,8 @@ MILESTONES = {
     "m2": Milestone("m2.1.py", "network with ece408_conv, CPU path (Op Time, Correctness)", custom=True),
     "m3": Milestone("m3.1.py", "network with ece408_conv, GPU path (Op Time, Correctness)", custom=True,
                     device="gpu"),
-    "final": Milestone("final.py", "same as m3: the run the course ranked by Op Time", custom=True, device="gpu"),
+    "final": Milestone("final.py", "same as m3: the run the course ranked by Op Time", custom=True, device="gpu",
+                       repeats=5),
 }
 
 
@@ -46,6 +48,7 @@ class Args:
     data_dir: str = None
     profile: bool = False
     fuse: bool = False     # conv -> tanh -> 2x2 max-pool chains as one ece408_conv_tanh_pool layer
+    team: str = None       # --team DIR: a team project to run (default: this folder if it is one)
     extra: dict = field(default_factory=dict)     # attributes for the swapped-in operators
 
 
@@ -101,6 +104,8 @@ def parse_args(argv, script, gpu=False):
             pass                                   # handled by cli.errors.run
         elif name == "--data-dir":
             args.data_dir = _option_value(item, items, text)
+        elif name == "--team":
+            args.team = _option_value(item, items, text)
         elif gpu and name == "--kernel":
             args.extra["gpu_kernel"] = _option_value(item, items, text)
         elif gpu and item == "--profile":
@@ -129,18 +134,46 @@ def parse_args(argv, script, gpu=False):
     return args
 
 
-def run_milestone(milestone, args, console=None, clock=None):
+def team_runtime(milestone, args, device=None):
+    """The TeamRuntime of the team project to run (``--team DIR``, else this folder where it is
+    one), its kernels compiled for ``device``; None where the milestone runs our own forward
+    (m1, ``--kernel N``: the staff's reference versions, or no team project here)."""
+    from ..team.project import find_team
+    if not milestone.custom or "gpu_kernel" in args.extra or args.fuse:
+        return None
+    team_dir = find_team(args.team)
+    if team_dir is None:
+        return None
+    from ..team.client import numba_cache_dir
+    from ..team.runtime import TeamRuntime
+    image = None
+    if milestone.device == "gpu":
+        from ..team.build import compile_kernels
+        image = compile_kernels(team_dir, device.arch)
+    return TeamRuntime(team_dir, image, repeats=milestone.repeats, numba_cache=numba_cache_dir())
+
+
+def run_milestone(milestone, args, console=None, clock=None, runtime=None):
     """Print the course harness's transcript for one milestone; returns the accuracy.
-    ``clock`` (a cli.breakdown.Breakdown) is marked at each step for ``--profile``."""
-    from ..kernels import hostcopy
-    from ..mx.inference import bind_model, load_test_batch, prepare, score
-    from ..mx.models import load_model, model_input_shape
-    from ..mx.op import op_times
+    ``clock`` (a cli.breakdown.Breakdown) is marked at each step for ``--profile``; ``runtime``
+    (a team.runtime.TeamRuntime) runs a team's forward (default: ``team_runtime``)."""
     say = (console or Console()).say
     clock = clock or Breakdown()
     if args.size == 0:
         raise UsageError(f"dataset size 0: nothing to run; give a size from 1 to {MAX_SIZE}")
     device = _gpu_preflight(args) if milestone.device == "gpu" else None
+    runtime = runtime or team_runtime(milestone, args, device)
+    with runtime or contextlib.nullcontext():
+        if runtime is not None:
+            args.extra["team"] = "1"
+        return _run(milestone, args, say, clock, device)
+
+
+def _run(milestone, args, say, clock, device):
+    from ..kernels import hostcopy
+    from ..mx.inference import bind_model, load_test_batch, prepare, score
+    from ..mx.models import load_model, model_input_shape
+    from ..mx.op import op_times
     profiling = device.profiling() if device is not None and args.profile else contextlib.nullcontext()
     clock.mark("GPU set-up: CUDA init, device context, nvcc check" if device else "set-up")
     say("Loading fashion-mnist data...", end="")

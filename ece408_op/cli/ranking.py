@@ -1,6 +1,6 @@
 """``python -m ece408_op ranking``: the course's ranking from the stored records."""
 from ..grading.ranking import ranking_report
-from ..grading.runner import SCRIPTS
+from ..grading.runner import MILESTONES
 from ..grading.store import DB_ENV, default_sqlite_path, open_store
 from .errors import ArgumentParser, run
 
@@ -9,7 +9,7 @@ def command(argv):
     parser = ArgumentParser(prog="ece408_op ranking",
                             description="Teams by their fastest valid total Op Time (every model's Correctness "
                                         "equal to the reference run's), one row per team.")
-    parser.add_argument("--milestone", choices=tuple(SCRIPTS), help="default: the newest record's")
+    parser.add_argument("--milestone", choices=MILESTONES, help="default: the newest record's")
     parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--csv", action="store_true", help="CSV instead of a table")

@@ -1,37 +1,75 @@
-"""``python -m ece408_op submit [FOLDER]``: run a submission's rai_build.yml as the course server
-did (``* Running <command>`` transcript), or with ``--submit m2|m3|final`` the milestone's fixed
-commands, storing a record for the ranking."""
+"""``python -m ece408_op submit [FOLDER]``: a development run of a submission's rai_build.yml
+(each command in a sandbox, the course's ``* Running <command>`` transcript, no record), or
+with ``--submit m2|m3|final`` a ranked run of the team's forward (the grader's harness measures
+it; a record for the ranking)."""
+import math
+
 from ..grading import runner
-from ..grading.engine import ENGINES
+from ..grading.sandbox import ENGINES, Limits
 from ..grading.store import DB_ENV, default_sqlite_path, describe, open_store
 from .errors import ArgumentParser, run
 
 
 def positive(text):
     value = float(text)
-    if value <= 0:
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(text)
     return value
 
 
-positive.__name__ = "positive number"
+positive.__name__ = "finite positive number"
+
+
+def whole(text):
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+whole.__name__ = "positive whole number"
 
 
 def add_run_options(parser):
-    """Options shared by submit and grade."""
-    parser.add_argument("--engine", choices=("auto", "host", *ENGINES),
-                        help="where the commands run (default $ECE408_ENGINE, else auto: docker with a daemon, "
-                             "podman, buildah, else the host)")
-    parser.add_argument("--image", help="image to run in (default: rai.image of rai_build.yml)")
+    """Options shared by submit and grade: where the commands run and what they may use."""
+    limits = Limits()
+    parser.add_argument("--engine", choices=("auto", *ENGINES),
+                        help="the sandbox each team command runs in (default $ECE408_ENGINE, else auto: bubblewrap "
+                             "where it works, else podman, docker, buildah); 'host' runs them NOT isolated")
+    parser.add_argument("--image", help="the image container engines run in (default: rai.image; ranked runs "
+                                        "ece408_op:latest)")
     parser.add_argument("--timeout", type=positive, default=runner.DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"time limit of each command (default {runner.DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--memory", type=positive, default=limits.memory / 2**30, metavar="GIB",
+                        help=f"memory of each command (default {limits.memory / 2**30:g} GiB)")
+    parser.add_argument("--processes", type=whole, default=limits.processes, metavar="N",
+                        help=f"processes and threads of each command (default {limits.processes})")
+    parser.add_argument("--cpu-time", type=whole, default=limits.cpu_seconds, metavar="SECONDS",
+                        help=f"CPU time of each command (default {limits.cpu_seconds})")
+    parser.add_argument("--disk", type=positive, default=limits.disk / 2**30, metavar="GIB",
+                        help=f"size of /build and of /tmp (default {limits.disk / 2**30:g} GiB each)")
+    parser.add_argument("--max-output", type=positive, default=limits.output / 2**20, metavar="MIB",
+                        help=f"output of each command before it is stopped (default {limits.output / 2**20:g} MiB)")
+    parser.add_argument("--scratch", metavar="DIR", help="where scratch folders go (default $TMPDIR)")
     parser.add_argument("--size", type=int, default=runner.DEFAULT_SIZE, metavar="N",
                         help=f"with --submit: images per run, 1-10000 (default {runner.DEFAULT_SIZE})")
     parser.add_argument("--hidden-model", metavar="PREFIX",
                         help="with --submit: staff's hidden third model (checkpoint prefix)")
+    parser.add_argument("--repeats", type=int, metavar="N",
+                        help="with --submit: timed runs on fresh inputs per layer (default: 5 for final, 0 otherwise)")
     parser.add_argument("--db", help=f"database: a SQLite path or a postgresql:// URL "
                                      f"(default ${DB_ENV}, else {default_sqlite_path()})")
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+
+
+def limits_of(args):
+    return Limits(memory=int(args.memory * 2**30), processes=args.processes, cpu_seconds=args.cpu_time,
+                  disk=int(args.disk * 2**30), output=int(args.max_output * 2**20),
+                  file_size=int(args.disk * 2**30))
+
+
+def options_of(args, keep_scratch=False):
+    return runner.Options(args.engine, args.image, args.timeout, args.scratch, keep_scratch, limits_of(args))
 
 
 def check_size(parser, size):
@@ -39,35 +77,46 @@ def check_size(parser, size):
         parser.error(f"--size must be from 1 to 10000, not {size}")
 
 
+def check_repeats(parser, repeats):
+    if repeats is not None and not 0 <= repeats <= 100:
+        parser.error(f"--repeats must be from 0 to 100, not {repeats}")
+
+
 def command(argv):
     parser = ArgumentParser(prog="ece408_op submit",
-                            description="Run a submission folder's rai_build.yml like the course server; "
-                                        "--submit runs a milestone's fixed commands and stores a record.")
+                            description="Run a submission folder's rai_build.yml in a sandbox like the course "
+                                        "server (a development run); --submit measures the team's forward with "
+                                        "the grader's harness and stores a ranked record.")
     parser.add_argument("folder", nargs="?", default=".", help="the submission (default: this folder)")
-    parser.add_argument("--submit", choices=tuple(runner.SCRIPTS), metavar="{m2,m3,final}",
-                        help="run the milestone's fixed commands on both models and store the record")
+    parser.add_argument("--submit", choices=runner.MILESTONES, metavar="{m2,m3,final}",
+                        help="a ranked run: the team's new-forward.py (m2) or new-forward.cu + launch.py (m3, final) "
+                             "on both course models, measured by the grader's harness; stores the record")
     parser.add_argument("--team", help=f"team name in the record (default ${runner.TEAM_ENV}, else the user name)")
     parser.add_argument("--keep-scratch", action="store_true", help="keep the scratch copy (its path is printed)")
     add_run_options(parser)
     args = parser.parse_args(argv)
     check_size(parser, args.size)
-    options = runner.Options(args.engine, args.image, args.timeout, keep_scratch=args.keep_scratch)
+    check_repeats(parser, args.repeats)
+    options = options_of(args, args.keep_scratch)
     if args.submit is None:
-        if args.hidden_model:
-            parser.error("--hidden-model goes with --submit")
-        build = runner.run_submission(args.folder, options)
+        for flag, value in (("--hidden-model", args.hidden_model), ("--repeats", args.repeats)):
+            if value is not None:
+                parser.error(f"{flag} goes with --submit")
+        build = runner.run_development(args.folder, options)
+        print("* Development run: no record is stored (ranked runs: --submit m2|m3|final)")
         return 0 if build.status == "ok" else (build.exit_code or 1)
     request = runner.SubmitRequest(args.folder, args.submit, args.size, args.team, args.hidden_model,
-                                   options=options)
+                                   options=options, repeats=args.repeats)
     runner.check_device(args.submit)                   # before opening anything: a clear error
     with open_store(args.db) as store:
-        record = runner.submit(request, store)
         where = describe(store.url)
+        record = runner.submit(request, store)
     summary = (f"total Op Time {record.op_time:.6f} s, " if record.op_time is not None else "") + \
         ("Correctness as expected" if record.correct else "not valid for the ranking")
-    print(f"* Record {record.id} ({record.team}, {record.milestone}, {record.size} images): "
+    from ..grading.names import printable
+    print(f"* Record {record.id} ({printable(record.team)}, {record.milestone}, {record.size} images): "
           f"{record.status}; {summary}; stored in {where}")
-    return {"ok": 0, "killed": 143}.get(record.status, record.exit_code or 1)
+    return {"ok": 0, "killed": 143}.get(record.status, 1)
 
 
 def main(argv):

@@ -1,11 +1,15 @@
 """Submissions and grading, as the course's rai server did them; no MXNet here (the milestones
-run as subprocesses, in the image or on the host).
+run as processes, in a sandbox).
 
-    config.py      rai_build.yml: schema check with one message per error
-    transcript.py  "* Running <command>", and parsing Op Time / Correctness
-    engine.py      where commands run: docker, podman, buildah, or the host
-    runner.py      a build on a scratch copy; --submit: fixed commands, reference runs, a record
-    store.py       records in SQLite or PostgreSQL, one schema, migrated on first use
+    config.py      rai_build.yml: read defensively, schema check with one message per error
+    names.py       team-chosen strings escaped for tables and records
+    sandbox.py     every team command in a sandbox: bubblewrap, podman, docker, buildah; host by name
+    scratch.py     a run's scratch folder (src, build, channel, art), left-overs of killed runners
+    channel.py     the socket the measuring process reports on (never the printed text)
+    measure.py     the measuring process of a ranked run: the grader's code, the team's forward
+    runner.py      development runs of rai_build.yml; ranked runs (--submit): build, measure, record
+    transcript.py  "* Running <command>" and the runner's lines; a model's figures
+    store.py       records in SQLite or PostgreSQL, one schema, migrated on first use; retries, spool
     ranking.py     the course's ranking: fastest valid total Op Time, one row per team
     grade.py       a whole class: one Slurm job array (or a local process pool), progress, fall-backs
 """

@@ -16,15 +16,25 @@
         - python /build/scripts/m2.1.py 100
 
 Every schema error gets its own message (missing key, wrong type, unknown architecture,
-empty build list, network not a boolean); ``load_config`` raises one ConfigError listing
-them all, one per line.
+empty build list, network not a boolean, a command that does not split into words); ``load_config``
+raises one ConfigError listing them all, one per line. A message never quotes the file's values
+(a team's file may be a link to someone else's YAML, or a bomb): it names the key and the type.
+
+The file is read defensively: a regular file (not a symbolic link) of at most MAX_BYTES, no NUL,
+UTF-8; YAML without aliases (a "billion laughs" alias bomb) and nested at most MAX_DEPTH deep.
 """
+import os
+import shlex
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Ece408Error
 
 CONFIG_NAME = "rai_build.yml"
+MAX_BYTES = 64 << 10
+MAX_DEPTH = 20
+MAX_COMMANDS = 100
 CPU_ARCHITECTURES = ("amd64", "arm64", "ppc64le")
 GPU_ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
 
@@ -78,14 +88,15 @@ class _Checker:
                 return None
             node = node[part]
         if not isinstance(node, kinds) or (bool in kinds) != isinstance(node, bool):
-            self.problems.append(f"{dotted} must be {what}, not {_type_name(node)} ({node!r})")
+            self.problems.append(f"{dotted} must be {what}, not {_type_name(node)}")
             return None
         return node
 
     def choice(self, dotted, allowed, required=True):
         value = self.get(dotted, (str,), "a string", required)
         if value is not None and value.lower() not in allowed:
-            self.problems.append(f"unknown {dotted} {value!r}; use one of {', '.join(allowed)}")
+            shown = repr(value) if len(value) <= 20 and value.isprintable() else "value"
+            self.problems.append(f"unknown {dotted} {shown}; use one of {', '.join(allowed)}")
             return None
         return value.lower() if value is not None else None
 
@@ -111,26 +122,109 @@ def check_config(document):
     if build is not None:
         if not build:
             c.problems.append("commands.build is empty; list at least one command")
-        for i, command in enumerate(build):
+        if len(build) > MAX_COMMANDS:
+            c.problems.append(f"commands.build has {len(build)} commands; at most {MAX_COMMANDS}")
+        for i, command in enumerate(build[:MAX_COMMANDS]):
             if not isinstance(command, str) or not command.strip():
                 c.problems.append(f"commands.build[{i}] must be a non-empty string, not {_type_name(command)}")
+                continue
+            problem = command_problem(command)
+            if problem:
+                c.problems.append(f"commands.build[{i}] {problem}")
     if c.problems:
         return None, c.problems
     return BuildConfig(str(version), image.strip(), cpu, gpu_arch, gpu_count or 0, bool(network),
                        tuple(build)), []
 
 
+def split_command(command):
+    """A command line split into words as a shell would (quotes), or ConfigError's reason."""
+    return shlex.split(command)
+
+
+def command_problem(command):
+    """None, or why ``command`` cannot be run (one short phrase)."""
+    if "\0" in command:
+        return "holds a NUL character"
+    try:
+        words = split_command(command)
+    except ValueError as exc:
+        return f"does not split into words ({exc}); close its quotes"
+    if not words:
+        return "is empty"
+    return None
+
+
+def _loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """SafeLoader without aliases and with a nesting limit (no recursion past MAX_DEPTH)."""
+        depth = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.events.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, "uses a YAML alias (*name); write the value out",
+                                                  event.start_mark)
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"is nested more than {MAX_DEPTH} levels deep",
+                                                  self.peek_event().start_mark)
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+    return Loader
+
+
+def read_config_text(path):
+    """The text of the config file at ``path``: a regular file (never through a link), at most
+    MAX_BYTES, UTF-8 without NUL; ConfigError otherwise."""
+    try:
+        fd = os.open(os.fsencode(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ConfigError(path, [f"not found in {_shown(Path(path).parent)}; every submission needs one at its "
+                                 "top level"]) from None
+    except OSError as exc:
+        why = "it is a symbolic link; commit the file itself" if exc.errno == 40 else (exc.strerror or str(exc))
+        raise ConfigError(path, [f"cannot be read: {why}"]) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(path, ["is not a regular file"])
+        data = os.read(fd, MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise ConfigError(path, [f"is larger than {MAX_BYTES >> 10} KiB; the course's file is a few lines"])
+    if b"\0" in data:
+        raise ConfigError(path, ["holds a NUL byte; it must be a text file"])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(path, ["is not UTF-8 text"]) from None
+
+
+def _shown(path):
+    from .names import printable
+    return printable(os.fsdecode(os.fspath(path)), limit=400)
+
+
 def load_config(folder):
     """Read and check ``folder/rai_build.yml``; raises ConfigError with every problem found."""
     import yaml
-    path = Path(folder) / CONFIG_NAME
-    if not path.is_file():
-        raise ConfigError(path, [f"not found in {Path(folder)}; every submission needs one at its top level"])
+    path = Path(os.fsdecode(os.fspath(folder))) / CONFIG_NAME
+    text = read_config_text(path)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(path, [f"not valid YAML: {first}"]) from exc
+        document = yaml.load(text, Loader=_loader())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "cannot be parsed"
+        raise ConfigError(path, [f"not valid YAML{where}: {problem}"]) from None
+    except RecursionError:
+        raise ConfigError(path, [f"not valid YAML: nested too deeply"]) from None
     config, problems = check_config(document)
     if problems:
         raise ConfigError(path, problems)

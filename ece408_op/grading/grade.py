@@ -23,8 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import Ece408Error
-from .config import ConfigError
-from .runner import Options, SubmitRequest, Transcript, content_hash, submit
+from ..team.project import TeamError
+from .names import printable, team_name
+from .runner import Options, SubmitRequest, Transcript, submit, team_digest
+from .sandbox import Limits
 from .store import DB_ENV, Record
 
 TASKS_FILE = "tasks.json"
@@ -52,7 +54,10 @@ class Plan:
     engine: str = None
     image: str = None
     timeout: float = None
+    limits: dict = None              # Limits' fields
+    scratch_parent: str = None
     tasks: list = field(default_factory=list)
+    repeats: int = None
 
     def save(self, path):
         path.write_text(json.dumps({**asdict(self), "tasks": [asdict(t) for t in self.tasks]}, indent=1))
@@ -62,6 +67,10 @@ class Plan:
         data = json.loads(Path(path).read_text())
         tasks = [Task(**t) for t in data.pop("tasks")]
         return cls(**data, tasks=tasks)
+
+    def options(self):
+        limits = Limits(**self.limits) if self.limits else Limits()
+        return Options(self.engine, self.image, self.timeout or Options.timeout, self.scratch_parent, limits=limits)
 
 
 @dataclass
@@ -76,25 +85,33 @@ class SlurmOptions:
 
 
 def team_folders(submissions):
-    """Sub-folders of ``submissions`` (hidden ones left out), sorted by name."""
-    root = Path(submissions)
-    if not root.is_dir():
-        raise GradeError(f"{root} is not a folder; give the folder holding one sub-folder per team")
-    teams = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not teams:
-        raise GradeError(f"{root} has no team sub-folders; put each team's submission in its own folder")
-    return teams
+    """Sub-folders of ``submissions`` (hidden ones left out), sorted by name; names of any bytes
+    (paths as os.fsdecode gives them: an undecodable byte survives as a surrogate)."""
+    root = os.fsencode(os.fspath(submissions))
+    if not os.path.isdir(root):
+        raise GradeError(f"{printable(os.fsdecode(root))} is not a folder; give the folder holding one "
+                         "sub-folder per team")
+    try:
+        entries = sorted(e.name for e in os.scandir(root)
+                         if e.is_dir(follow_symlinks=False) and not e.name.startswith(b"."))
+    except OSError as exc:
+        raise GradeError(f"cannot list {printable(os.fsdecode(root))}: {exc.strerror or exc}") from exc
+    if not entries:
+        raise GradeError(f"{printable(os.fsdecode(root))} has no team sub-folders; put each team's submission "
+                         "in its own folder")
+    return [Path(os.fsdecode(os.path.join(os.path.abspath(root), name))) for name in entries]
 
 
 def plan_tasks(store, submissions, plan, retry_stopped=False, force=False):
     """Fill ``plan.tasks`` with the teams not graded yet; returns the names of those skipped."""
     skipped = []
     for folder in team_folders(submissions):
-        digest = content_hash(folder)
-        if not force and store.graded(folder.name, plan.milestone, plan.size, digest, retry_stopped):
-            skipped.append(folder.name)
+        team = team_name(folder.name)
+        digest = team_digest(folder, plan.milestone)
+        if not force and digest is not None and store.graded(team, plan.milestone, plan.size, digest, retry_stopped):
+            skipped.append(team)
             continue
-        plan.tasks.append(Task(len(plan.tasks), folder.name, str(folder.resolve()), uuid.uuid4().hex, digest))
+        plan.tasks.append(Task(len(plan.tasks), team, str(folder), uuid.uuid4().hex, digest))
     return skipped
 
 
@@ -104,18 +121,18 @@ def run_task(tasks_file, index, store):
     """Grade one team (inside a Slurm task or a local worker): its record is always stored,
     with status error where the grading itself failed. Returns the Record."""
     plan = Plan.load(tasks_file)
+    if not 0 <= index < len(plan.tasks):
+        raise GradeError(f"task index {index} is not in {tasks_file} (0 to {len(plan.tasks) - 1})")
     task = plan.tasks[index]
-    options = Options(plan.engine, plan.image, plan.timeout or Options.timeout)
     request = SubmitRequest(task.folder, plan.milestone, plan.size, task.team, plan.hidden_model,
-                            task.record_id, options)
+                            task.record_id, plan.options(), plan.repeats)
     transcript = Transcript()
     try:
         return submit(request, store, transcript)
     except Ece408Error as exc:
-        status = "failed" if isinstance(exc, ConfigError) else "error"
-        lines = [f"error: {p}" for p in exc.problems] if isinstance(exc, ConfigError) else [f"error: {exc}"]
-        for line in lines:
-            transcript.line(line)
+        status = "failed" if isinstance(exc, TeamError) else "error"
+        for line in str(exc).splitlines():
+            transcript.line(f"error: {line}")
         record = Record(task.record_id, _now(), task.team, plan.milestone, plan.size, status,
                         content_hash=task.content_hash, host=os.uname().nodename, transcript=transcript.text())
         store.add(record)

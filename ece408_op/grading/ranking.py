@@ -9,6 +9,8 @@ import io
 import json
 from dataclasses import dataclass
 
+from .names import printable
+
 
 @dataclass
 class Row:
@@ -18,15 +20,15 @@ class Row:
     models: list
     submitted_at: str
     device: str
-    git_commit: str
+    team_files: list                # [{name, sha256, size}] the run measured
     record_id: str
     runs: int                       # every run of this team (valid or not)
 
     def to_dict(self):
         return {"rank": self.rank, "team": self.team, "op_time": self.op_time,
-                "op_times": {m["model"]: m["op_time"] for m in self.models},
-                "correctness": {m["model"]: m["correctness"] for m in self.models},
-                "submitted_at": self.submitted_at, "device": self.device, "git_commit": self.git_commit,
+                "op_times": {str(m.get("model")): m.get("op_time") for m in self.models},
+                "correctness": {str(m.get("model")): m.get("correctness") for m in self.models},
+                "submitted_at": self.submitted_at, "device": self.device, "team_files": self.team_files,
                 "record_id": self.record_id, "runs": self.runs}
 
 
@@ -41,21 +43,21 @@ def rank(records):
         if current is None or (record.op_time, record.created_at) < (current.op_time, current.created_at):
             best[record.team] = record
     ordered = sorted(best.values(), key=lambda r: (r.op_time, r.created_at, r.team))
-    return [Row(i, r.team, r.op_time, r.models, r.created_at, r.device, r.git_commit, r.id, counts[r.team])
+    return [Row(i, r.team, r.op_time, r.models, r.created_at, r.device, r.team_files, r.id, counts[r.team])
             for i, r in enumerate(ordered, start=1)]
 
 
 def format_table(rows, milestone, size, excluded):
     if not rows:
         return f"No valid {milestone} run on {size} images yet ({excluded} run(s) not valid)."
-    models = list(dict.fromkeys(m["model"] for row in rows for m in row.models))
+    models = list(dict.fromkeys(printable(m.get("model"), 40) for row in rows for m in row.models))
     head = ["rank", "team", "total Op Time (s)", *[f"{m} (s)" for m in models], "device", "submitted (UTC)"]
     body = []
     for row in rows:
-        times = {m["model"]: m["op_time"] for m in row.models}
-        body.append([str(row.rank), row.team, f"{row.op_time:.6f}",
-                     *[f"{times[m]:.6f}" if m in times else "-" for m in models],
-                     row.device or "-", row.submitted_at[:19].replace("T", " ")])
+        times = {printable(m.get("model"), 40): m.get("op_time") for m in row.models}
+        body.append([str(row.rank), printable(row.team, 60), f"{row.op_time:.6f}",
+                     *[f"{times[m]:.6f}" if isinstance(times.get(m), (int, float)) else "-" for m in models],
+                     printable(row.device or "-", 60), printable(str(row.submitted_at)[:19].replace("T", " "))])
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     lines = [f"Ranking: {milestone}, {size} images ({len(rows)} team(s); {excluded} run(s) not valid)",
              "  ".join(h.ljust(w) for h, w in zip(head, widths))]
@@ -67,12 +69,13 @@ def format_csv(rows):
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["rank", "team", "op_time", "op_times", "correctness", "submitted_at", "device",
-                     "git_commit", "record_id", "runs"])
+                     "team_files", "record_id", "runs"])
     for row in rows:
         d = row.to_dict()
-        writer.writerow([d["rank"], d["team"], f"{d['op_time']:.6f}", json.dumps(d["op_times"]),
-                         json.dumps(d["correctness"]), d["submitted_at"], d["device"] or "",
-                         d["git_commit"] or "", d["record_id"], d["runs"]])
+        writer.writerow([d["rank"], printable(d["team"]), f"{d['op_time']:.6f}", json.dumps(d["op_times"]),
+                         json.dumps(d["correctness"]), d["submitted_at"], printable(d["device"] or ""),
+                         " ".join(f"{f.get('name')}:{f.get('sha256')}" for f in d["team_files"] or []),
+                         d["record_id"], d["runs"]])
     return out.getvalue().rstrip("\n")
 
 

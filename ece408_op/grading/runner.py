@@ -1,46 +1,64 @@
-"""Running one submission as the course server did.
+"""Running submissions as the course's server did, with every team command in a sandbox.
 
-``run_build``: the commands of ``rai_build.yml`` (or a milestone's fixed commands), each
-announced as ``* Running <command>``, on a scratch copy of the submission (``/src``) with an
-empty ``/build`` as working folder, inside the image when an engine is there, else on the host.
-The first failing command stops the build (its exit code shown); a command past the time limit
-is killed (its whole process group) and stops the build too.
+Two kinds of run:
 
-``submit``: ``--submit m2|m3|final``: the fixed commands on both models (and staff's hidden
-model), the Op Times and Correctness parsed from the output, a record stored.
+``run_development`` (``submit`` without ``--submit``): the commands of the submission's
+rai_build.yml, each announced as ``* Running <command>``, each in its own sandbox
+(``sandbox.py``) with the submission's copy at /src (read-only) and a shared /build. The
+transcript is all it gives: no record, no ranking.
+
+``submit`` (``submit --submit m2|m3|final``, and each task of ``grade``): a ranked run.
+From the submission only the team's files are taken (``team/project.py``: new-forward.py for
+m2; new-forward.cu and launch.py for m3 and final), hashed. Then, each in the run's sandbox:
+
+    1. (m3, final) the build: nvcc compiles new-forward.cu to a cubin (device code only);
+    2. the measuring process (``measure.py``): the grader's own package, models, data and hidden
+       model, which runs the milestone on every model with the team's forward and reports
+       over a channel no team process can reach (``channel.py``).
+
+The record is written by the runner after every process of the run has ended; it names the
+team files it measured with their SHA-256, the engine and whether it isolates.
 """
+import base64
 import getpass
 import hashlib
+import math
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
+from codecs import getincrementaldecoder
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import Ece408Error
+from ..team import project
+from . import channel
 from . import transcript as tx
-from .config import load_config
-from .engine import choose_engine, open_session
+from .config import load_config, split_command
+from .names import printable, team_name
+from .sandbox import Limits, Mount, SandboxError, Step, choose_engine, clean_stale, open_sandbox
+from .scratch import Scratch, copy_submission
 from .store import Record
 
 MODELS = ("ece408-high", "ece408-low")
-SCRIPTS = {"m2": "m2.1.py", "m3": "m3.1.py", "final": "final.py"}
+MILESTONES = ("m2", "m3", "final")
 GPU_MILESTONES = ("m3", "final")
 DEFAULT_SIZE = 10000
 DEFAULT_TIMEOUT = 600.0
-REFERENCE_TIMEOUT = 1800.0      # the staff's reference run is not held to the submission's limit
 TEAM_ENV = "ECE408_TEAM"
-# Left out of the scratch copy and of the content hash: version control, caches, environments.
-IGNORED = (".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".pytest_cache", ".mypy_cache")
+STORED_TRANSCRIPT = 1 << 20        # bytes of a transcript kept in a record: head and tail
+MAX_HIDDEN_BYTES = 256 << 20
+ART_LIMIT = 64 << 20
 
 
 class SubmitError(Ece408Error):
@@ -58,9 +76,13 @@ class Stopped(BaseException):
 @dataclass
 class CommandResult:
     command: str
-    output: str
-    exit_code: int = None          # None: killed (time limit or stopped)
-    timed_out: bool = False
+    output: str = ""
+    exit_code: int = None          # None: killed (time limit, output limit, stopped)
+    status: str = "ok"             # ok, failed, timeout, output, memory, killed
+
+    @property
+    def timed_out(self):
+        return self.status == "timeout"
 
 
 @dataclass
@@ -79,48 +101,11 @@ class BuildResult:
 
 # ---------------------------------------------------------------------------- helpers
 
-def _ignore(folder, names):
-    return [n for n in names if n in IGNORED or n.endswith(".pyc")]
-
-
-def content_hash(folder):
-    """sha256 over the submission's files (relative path, size, bytes), IGNORED left out."""
-    folder = Path(folder)
-    digest = hashlib.sha256()
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _ignore(root, dirs))
-        for name in sorted(set(files) - set(_ignore(root, files))):
-            path = Path(root) / name
-            rel = path.relative_to(folder).as_posix()
-            data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
-            digest.update(f"{rel}\0{len(data)}\0".encode())
-            digest.update(data)
-    return digest.hexdigest()
-
-
-def git_commit(folder):
-    """HEAD of the git work tree whose top is ``folder`` (``+dirty`` with local changes), or None."""
-    def git(*args):
-        try:
-            return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-    top = git("rev-parse", "--show-toplevel")
-    if top is None or top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(folder).resolve():
-        return None
-    head = git("rev-parse", "HEAD")
-    if head is None or head.returncode != 0:
-        return None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    dirty = status is not None and status.stdout.strip() != ""
-    return head.stdout.strip() + ("+dirty" if dirty else "")
-
-
-def gpu_name():
-    """The name of the first visible NVIDIA GPU (nvidia-smi), or None where there is none."""
+def gpu_query(field_name):
+    """A field of the first visible NVIDIA GPU (nvidia-smi --query-gpu), or None where there is none."""
     if shutil.which("nvidia-smi") is None:
         return None
-    argv = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+    argv = ["nvidia-smi", f"--query-gpu={field_name}", "--format=csv,noheader"]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     if visible:
         argv.append(f"--id={visible}")
@@ -128,8 +113,22 @@ def gpu_name():
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    return names[0] if out.returncode == 0 and names else None
+    values = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return values[0] if out.returncode == 0 and values else None
+
+
+def gpu_name():
+    return gpu_query("name")
+
+
+def gpu_arch():
+    """``sm_90`` for the first visible GPU (its compute capability), or None."""
+    cap = gpu_query("compute_cap")
+    try:
+        major, minor = cap.split(".")
+        return f"sm_{int(major)}{int(minor)}"
+    except (AttributeError, ValueError):
+        return None
 
 
 def cpu_name():
@@ -165,216 +164,298 @@ def stop_on_signals():
 
 
 class Transcript:
-    """The transcript: written through to ``stream`` as it comes, and kept."""
+    """The transcript: written through to ``stream`` as it comes, and kept, up to ``cap`` bytes:
+    its head (three quarters) and its tail, with a line saying how much was left out between."""
 
-    def __init__(self, stream=None):
+    def __init__(self, stream=None, cap=STORED_TRANSCRIPT):
         self.stream = stream if stream is not None else sys.stdout
-        self.parts = []
+        self.cap = cap
+        self.head, self.head_bytes = [], 0
+        self.tail, self.tail_bytes = deque(), 0
+        self.dropped = 0
+        self.shown_cut = False
         self.lock = threading.Lock()
+        self.last = ""
+
+    def _keep(self, text):
+        n = len(text.encode("utf-8", "replace"))
+        if self.head_bytes + n <= self.cap * 3 // 4 and not self.tail:
+            self.head.append(text)
+            self.head_bytes += n
+            return True
+        self.tail.append(text)
+        self.tail_bytes += n
+        while self.tail_bytes > self.cap // 4 and len(self.tail) > 1:
+            gone = self.tail.popleft()
+            size = len(gone.encode("utf-8", "replace"))
+            self.tail_bytes -= size
+            self.dropped += size
+        return False
 
     def write(self, text):
+        if not text:
+            return
         with self.lock:
-            self.parts.append(text)
-            self.stream.write(text)
-            self.stream.flush()
+            in_head = self._keep(text)
+            self.last = text
+            try:
+                if in_head:
+                    self.stream.write(text)
+                elif not self.shown_cut:
+                    self.shown_cut = True
+                    self.stream.write(f"\n[... more than {self.cap * 3 // 4} bytes of output: the rest is not "
+                                      "shown as it comes; its end follows the run ...]\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
 
     def line(self, text):
-        current = "".join(self.parts[-1:])
-        self.write(("" if not current or current.endswith("\n") else "\n") + text + "\n")
+        self.write(("" if not self.last or self.last.endswith("\n") else "\n") + text + "\n")
+        if self.shown_cut:
+            try:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
 
     def text(self):
-        return "".join(self.parts)
+        with self.lock:
+            cut = f"\n[... {self.dropped} bytes of output left out ...]\n" if self.dropped else ""
+            return "".join(self.head) + cut + "".join(self.tail)
 
 
 def _kill_group(proc):
-    """SIGTERM to the command's process group, SIGKILL after 3 s."""
-    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 10)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             return
         try:
-            proc.wait(timeout=wait)
+            proc.wait(timeout=3)
             return
         except subprocess.TimeoutExpired:
             continue
 
 
-def run_command(argv, transcript, timeout, cwd=None, env=None):
-    """Run ``argv`` in its own process group, its output streamed into ``transcript``.
-    Returns (exit code or None, timed out)."""
+def execute(sandbox, step, transcript, timeout, label=None):
+    """Run ``step`` in ``sandbox``, its output streamed into ``transcript`` (stopped past the
+    output limit), killed past ``timeout`` seconds; whatever it started is gone when this
+    returns. Returns a CommandResult (Stopped and KeyboardInterrupt propagate, after cleanup)."""
+    result = CommandResult(label or " ".join(step.argv))
+    launch = sandbox.prepare(step)
+    limit = sandbox.limits.output
+    seen = [0]
+    over = threading.Event()
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=cwd, env=env, start_new_session=True)
+        proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
-        transcript.line(f"{argv[0]}: {exc.strerror or exc}")
-        return 127, False
+        if launch.cleanup:
+            launch.cleanup()
+        transcript.line(f"{launch.argv[0]}: {exc.strerror or exc}")
+        result.exit_code, result.status = 127, "failed"
+        return result
+    start = len(transcript.text())
 
     def pump():
+        decoder = getincrementaldecoder("utf-8")("replace")
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
-            transcript.write(chunk.decode("utf-8", errors="replace"))
+            if over.is_set():
+                continue
+            seen[0] += len(chunk)
+            if seen[0] > limit:
+                over.set()
+                _kill_group(proc)
+                continue
+            transcript.write(decoder.decode(chunk))
+        transcript.write(decoder.decode(b"", final=True))
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        reader.join(timeout=10)
-        return None, True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                code = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if over.is_set():
+                    continue
+                if time.monotonic() > deadline:
+                    _kill_group(proc)
+                    code = None
+                    result.status = "timeout"
+                    break
+                group = launch.cgroup
+                if group is not None and group.cpu_seconds() > sandbox.limits.cpu_seconds:
+                    _kill_group(proc)
+                    code = None
+                    result.status = "cpu"
+                    break
     except BaseException:
         _kill_group(proc)
-        reader.join(timeout=10)
         raise
-    reader.join(timeout=30)
-    return code, False
-
-
-# ---------------------------------------------------------------------------- the build
-
-class Scratch:
-    """A private scratch folder: ``src`` (copy of the submission), ``build`` (empty, writable by the
-    container's user), ``hidden`` (the staff's hidden model, if any). Removed on exit."""
-
-    def __init__(self, submission, hidden_model=None, parent=None, keep=False):
-        self.root = Path(tempfile.mkdtemp(prefix="ece408-submit-", dir=parent))
-        self.keep = keep
+    finally:
+        if launch.cleanup:
+            launch.cleanup()                       # every process left in its cgroup, the container
+        reader.join(timeout=5)
         try:
-            shutil.copytree(submission, self.root / "src", symlinks=True, ignore=_ignore)
-            (self.root / "build").mkdir()
-            os.chmod(self.root / "build", 0o777)           # the image's unprivileged user writes here
-            os.chmod(self.root, 0o755)
-            os.chmod(self.root / "src", 0o755)
-            if hidden_model is not None:
-                (self.root / "hidden").mkdir()
-                for path in hidden_files(hidden_model):
-                    shutil.copy2(path, self.root / "hidden" / path.name)
-        except BaseException:
-            self.remove()
-            raise
-
-    def remove(self):
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if not self.keep:
-            self.remove()
+            proc.stdout.close()
+        except OSError:
+            pass
+    if over.is_set():
+        result.status, code = "output", None
+    elif result.status == "ok" and launch.cgroup is not None and launch.cgroup.out_of_memory():
+        result.status = "memory"
+    elif result.status == "ok" and code != 0:
+        result.status = "failed"
+    result.exit_code = code
+    result.output = transcript.text()[start:]
+    line = _ending_line(result, sandbox.limits, timeout)
+    if line:
+        transcript.line(line)
+    return result
 
 
-def hidden_files(prefix):
-    """The checkpoint files of a hidden model prefix (``name-symbol.json`` + ``name-NNNN.params``)."""
-    prefix = Path(prefix)
-    symbol = prefix.parent / f"{prefix.name}-symbol.json"
-    params = sorted(prefix.parent.glob(f"{prefix.name}-[0-9][0-9][0-9][0-9].params"))
-    if not symbol.is_file() or not params:
-        raise SubmitError(f"hidden model {prefix}: needs {symbol.name} and {prefix.name}-NNNN.params beside it")
-    return [symbol, *params]
+def _ending_line(result, limits, timeout):
+    if result.status == "timeout":
+        return tx.timeout_line(timeout)
+    if result.status == "output":
+        return f"* The command wrote more than {limits.output >> 20} MiB of output and was stopped; the build stopped."
+    if result.status == "cpu":
+        return f"* The command used more than {limits.cpu_seconds} s of CPU time and was stopped; the build stopped."
+    if result.status == "memory":
+        return (f"* The command ran out of memory (the limit is {limits.memory >> 20} MiB) and exited with code "
+                f"{result.exit_code}; the build stopped.")
+    if result.status == "failed":
+        return tx.failed_line(result.exit_code)
+    return None
 
 
-def run_build(session, commands, transcript, timeout):
-    """Run ``commands`` in ``session`` with the course's transcript; returns (status, [CommandResult])."""
-    results = []
-    for command in commands:
-        transcript.line(tx.running_line(command))
-        start = len(transcript.text())
-        try:
-            code, timed_out = run_command(session.argv(command), transcript, timeout, session.cwd(), session.env())
-        except Stopped as exc:
-            results.append(CommandResult(command, transcript.text()[start:], None))
-            transcript.line(tx.killed_line(exc.signal_name))
-            return "killed", results
-        except KeyboardInterrupt:
-            results.append(CommandResult(command, transcript.text()[start:], None))
-            transcript.line(tx.killed_line("SIGINT"))
-            return "killed", results
-        results.append(CommandResult(command, transcript.text()[start:], code, timed_out))
-        if timed_out:
-            transcript.line(tx.timeout_line(timeout))
-            return "timeout", results
-        if code != 0:
-            transcript.line(tx.failed_line(code))
-            return "failed", results
-    return "ok", results
-
+# ---------------------------------------------------------------------------- options
 
 @dataclass
 class Options:
-    engine: str = None            # auto (None), host, docker, podman, buildah
-    image: str = None             # overrides rai.image
+    engine: str = None            # auto (None), bubblewrap, podman, docker, buildah, host
+    image: str = None             # overrides rai.image (container engines)
     timeout: float = DEFAULT_TIMEOUT
     scratch_parent: str = None
     keep_scratch: bool = False
+    limits: Limits = field(default_factory=Limits)
 
 
-def run_submission(folder, options, commands=None, transcript=None, hidden_model=None, before=None, gpus=None):
-    """Validate ``folder/rai_build.yml``, copy the submission, run ``commands`` (default: the
-    file's build list). ``before(session)`` runs first inside the session (reference runs).
-    Returns BuildResult."""
+def check_timeout(value):
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise SubmitError(f"the time limit must be a finite number of seconds above 0, not {value!r}")
+    return float(value)
+
+
+def model_dirs():
+    """The folders the grader's models are in (as ``mx.models.model_dirs`` finds them, without MXNet)."""
+    dirs = []
+    if os.environ.get("ECE408_MODEL_DIR"):
+        dirs.append(Path(os.environ["ECE408_MODEL_DIR"]))
+    dirs.append(Path(__file__).resolve().parents[2] / "models")
+    dirs.append(Path(sys.prefix) / "share" / "ece408_op" / "models")
+    return [d for d in dirs if d.is_dir()]
+
+
+def data_dir():
+    """The folder the grader's Fashion-MNIST test split is in; SubmitError where there is none."""
+    from ..data.lookup import inspect_folder, search_order
+    for folder, role in search_order():
+        try:
+            if inspect_folder(folder, "test", role) is not None:
+                return Path(folder).resolve()
+        except Ece408Error as exc:
+            raise SubmitError(f"the grader's data: {exc}") from exc
+    raise SubmitError("no Fashion-MNIST test split here for the runs: python -m ece408_op fetch")
+
+
+def harness_mounts(sandbox):
+    """Read-only folders the grader's code needs inside a bubblewrap or host sandbox (models, data)."""
+    if sandbox.engine not in ("bubblewrap", "host"):
+        return [], {}
+    mounts = [Mount(str(d), str(d)) for d in model_dirs()]
+    data = data_dir()
+    mounts.append(Mount(str(data), str(data)))
+    env = {"ECE408_DATA_DIR": str(data)}
+    if os.environ.get("ECE408_MODEL_DIR"):
+        env["ECE408_MODEL_DIR"] = os.environ["ECE408_MODEL_DIR"]
+    return mounts, env
+
+
+def step_environment(sandbox, gpu=False):
+    """The whole environment of a team command: nothing of the grader's (no database, no
+    password, no paths of the grader's), what Python, CUDA and the harness need."""
+    from ..team.client import trusted_path
+    env = {"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "USER": "team", "PYTHONUNBUFFERED": "1",
+           "PYTHONDONTWRITEBYTECODE": "1", "NUMBA_CACHE_DIR": "/tmp/numba", "PYCUDA_CACHE_DIR": "/tmp/pycuda"}
+    if sandbox.engine in ("bubblewrap", "host"):
+        bins = [os.path.dirname(sys.executable)] + [p for p in ("/usr/local/cuda/bin",) if os.path.isdir(p)]
+        env["PATH"] = ":".join(bins + ["/usr/local/bin", "/usr/bin", "/bin"])
+        env["PYTHONPATH"] = ":".join(trusted_path())
+        if sandbox.engine == "host":
+            env["HOME"] = env["TMPDIR"] = tempfile_dir()
+            env["NUMBA_CACHE_DIR"] = os.path.join(env["TMPDIR"], "numba")
+            env["PYCUDA_CACHE_DIR"] = os.path.join(env["TMPDIR"], "pycuda")
+    if gpu:
+        for key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+            if os.environ.get(key):
+                env[key] = os.environ[key]
+    return env
+
+
+def tempfile_dir():
+    import tempfile
+    return tempfile.gettempdir()
+
+
+def _announce(transcript, sandbox):
+    if not sandbox.isolated:
+        transcript.line(f"* Engine {sandbox.engine}: not isolated (the commands run on this host, as its user)")
+
+
+# ---------------------------------------------------------------------------- development runs
+
+def run_development(folder, options, transcript=None):
+    """Validate ``folder/rai_build.yml``, copy the submission, run its commands, each in a
+    sandbox. Returns BuildResult (no record: a development run is not ranked)."""
     config = load_config(folder)
     transcript = transcript or Transcript()
-    engine, automatic = choose_engine(options.engine)
-    if engine == "host" and automatic:
-        print("warning: no container engine (docker with a daemon, podman, buildah): "
-              "running the commands on this host", file=sys.stderr)
-    elif engine == "buildah" and not config.network:
-        print("warning: buildah's chroot isolation shares the host's network: network: false "
-              "is not enforced", file=sys.stderr)
-    image = options.image or config.image
+    check_timeout(options.timeout)
+    clean_stale(options.scratch_parent)
+    engine = choose_engine(options.engine)
+    sandbox = open_sandbox(engine, options.limits, options.image or config.image, config.network)
+    _announce(transcript, sandbox)
     started = time.monotonic()
-    with Scratch(folder, hidden_model, options.scratch_parent, options.keep_scratch) as scratch, \
-            open_session(engine, scratch.root, image, config.network,
-                         config.gpu_count if gpus is None else gpus) as session:
-        if before is not None:
-            before(session)
-        status, results = run_build(session, commands or config.commands, transcript, options.timeout)
-    return BuildResult(status, results, transcript.text(), engine, session.image_id,
+    results, status = [], "ok"
+    with Scratch(options.scratch_parent, sandbox.uid, options.limits.disk, options.keep_scratch) as scratch:
+        copy_submission(folder, scratch.src)
+        if options.keep_scratch:
+            print(f"* Scratch folder kept: {scratch.root}", file=sys.stderr)
+        mounts, env = harness_mounts(sandbox) if sandbox.engine in ("bubblewrap", "host") else ([], {})
+        mounts = [Mount(str(scratch.src), "/src"), Mount(str(scratch.build), "/build", writable=True)] + mounts
+        env = {**step_environment(sandbox, config.gpu_count > 0), **env}
+        try:
+            for command in config.commands:
+                transcript.line(tx.running_line(command))
+                step = Step(split_command(command), mounts, env, "/build", gpu=config.gpu_count > 0)
+                result = execute(sandbox, step, transcript, options.timeout, label=command)
+                results.append(result)
+                if result.status != "ok":
+                    status = "timeout" if result.status == "timeout" else "failed"
+                    break
+        except Stopped as exc:
+            transcript.line(tx.killed_line(exc.signal_name))
+            status = "killed"
+        except KeyboardInterrupt:
+            transcript.line(tx.killed_line("SIGINT"))
+            status = "killed"
+    return BuildResult(status, results, transcript.text(), sandbox.engine, sandbox.image_id,
                        time.monotonic() - started)
 
 
-# ---------------------------------------------------------------------------- --submit
-
-def fixed_commands(milestone, size, hidden_name=None):
-    """The commands a ``--submit`` runs: copy the submission, then the milestone on each model."""
-    script = SCRIPTS[milestone]
-    models = [*MODELS, *([f"/hidden/{hidden_name}"] if hidden_name else [])]
-    return ['/bin/bash -c "cp -rv /src/* /build"',
-            *[f"python /build/scripts/{script} {model} {size}" for model in models]], models
-
-
-def reference_accuracy(session, model, size, timeout=REFERENCE_TIMEOUT):
-    """MXNet's built-in Convolution (m1) with the staff's package on the same images: the
-    Correctness a submission must print. ``-I``: the submission's copy is never imported."""
-    out = Transcript(stream=_Null())
-    code, timed_out = run_command(session.argv(f"python -I -m ece408_op m1 {model} {size}"), out, timeout,
-                                  session.cwd(), session.env())
-    accuracy = tx.parse_eval_metric(out.text())
-    if code != 0 or accuracy is None:
-        last = [line for line in out.text().strip().splitlines() if line.strip()][-1:] or ["no output"]
-        why = "time limit" if timed_out else last[0]
-        raise SubmitError(f"the reference run (m1) of {model} on {size} images failed: {why}")
-    return accuracy
-
-
-class _Null:
-    def write(self, text):
-        pass
-
-    def flush(self):
-        pass
-
-
-def model_key(model, hidden_model):
-    """The name a model's expected value is stored under: shipped names as they are, a hidden
-    model by the digest of its files (another checkpoint under the same name is another model)."""
-    if not model.startswith("/hidden/"):
-        return model
-    digest = hashlib.sha256()
-    for path in hidden_files(hidden_model):
-        digest.update(path.read_bytes())
-    return f"hidden:{Path(hidden_model).name}:{digest.hexdigest()[:16]}"
-
+# ---------------------------------------------------------------------------- ranked runs
 
 @dataclass
 class SubmitRequest:
@@ -385,6 +466,28 @@ class SubmitRequest:
     hidden_model: str = None
     record_id: str = None
     options: Options = field(default_factory=Options)
+    repeats: int = None              # fresh timed runs per layer (default: the milestone's; final 5)
+
+
+def hidden_files(prefix):
+    """The checkpoint files of a hidden model prefix (``name-symbol.json`` + the newest ``name-NNNN.params``)."""
+    prefix = Path(prefix)
+    symbol = prefix.parent / f"{prefix.name}-symbol.json"
+    params = sorted(prefix.parent.glob(f"{prefix.name}-[0-9][0-9][0-9][0-9].params"))
+    if not symbol.is_file() or not params:
+        raise SubmitError(f"hidden model {printable(str(prefix))}: needs {printable(symbol.name)} and "
+                          f"{printable(prefix.name)}-NNNN.params beside it")
+    return symbol, params[-1]
+
+
+def read_hidden(prefix):
+    """The hidden model as the job carries it: its name, symbol JSON and parameters (base64)."""
+    symbol, params = hidden_files(prefix)
+    for path in (symbol, params):
+        if path.stat().st_size > MAX_HIDDEN_BYTES:
+            raise SubmitError(f"hidden model file {printable(path.name)} is larger than {MAX_HIDDEN_BYTES >> 20} MiB")
+    return {"name": "hidden", "symbol": symbol.read_text(encoding="utf-8"),
+            "params": base64.b64encode(params.read_bytes()).decode("ascii")}
 
 
 def check_device(milestone):
@@ -398,67 +501,178 @@ def check_device(milestone):
     return cpu_name()
 
 
+def team_digest(folder, milestone):
+    """SHA-256 over the team's files a milestone takes (name, size, bytes; streamed), or None where
+    one cannot be read: what ``grade`` compares to skip a team already graded."""
+    digest = hashlib.sha256()
+    for name in project.MILESTONE_FILES[milestone]:
+        path = os.path.join(os.fsencode(folder), name.encode())
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            if size > project.MAX_FILE_BYTES:
+                return None
+            digest.update(f"{name}\0{size}\0".encode())
+            while True:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                digest.update(chunk)
+        finally:
+            os.close(fd)
+    return digest.hexdigest()
+
+
+def _take_artifact(path, dest, limit=ART_LIMIT):
+    """Copy the build's output ``path`` (a regular file, no link, at most ``limit``) into ``dest``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        import stat
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return False
+        with open(dest, "wb") as out:
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                out.write(chunk)
+        os.chmod(dest, 0o644)
+        return True
+    finally:
+        os.close(fd)
+
+
+def measure_argv(sandbox, sock):
+    """The measuring process's command: the grader's own Python and package, isolated."""
+    from ..team.client import isolated_python
+    if sandbox.engine in ("bubblewrap", "host"):
+        return isolated_python("ece408_op.grading.measure", "--channel", sock)
+    return ["python", "-I", "-m", "ece408_op.grading.measure", "--channel", sock]
+
+
+def run_ranked(request, transcript):
+    """The build and measuring steps of a ranked run. Returns (status, reason, report, taken files,
+    engine, isolated, image id)."""
+    options = request.options
+    milestone = request.milestone
+    check_timeout(options.timeout)
+    gpu = milestone in GPU_MILESTONES
+    arch = gpu_arch() if gpu else None
+    if gpu and arch is None:
+        raise SubmitError(f"--submit {milestone} needs the GPU's compute capability (nvidia-smi "
+                          "--query-gpu=compute_cap) and none was read")
+    hidden = read_hidden(request.hidden_model) if request.hidden_model else None
+    clean_stale(options.scratch_parent)
+    engine = choose_engine(options.engine)
+    sandbox = open_sandbox(engine, options.limits, options.image or "ece408_op:latest", network=False)
+    _announce(transcript, sandbox)
+    taken = []
+    with Scratch(options.scratch_parent, sandbox.uid, options.limits.disk, options.keep_scratch) as scratch:
+        scratch.src.mkdir(mode=0o755)
+        try:
+            taken = project.copy_files(request.folder, project.MILESTONE_FILES[milestone], scratch.src)
+        except project.TeamError as exc:
+            transcript.line(f"error: {exc}")
+            return "failed", str(exc), None, taken, sandbox
+        for f in taken:
+            transcript.line(f"* Team file {f.name}: {f.size} bytes, sha256 {f.sha256}")
+        mounts, env = harness_mounts(sandbox)
+        base = [Mount(str(scratch.src), "/src"), Mount(str(scratch.build), "/build", writable=True)]
+        env = {**step_environment(sandbox, gpu), **env}
+        kernels = None
+        if gpu:
+            from ..team.build import CUBIN, SOURCE, nvcc_argv
+            argv = nvcc_argv(f"/src/{SOURCE}", f"/build/{CUBIN}", arch)
+            transcript.line(tx.running_line(" ".join(argv)))
+            result = execute(sandbox, Step(argv, base, env, "/build"), transcript, options.timeout)
+            if result.status != "ok":
+                return "failed", f"{SOURCE} did not compile", None, taken, sandbox
+            if not _take_artifact(scratch.build / CUBIN, scratch.art / CUBIN):
+                transcript.line(f"error: the build left no usable {CUBIN} (a regular file of at most "
+                                f"{ART_LIMIT >> 20} MiB)")
+                return "failed", f"no {CUBIN}", None, taken, sandbox
+            kernels = f"/art/{CUBIN}"
+        listener = channel.Listener(scratch.channel)
+        sock = f"{channel.TARGET}/{channel.SOCKET}"
+        models = list(MODELS) + (["hidden"] if hidden else [])
+        job = {"milestone": milestone, "size": request.size, "models": models, "hidden": hidden,
+               "repeats": request.repeats, "seed": random.SystemRandom().randrange(1 << 31),
+               "team": "/src", "kernels": kernels}
+        if job["repeats"] is None:
+            del job["repeats"]
+        listener.start(job)
+        argv = measure_argv(sandbox, sock)
+        steps = base + [Mount(str(scratch.art), "/art"), Mount(str(scratch.channel), channel.TARGET, writable=True)]
+        transcript.line(tx.running_line(f"python -m ece408_op {milestone} (the grader's harness) on "
+                                        f"{', '.join(m if m != 'hidden' else 'the hidden model' for m in models)}, "
+                                        f"{request.size} images"))
+        result = execute(sandbox, Step(argv, steps + mounts, env, "/build", gpu=gpu), transcript, options.timeout,
+                         label="measure")
+        report = listener.result()
+        if report is None:
+            why = {"timeout": "the time limit", "output": "the output limit", "memory": "the memory limit",
+                   "cpu": "the CPU-time limit"}.get(result.status)
+            reason = f"stopped at {why}" if why else f"no report: {listener.error}"
+            return ("timeout" if result.status == "timeout" else "failed"), reason, None, taken, sandbox
+        status = "ok" if report.get("status") == "ok" and result.status == "ok" else "failed"
+        return status, report.get("reason"), report, taken, sandbox
+
+
 def submit(request, store, transcript=None):
-    """Run a ``--submit`` and store its record (also when the build fails or is stopped).
+    """Run a ranked ``--submit`` and store its record (also when the run fails or is stopped).
     Returns the Record."""
-    folder = Path(request.folder)
+    if request.milestone not in MILESTONES:
+        raise SubmitError(f"--submit takes {', '.join(MILESTONES)}, not {request.milestone!r}")
     device = check_device(request.milestone)
-    hidden_name = Path(request.hidden_model).name if request.hidden_model else None
-    if request.hidden_model:
-        hidden_files(request.hidden_model)
-    commands, models = fixed_commands(request.milestone, request.size, hidden_name)
-    expected = {}
-
-    def references(session):
-        environment = (f"{session.engine}:{session.image_id}" if session.engine != "host"
-                       else f"host:{socket.gethostname()}:{sys.executable}")
-        for model in models:
-            key = model_key(model, request.hidden_model)
-            value = store.expected(key, request.size, environment)
-            if value is None:
-                value = reference_accuracy(session, model, request.size)
-                store.set_expected(key, request.size, environment, value)
-            expected[model] = value
-
     transcript = transcript or Transcript()
     created = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     record_id = request.record_id or uuid.uuid4().hex
+    started = time.monotonic()
+    sandbox = None
+    taken, report, reason = [], None, None
     with stop_on_signals():
         try:
-            build = run_submission(folder, request.options, commands, transcript, request.hidden_model,
-                                   before=references, gpus=1 if request.milestone in GPU_MILESTONES else 0)
-        except Stopped as exc:                       # stopped before the first command
+            status, reason, report, taken, sandbox = run_ranked(request, transcript)
+        except Stopped as exc:
             transcript.line(tx.killed_line(exc.signal_name))
-            build = BuildResult("killed", [], transcript.text())
-        record = make_record(request, record_id, created, build, models, expected, device)
-        store.add(record)
+            status, reason = "killed", f"stopped ({exc.signal_name})"
+        except KeyboardInterrupt:
+            transcript.line(tx.killed_line("SIGINT"))
+            status, reason = "killed", "stopped (SIGINT)"
+    record = make_record(request, record_id, created, status, reason, report, taken, device, sandbox,
+                         transcript.text(), time.monotonic() - started)
+    store.add(record)
     return record
 
 
-def make_record(request, record_id, created, build, models, expected, device):
-    """The Record of a finished (or stopped) ``--submit`` build."""
+def make_record(request, record_id, created, status, reason, report, taken, device, sandbox, transcript,
+                duration):
+    """The Record of a finished (or stopped) ranked run, from the measuring process's report."""
     results = []
-    status = build.status
-    model_outputs = build.results[1:]                # the first command is the copy
-    for model, result in zip(models, model_outputs):
-        op_times, correctness, _ = tx.parse_model_output(result.output)
-        display = Path(model).name
-        results.append(tx.ModelResult(display, op_times, correctness, expected.get(model)))
-    transcript = build.transcript
-    if status == "ok":
-        missing = [r.model for r in results if r.correctness is None or not r.op_times]
-        if missing:
-            status = "failed"
-            line = (f"* No Op Time or no 'Correctness: ... Model: ...' line for {', '.join(missing)}: "
-                    f"the run cannot be ranked.")
-            transcript += line + "\n"
-            print(line)
-    complete = status == "ok" and len(results) == len(models)
+    for entry in (report or {}).get("models", []):
+        results.append(tx.ModelResult(str(entry.get("model")), [float(t) for t in entry.get("op_times", [])],
+                                      entry.get("correctness"), entry.get("expected")))
+    complete = status == "ok" and len(results) == len(MODELS) + (1 if request.hidden_model else 0) and \
+        all(r.correctness is not None and r.op_times for r in results)
+    if status == "ok" and not complete:
+        status, reason = "failed", reason or "the report lacks a model's Op Times or Correctness"
+    if reason and status != "ok":
+        transcript += f"* Not ranked: {printable(reason, limit=500)}\n"
     return Record(
-        id=record_id, created_at=created, team=request.team or default_team(), milestone=request.milestone,
-        size=request.size, status=status, exit_code=build.exit_code,
+        id=record_id, created_at=created, team=team_name(request.team or default_team()),
+        milestone=request.milestone, size=request.size, status=status, exit_code=None,
         op_time=sum(r.op_time for r in results) if complete else None,
         correct=complete and all(r.correct for r in results),
-        models=[r.to_dict() for r in results], git_commit=git_commit(request.folder),
-        content_hash=content_hash(request.folder), device=device, engine=build.engine, image=build.image_id,
-        host=socket.gethostname(), duration_s=round(build.duration_s, 3), transcript=transcript)
+        models=[{**r.to_dict(), "layers": e.get("layers", [])} for r, e in zip(results, (report or {}).get("models", []))],
+        git_commit=None, content_hash=team_digest(request.folder, request.milestone),
+        device=(report or {}).get("device") or device,
+        engine=sandbox.engine if sandbox else None, image=sandbox.image_id if sandbox else None,
+        host=socket.gethostname(), duration_s=round(duration, 3), transcript=transcript,
+        team_files=[f.to_dict() for f in taken], isolated=bool(sandbox and sandbox.isolated))

@@ -9,11 +9,21 @@ tasks starting together migrate once).
 A record is one row of ``runs``, written in one INSERT with an id chosen by its writer; a
 second insert of the same id is ignored (``ON CONFLICT DO NOTHING``), so a retried or
 fall-back write never duplicates a record.
+
+Faults: a write that fails (PostgreSQL gone, a disk full) is retried (reconnecting) for about
+RETRY_SECONDS; then the record goes to a local spool folder (``spool_dir``: one JSON file per
+record) and ``add`` raises one StoreError line saying so; every later ``open_store`` delivers
+what the spool holds first. A row that cannot be read back (a column not of its type) is
+skipped with one warning line, never a crash.
 """
 import json
+import math
 import os
 import sqlite3
-from dataclasses import dataclass, field
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import Ece408Error
@@ -24,7 +34,9 @@ LOCK_KEY = 408408                              # pg_advisory_xact_lock key for m
 
 COLUMNS = ("id", "created_at", "team", "milestone", "size", "status", "exit_code", "op_time",
            "correct", "models", "git_commit", "content_hash", "device", "engine", "image", "host",
-           "duration_s", "transcript")
+           "duration_s", "transcript", "team_files", "isolated")
+SPOOL_ENV = "ECE408_SPOOL"
+RETRY_SECONDS = 20.0
 
 MIGRATIONS = [
     # 1: records and the reference accuracies
@@ -55,6 +67,9 @@ MIGRATIONS = [
             environment TEXT NOT NULL,
             accuracy DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (model, size, environment))"""],
+    # 2: the team's files a ranked run measured (JSON: name, sha256, size) and whether it ran isolated
+    ["ALTER TABLE runs ADD COLUMN team_files TEXT",
+     "ALTER TABLE runs ADD COLUMN isolated INTEGER"],
 ]
 
 
@@ -83,22 +98,50 @@ class Record:
     host: str = None
     duration_s: float = None
     transcript: str = ""
+    team_files: list = field(default_factory=list)   # [{name, sha256, size}] a ranked run measured
+    isolated: bool = False                           # its engine isolated the team's processes
 
     def row(self):
-        values = {**self.__dict__, "models": json.dumps(self.models), "correct": int(bool(self.correct))}
+        values = {**self.__dict__, "models": json.dumps(self.models), "correct": int(bool(self.correct)),
+                  "team_files": json.dumps(self.team_files), "isolated": int(bool(self.isolated))}
         return tuple(values[c] for c in COLUMNS)
 
     @classmethod
     def from_row(cls, row):
+        """The Record of a database row; ValueError where a column is not of its type."""
         values = dict(zip(COLUMNS, row))
         values["models"] = json.loads(values["models"])
+        values["team_files"] = json.loads(values["team_files"]) if values.get("team_files") else []
         values["correct"] = bool(values["correct"])
+        values["isolated"] = bool(values.get("isolated"))
+        if not isinstance(values["models"], list) or not all(isinstance(m, dict) for m in values["models"]):
+            raise ValueError("models is not a list of objects")
+        if values["op_time"] is not None and (not isinstance(values["op_time"], (int, float))
+                                              or not math.isfinite(values["op_time"])):
+            raise ValueError("op_time is not a number")
+        if not isinstance(values["size"], int) or not isinstance(values["team"], str):
+            raise ValueError("size or team is not of its type")
         return cls(**values)
+
+    def to_json(self):
+        return json.dumps(asdict(self))
 
 
 def default_sqlite_path():
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "ece408_op" / "submissions.db"
+
+
+def spool_dir():
+    """Where records wait that the database refused ($ECE408_SPOOL, else the user's state folder)."""
+    if os.environ.get(SPOOL_ENV):
+        return Path(os.environ[SPOOL_ENV])
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "ece408_op" / "spool"
+
+
+def warn(text):
+    print(f"warning: {text}", file=sys.stderr)
 
 
 def describe(url):
@@ -118,6 +161,7 @@ class Store:
         self.url = url
         self.conn = self._connect()
         self._migrate()
+        self.deliver_spool()
 
     def close(self):
         self.conn.close()
@@ -132,9 +176,21 @@ class Store:
         return text.replace("?", self.placeholder)
 
     def _execute(self, text, params=()):
-        cur = self.conn.cursor()
-        cur.execute(self._sql(text), params)
+        try:
+            cur = self.conn.cursor()
+            cur.execute(self._sql(text), params)
+        except self._errors() as exc:
+            raise StoreError(f"{describe(self.url)}: {_first_line(str(exc))}") from exc
         return cur
+
+    def _errors(self):
+        return (sqlite3.Error,)
+
+    def _end_read(self):
+        try:
+            self.conn.commit()
+        except self._errors() as exc:
+            raise StoreError(f"{describe(self.url)}: {_first_line(str(exc))}") from exc
 
     def _migrate(self):
         with self._transaction():
@@ -151,13 +207,64 @@ class Store:
         return self._execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
 
     # ------------------------------------------------------------ records
-    def add(self, record):
-        """Insert ``record``; returns False where a record of that id was already there."""
+    def _insert(self, record):
         marks = ", ".join("?" * len(COLUMNS))
         with self._transaction():
             cur = self._execute(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({marks}) "
                                 "ON CONFLICT (id) DO NOTHING", record.row())
             return cur.rowcount == 1
+
+    def add(self, record, retry_seconds=None):
+        """Insert ``record``; returns False where a record of that id was already there. A failing
+        write is retried (reconnecting) for ``retry_seconds`` (RETRY_SECONDS), then the record is
+        spooled and StoreError says where."""
+        deadline = time.monotonic() + (RETRY_SECONDS if retry_seconds is None else retry_seconds)
+        delay = 0.2
+        while True:
+            try:
+                return self._insert(record)
+            except StoreError as exc:
+                if time.monotonic() + delay > deadline:
+                    path = spool(record, self.url)
+                    raise StoreError(f"the record {record.id} could not be stored ({exc}); it waits in "
+                                     f"{path} and is stored by the next command that opens the database") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                self._reconnect()
+
+    def _reconnect(self):
+        try:
+            self.conn.close()
+        except Exception:                       # noqa: BLE001  a dead connection may fail to close
+            pass
+        try:
+            self.conn = self._connect()
+        except StoreError:
+            pass
+
+    def deliver_spool(self):
+        """Store the records the spool holds (each then removed); returns how many."""
+        folder = spool_dir()
+        try:
+            paths = sorted(folder.glob("*.json"))
+        except OSError:
+            return 0
+        delivered = 0
+        for path in paths:
+            try:
+                data = json.loads(path.read_text())
+                if data.get("url") not in (None, self.url):
+                    continue                    # another database's record
+                self._insert(Record(**data["record"]))
+                path.unlink()
+                delivered += 1
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                warn(f"spooled record {path.name} could not be read ({exc}); left in {folder}")
+            except StoreError:
+                break
+        if delivered:
+            warn(f"{delivered} spooled record(s) stored in {describe(self.url)}")
+        return delivered
 
     def has(self, record_id):
         return self._execute("SELECT 1 FROM runs WHERE id = ?", (record_id,)).fetchone() is not None
@@ -172,8 +279,14 @@ class Store:
         if where:
             text += " WHERE " + " AND ".join(where)
         rows = self._execute(text + " ORDER BY created_at, id", params).fetchall()
-        self.conn.commit()
-        return [Record.from_row(row) for row in rows]
+        self._end_read()
+        records = []
+        for row in rows:
+            try:
+                records.append(Record.from_row(row))
+            except (ValueError, TypeError, KeyError) as exc:
+                warn(f"record {str(row[0])[:40]!r} skipped: it cannot be read ({exc})")
+        return records
 
     def graded(self, team, milestone, size, content_hash, retry_stopped=False):
         """True where this team's submission with this content already has a record. With
@@ -183,7 +296,7 @@ class Store:
         if retry_stopped:
             text += " AND status IN ('ok', 'failed', 'timeout')"
         row = self._execute(text, (team, milestone, size, content_hash)).fetchone()
-        self.conn.commit()
+        self._end_read()
         return row is not None
 
     def statuses(self, record_ids):
@@ -194,20 +307,20 @@ class Store:
             chunk = ids[i:i + 500]
             marks = ", ".join("?" * len(chunk))
             found.update(self._execute(f"SELECT id, status FROM runs WHERE id IN ({marks})", chunk).fetchall())
-        self.conn.commit()
+        self._end_read()
         return found
 
     def latest(self):
         """(milestone, size) of the newest record, or None."""
         row = self._execute("SELECT milestone, size FROM runs ORDER BY created_at DESC, id DESC LIMIT 1").fetchone()
-        self.conn.commit()
+        self._end_read()
         return tuple(row) if row else None
 
     # ------------------------------------------------------------ reference accuracies
     def expected(self, model, size, environment):
         row = self._execute("SELECT accuracy FROM expected WHERE model = ? AND size = ? AND environment = ?",
                             (model, size, environment)).fetchone()
-        self.conn.commit()
+        self._end_read()
         return row[0] if row else None
 
     def set_expected(self, model, size, environment, accuracy):
@@ -251,7 +364,15 @@ class _SqliteTransaction:
             raise StoreError(f"cannot write to the SQLite database {self.path}: {exc}") from exc
 
     def __exit__(self, kind, exc, tb):
-        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        try:
+            self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        except sqlite3.Error as error:
+            if kind is None:
+                try:
+                    self.conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise StoreError(f"SQLite database {self.path}: {error}") from error
         if isinstance(exc, sqlite3.Error):
             raise StoreError(f"SQLite database {self.path}: {exc}") from exc
 
@@ -277,6 +398,9 @@ class PostgresStore(Store):
     def _lock(self):
         self._execute("SELECT pg_advisory_xact_lock(?)", (LOCK_KEY,))
 
+    def _errors(self):
+        return (self.psycopg.Error,)
+
     def _transaction(self):
         return _PostgresTransaction(self)
 
@@ -289,11 +413,17 @@ class _PostgresTransaction:
         pass                                      # psycopg opens a transaction on the first statement
 
     def __exit__(self, kind, exc, tb):
-        conn = self.store.conn
+        conn, errors = self.store.conn, self.store.psycopg.Error
         if kind is None:
-            conn.commit()
+            try:
+                conn.commit()
+            except errors as error:
+                raise StoreError(f"PostgreSQL at {describe(self.store.url)}: {_first_line(str(error))}") from error
             return
-        conn.rollback()
+        try:
+            conn.rollback()
+        except errors:
+            pass
         if isinstance(exc, self.store.psycopg.Error):
             raise StoreError(f"PostgreSQL at {describe(self.store.url)}: {_first_line(str(exc))}") from exc
 
@@ -301,6 +431,21 @@ class _PostgresTransaction:
 def _first_line(text):
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else "no reason given"
+
+
+def spool(record, url=None):
+    """Write ``record`` into the spool folder; returns the file's path (or where it should have gone)."""
+    folder = spool_dir()
+    path = folder / f"{record.id}.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{record.id}.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(json.dumps({"url": url, "record": asdict(record)}))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise StoreError(f"the record {record.id} could be neither stored nor spooled in {folder} "
+                         f"({exc.strerror or exc})") from exc
+    return path
 
 
 def open_store(url=None):

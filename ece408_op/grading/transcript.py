@@ -1,17 +1,12 @@
-"""The build transcript, as the course server showed it, and what a submission reads from it.
-
-Each command is announced as ``* Running <command>``; its output (stdout and stderr, as they
-come) follows. The milestone lines parsed from a model's command output:
-
-    Op Time: 0.076815                          one per custom layer
-    Correctness: 0.8562 Model: ece408-high     one per run
+"""The build transcript, as the course server showed it: each command announced as
+``* Running <command>``, its output (stdout and stderr, as they come) after it, and the runner's
+own lines (``* The command exited with code 1; the build stopped.``). A ranked run's figures
+never come from this text (``channel.py``); ``ModelResult`` holds them as the record keeps them.
 """
 import re
 from dataclasses import asdict, dataclass, field
 
 RUNNING = "* Running "
-OP_TIME = re.compile(r"^Op Time: ([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s*$", re.M)
-CORRECTNESS = re.compile(r"^Correctness: ([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?) Model: (\S+)\s*$", re.M)
 EVAL_METRIC = re.compile(r"^EvalMetric: \{'accuracy': ([0-9.eE+-]+)\}\s*$", re.M)
 
 
@@ -55,23 +50,6 @@ class ModelResult:
         return cls(d["model"], list(d.get("op_times", [])), d.get("correctness"), d.get("expected"))
 
 
-def parse_model_output(text):
-    """(op_times, correctness, model name) from one milestone command's output; correctness and
-    name are None where the run printed no Correctness line (it failed before the end)."""
-    op_times = [float(v) for v in OP_TIME.findall(text)]
-    found = CORRECTNESS.findall(text)
-    if not found:
-        return op_times, None, None
-    value, name = found[-1]
-    return op_times, float(value), name
-
-
-def parse_eval_metric(text):
-    """The accuracy of an m1 run (``EvalMetric: {'accuracy': 0.8673}``), or None."""
-    found = EVAL_METRIC.findall(text)
-    return float(found[-1]) if found else None
-
-
 def split_commands(transcript):
     """[(command, output)] of a transcript, in order (text before the first command dropped)."""
     parts = []
@@ -79,3 +57,10 @@ def split_commands(transcript):
         command, _, output = block.partition("\n")
         parts.append((command, output))
     return parts
+
+
+def parse_eval_metric(text):
+    """The accuracy an m1 run printed (``EvalMetric: {'accuracy': 0.8673}``), or None: for tools
+    and tests reading a transcript, never for a record."""
+    found = EVAL_METRIC.findall(text)
+    return float(found[-1]) if found else None

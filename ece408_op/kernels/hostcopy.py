@@ -390,12 +390,16 @@ def _entry(fused):
     return entry
 
 
-def forward_into(out, x, k, bias=None, spec=None, version=None, fused=False, device=None):
+def forward_into(out, x, k, bias=None, spec=None, version=None, fused=False, device=None, entry=None):
     """Run the layer (the conv, or conv + tanh + 2x2 max-pool where ``fused``) on host arrays,
     writing ``out`` (the caller's C-contiguous float32 memory, e.g. MXNet's output, which is
-    overwritten); returns Op Time. The copies go as ``ECE408_HOST_COPY`` says (module doc)."""
+    overwritten); returns Op Time. The copies go as ``ECE408_HOST_COPY`` says (module doc).
+    ``entry``: another device-pointer forward with ``conv2d_forward_device``'s signature (a
+    team's, ``team/runtime.py``); the ``direct`` mode then copies as ``ring`` does."""
     start = time.perf_counter()
     mode = host_copy_mode()
+    if entry is not None and mode == "direct":
+        mode = "ring"
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = np.ascontiguousarray(k, dtype=np.float32)
     bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
@@ -405,7 +409,7 @@ def forward_into(out, x, k, bias=None, spec=None, version=None, fused=False, dev
     if mode == "direct":
         record.op_time = _direct(out, x, k, bias, spec, version, fused, device)
     elif x.shape[0] > 0:
-        record.op_time = _piped(record, out, x, k, bias, spec, version, fused, device)
+        record.op_time = _piped(record, out, x, k, bias, spec, version, fused, device, entry)
     record.wall = time.perf_counter() - start
     _keep(record)
     return record.op_time
@@ -420,8 +424,8 @@ def _direct(out, x, k, bias, spec, version, fused, device):
     return entry(x, k, bias=bias, spec=spec, out=out, version=version, device=device)[1]
 
 
-def _piped(record, out, x, k, bias, spec, version, fused, device):
-    entry = _entry(fused)
+def _piped(record, out, x, k, bias, spec, version, fused, device, entry=None):
+    entry = entry or _entry(fused)
     dev = GpuDevice.get(device)
     cuda = dev.cuda
     with dev.active():

@@ -74,8 +74,35 @@ def input_shape(symbol):
     return shape[1:]
 
 
+MEMORY_MODELS = {}      # name -> (symbol JSON text, params bytes): a grader's hidden model, never on disk
+
+
+def register_memory_model(name, symbol_json, params):
+    """Make ``name`` load from memory (a checkpoint's symbol JSON and .params bytes): the hidden
+    model of a ranked run reaches the measuring process over its channel and is never written
+    where a team's process could read it."""
+    MEMORY_MODELS[name] = (symbol_json, bytes(params))
+
+
+def _load_memory_model(name):
+    symbol_json, params = MEMORY_MODELS[name]
+    try:
+        symbol = mx.sym.load_json(symbol_json)
+        loaded = mx.nd.load_frombuffer(params)
+    except Exception as exc:  # noqa: BLE001  MXNetError, JSON errors
+        raise ModelError(f"the model {name} could not be loaded: {mxnet_error_line(exc)}") from exc
+    if not isinstance(loaded, dict):
+        raise ModelError(f"the model {name}'s parameters are not a named checkpoint")
+    arg_params = {k[4:]: v for k, v in loaded.items() if k.startswith("arg:")}
+    aux_params = {k[4:]: v for k, v in loaded.items() if k.startswith("aux:")}
+    check_params(symbol, arg_params, aux_params, f"{name}'s parameters")
+    return name, symbol, arg_params, aux_params
+
+
 def model_input_shape(name):
     """``input_shape`` of a checkpoint by name or prefix, reading only its symbol file."""
+    if name in MEMORY_MODELS:
+        return input_shape(mx.sym.load_json(MEMORY_MODELS[name][0]))
     _, prefix, _ = resolve_model(name)
     return input_shape(load_symbol(f"{prefix}-symbol.json"))
 
@@ -176,6 +203,8 @@ def load_model(name):
     """(display name, symbol, arg_params, aux_params) of a checkpoint; params as MXNet loads them.
     A file that cannot be loaded, or a parameter the network needs but the file lacks, is a
     one-line ModelError saying which file and why."""
+    if name in MEMORY_MODELS:
+        return _load_memory_model(name)
     display, prefix, epoch = resolve_model(name)
     symbol_file, params_file = f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
     symbol = load_symbol(symbol_file)

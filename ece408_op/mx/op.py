@@ -71,7 +71,7 @@ mx = import_mxnet()
 DEVICES = ("auto", "cpu", "gpu")
 POPULATE_BYTES = 1 << 20         # outputs this large get their pages faulted in before the clock
 SPEC_ATTRS = ("num_filter", "kernel", "stride", "pad", "dilate", "num_group", "no_bias", "layout")
-OWN_ATTRS = ("device", "gpu_kernel")
+OWN_ATTRS = ("device", "gpu_kernel", "team")
 
 
 class OpTimeLog:
@@ -145,6 +145,7 @@ class OpConfig:
     spec: ConvSpec
     device: str            # auto | cpu | gpu (as given; auto resolved per forward)
     gpu_kernel: str        # as given ('auto' or a version)
+    team: bool = False     # run the active team's forward (team/runtime.py) instead of ours
 
 
 def parse_device(text):
@@ -177,7 +178,15 @@ def parse_attrs(attrs):
     if "kernel" not in attrs:
         raise ShapeError("kernel is required, e.g. kernel=(3, 3)")
     spec = ConvSpec.from_attrs(**{k: attrs[k] for k in SPEC_ATTRS if k in attrs})
-    return OpConfig(spec, parse_device(attrs.get("device", "auto")), parse_gpu_kernel(attrs.get("gpu_kernel", "auto")))
+    return OpConfig(spec, parse_device(attrs.get("device", "auto")), parse_gpu_kernel(attrs.get("gpu_kernel", "auto")),
+                    parse_team(attrs.get("team", "0")))
+
+
+def parse_team(text):
+    choice = str(text).strip().lower()
+    if choice not in ("0", "1", "false", "true", ""):
+        raise ShapeError(f"team={text!r} is not 0 or 1")
+    return choice in ("1", "true")
 
 
 _PARSED = {}                   # attribute strings -> OpConfig (parsing was 0.04 ms of each imperative
@@ -291,7 +300,9 @@ class Conv2dForward(mx.operator.CustomOp):
             views, out = [a.asnumpy() for a in in_data], None
         x, k = views[0], views[1]
         bias = views[2] if len(views) > 2 else None
-        if self.path == "gpu" and out is not None and not accumulate:
+        if self.config.team:
+            seconds = self._forward_team(x, k, bias, out, accumulate)
+        elif self.path == "gpu" and out is not None and not accumulate:
             from ..kernels.hostcopy import forward_into     # x in, y straight into MXNet's memory
             seconds = forward_into(out, x, k, bias=bias, spec=self.spec, version=self.kernel)
         elif self.path == "gpu":
@@ -308,6 +319,18 @@ class Conv2dForward(mx.operator.CustomOp):
         op_times.add(seconds, self.path)
         if out is None:
             self.assign(out_data[0], request, mx.nd.array(y, ctx=out_data[0].context, dtype=np.float32))
+
+    def _forward_team(self, x, k, bias, out, accumulate):
+        """The active team's forward (``team/runtime.py``): its Op Time, its output in ``out``."""
+        from ..team.runtime import current
+        if out is None or accumulate or bias is not None:
+            raise ShapeError(f"{OP_TYPE} team=1 computes the course's layer into MXNet's CPU output "
+                             "(no bias, req='write')")
+        runtime = current()
+        if self.path == "gpu":
+            from ..kernels.hostcopy import forward_into
+            return forward_into(out, x, k, spec=self.spec, entry=runtime.forward_device)
+        return runtime.forward_cpu(out, x, k, self.spec)
 
     def _forward_gpu_arrays(self, in_data, y_nd, accumulate):
         """mxnet-cu builds: the arrays already live on the GPU; pass their device pointers."""

@@ -1,0 +1,90 @@
+"""The measuring process of a ranked run: the grader's code, in the run's sandbox.
+
+    python -I -m ece408_op.grading.measure --channel /run/ece408/channel.sock
+
+Its first act is to connect to the runner's channel (``channel.py``) and to make itself
+undumpable (no process of its user may read its memory, environment or descriptors); only then
+does it start the team's process. For each model of the job it runs MXNet's own convolution on
+the images (the Correctness to equal), then the milestone with the team's forward
+(``team/runtime.py``), printing the course's lines, and sends the figures back over the channel.
+A failure (the team's code, a check, a plan) is one ``error:`` line in the transcript and a
+``failed`` report naming it.
+"""
+import argparse
+import base64
+import sys
+
+from ..errors import Ece408Error
+
+
+def _device_name(milestone):
+    if milestone == "m2":
+        from .runner import cpu_name
+        return cpu_name()
+    from ..kernels import GpuDevice
+    return GpuDevice.get().name
+
+
+def run_job(job, console):
+    """The report of ``job`` (a dict from the runner), its transcript printed through ``console``."""
+    import ece408_op
+    ece408_op.require_mxnet()
+    from ..cli.milestone import MILESTONES, Args, run_milestone
+    from ..mx.inference import run_inference
+    from ..mx.models import register_memory_model
+    from ..team.runtime import TeamRuntime
+    milestone = MILESTONES[job["milestone"]]
+    hidden = job.get("hidden")
+    if hidden:
+        register_memory_model(hidden["name"], hidden["symbol"], base64.b64decode(hidden["params"]))
+    image = None
+    if job.get("kernels"):
+        with open(job["kernels"], "rb") as f:
+            image = f.read()
+    report = {"status": "ok", "reason": None, "device": _device_name(job["milestone"]), "models": []}
+    for index, model in enumerate(job["models"]):
+        expected = run_inference(model, job["size"], use_custom=False)["accuracy"]
+        runtime = TeamRuntime(job["team"], image, repeats=job.get("repeats", milestone.repeats),
+                              seed=job["seed"] + index, stdout=None)
+        args = Args(model=model, size=job["size"])
+        entry = {"model": model, "expected": expected, "op_times": [], "correctness": None, "layers": []}
+        report["models"].append(entry)
+        try:
+            accuracy = run_milestone(milestone, args, console, runtime=runtime)
+        except Ece408Error as exc:
+            console.say(f"error: {exc}")
+            report.update(status="failed", reason=f"{model}: {str(exc).splitlines()[0]}")
+            entry["layers"] = runtime.layers
+            return report
+        entry.update(correctness=float(accuracy), layers=runtime.layers,
+                     op_times=[layer["op_time"] for layer in runtime.layers])
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="ece408_op.grading.measure")
+    parser.add_argument("--channel", required=True)
+    args = parser.parse_args(argv)
+    from . import channel
+    sock = channel.connect(args.channel)           # first: nothing of the team's runs yet
+    from ..team.lockdown import make_undumpable
+    make_undumpable()
+    job = channel.recv(sock, channel.JOB_LIMIT)
+    from ..cli.errors import Console
+    console = Console()
+    try:
+        report = run_job(job, console)
+    except Ece408Error as exc:
+        console.say(f"error: {exc}")
+        report = {"status": "failed", "reason": str(exc).splitlines()[0], "models": []}
+    except Exception as exc:                       # noqa: BLE001  reported, never a traceback on the runner
+        console.say(f"error: the harness failed: {type(exc).__name__}: {exc}")
+        report = {"status": "error", "reason": f"the harness failed: {type(exc).__name__}: {exc}", "models": []}
+    sys.stdout.flush()
+    channel.send(sock, report)
+    sock.close()
+    return 0 if report["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""The harness's side of the team process (``worker.py``): start it, ask, time, bound.
+
+The worker is a child of the harness, locked down by its own first act (seccomp: no fork,
+exec or ptrace), and STOPPED (SIGSTOP) at every moment except while it answers a request:
+nothing of the team's runs while the harness copies inputs in or outputs out, or while it
+times anything else. Replies are bounded (1 MiB) and checked before use.
+
+A CPU forward (m2) goes through shared memory (a memfd both map): the harness copies x and k
+in and zeroes y while the worker is stopped, then starts the clock, continues the worker, sends
+the request, stops the clock at the reply, stops the worker, and only then copies y out. The
+clock is the harness's; the team's code never touches it.
+"""
+import json
+import mmap
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import Ece408Error
+from .plan import parse_plan
+from .worker import recv, send
+
+REPLY_LIMIT = 1 << 20
+HELLO_TIMEOUT = 300.0           # import of the team's file (and NumPy, Numba)
+PLAN_TIMEOUT = 60.0
+FORWARD_TIMEOUT = 3600.0        # the command's own time limit is the real bound
+ALIGN = 4096
+
+
+class TeamError(Ece408Error):
+    """The team's code failed, or misbehaved (one line, naming the team's file)."""
+
+
+def trusted_path():
+    """This process's import path (the grader's packages), without the current folder, and with
+    the folder holding this package first: what an isolated child gets, whatever its cwd."""
+    import ece408_op
+    here = str(Path(ece408_op.__file__).resolve().parent.parent)
+    cwd = os.getcwd()
+    paths = [here] + [p for p in sys.path if p and os.path.abspath(p) != cwd and p != here]
+    return paths
+
+
+BOOT = ("import sys, json, runpy; sys.path[:0] = json.loads(sys.argv.pop(1)); "
+        "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+
+
+def isolated_python(module, *args, python=None, paths=None):
+    """argv that runs ``python -m module args`` isolated (-I: no PYTHON* variables, no user site,
+    not the current folder) with the grader's import path: a team's files, sitecustomize.py,
+    .pth or package of the same name never come first."""
+    return [python or sys.executable, "-I", "-c", BOOT, json.dumps(paths or trusted_path()), module, *map(str, args)]
+
+
+def numba_cache_dir():
+    """Where a student's own runs keep Numba's compiled team code ($XDG_CACHE_HOME or ~/.cache):
+    keyed by the SLP setting (always on here), as Numba's own cache is not."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ece408_op" / "team-numba-slp1"
+
+
+def worker_environment(home, numba_cache=None, threads=None):
+    """The team process's whole environment: nothing of the harness's (no database URL, no
+    password, no grader path), only what Python and Numba need."""
+    threads = threads or len(os.sched_getaffinity(0))
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home),
+            "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+            "NUMBA_SLP_VECTORIZE": "1", "NUMBA_CACHE_DIR": str(numba_cache or Path(home) / "numba"),
+            "NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+
+
+def _aligned(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class TeamWorker:
+    """One team process for one part (``cpu``: new-forward.py, ``gpu``: launch.py)."""
+
+    def __init__(self, team_dir, part, numba_cache=None, stdout=None):
+        self.team_dir = str(Path(team_dir).resolve())
+        self.part = part
+        self._tmp = tempfile.TemporaryDirectory(prefix="ece408-team-")
+        self.home = self._tmp.name
+        self.numba_cache = numba_cache
+        self.stdout = stdout
+        self.proc = None
+        self.shm_fd = None
+        self.shm = None
+        self.shm_size = 0
+        self.stopped = False
+        self.plans = {}
+
+    # ---------------------------------------------------------------- life cycle
+    def start(self):
+        control_r, self.control = os.pipe()
+        self.reply, reply_w = os.pipe()
+        fds = [control_r, reply_w]
+        args = ["--part", self.part, "--dir", self.team_dir, "--control", control_r, "--reply", reply_w]
+        if self.part == "cpu":
+            self.shm_fd = os.memfd_create("ece408-team", os.MFD_CLOEXEC)
+            fds.append(self.shm_fd)
+            args += ["--shm", self.shm_fd]
+        try:
+            self.proc = subprocess.Popen(isolated_python("ece408_op.team.worker", *args), pass_fds=fds,
+                                         stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stdout,
+                                         env=worker_environment(self.home, self.numba_cache), cwd=self.home)
+        finally:
+            os.close(control_r)
+            os.close(reply_w)
+        self.request({"op": "hello"}, HELLO_TIMEOUT)
+        return self
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()                      # a stopped process dies of SIGKILL too
+            self.proc.wait()
+        for fd in (getattr(self, "control", None), getattr(self, "reply", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.control = self.reply = None
+        if self.shm is not None:
+            self.shm.close()
+            self.shm = None
+        if self.shm_fd is not None:
+            os.close(self.shm_fd)
+            self.shm_fd = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---------------------------------------------------------------- stop and go
+    def _resume(self):
+        if self.stopped:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.stopped = False
+
+    def _pause(self):
+        """SIGSTOP, and wait until the whole process (every thread) has stopped."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        while True:
+            pid, status = os.waitpid(self.proc.pid, os.WUNTRACED)
+            if os.WIFSTOPPED(status):
+                self.stopped = True
+                return
+            if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                raise TeamError(f"the team process ended ({self._ended()})")
+
+    def _ended(self):
+        code = self.proc.returncode
+        if code is None:
+            return "no reason given"
+        return f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+
+    def _wait_reply(self, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([self.reply], [], [], max(0.0, min(1.0, deadline - time.monotonic())))
+            if ready:
+                return
+            if self.proc.poll() is not None:
+                raise TeamError(f"the team process ended ({self._ended()}) before it answered")
+            if time.monotonic() >= deadline:
+                raise TeamError(f"the team's {self._file()} did not answer within {timeout:g} s")
+
+    def _file(self):
+        from .worker import CPU_FILE, GPU_FILE
+        return CPU_FILE if self.part == "cpu" else GPU_FILE
+
+    def request(self, message, timeout):
+        """Send ``message``, wait for the reply, stop the worker; returns (reply, seconds from just
+        before the worker was continued to the reply's arrival)."""
+        start = time.perf_counter()
+        try:
+            self._resume()
+            send(self.control, message)
+            self._wait_reply(timeout)
+            reply = recv(self.reply, REPLY_LIMIT)
+            seconds = time.perf_counter() - start
+        except (EOFError, BrokenPipeError) as exc:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            raise TeamError(f"the team process ended ({self._ended()}) before it answered") from exc
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.proc.kill()
+            raise TeamError(f"the team process sent a malformed reply ({exc})") from exc
+        finally:
+            if self.proc.poll() is None and not self.stopped:
+                self._pause()
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            raise TeamError("the team process sent a malformed reply")
+        if not reply["ok"]:
+            raise TeamError(str(reply.get("error", "failed"))[:400])
+        return reply, seconds
+
+    # ---------------------------------------------------------------- requests
+    def plan(self, layer):
+        """The checked LaunchPlan of ``launch(B, M, C, H, W, K)`` (cached per layer)."""
+        key = tuple(int(layer[k]) for k in ("B", "M", "C", "H", "W", "K"))
+        if key not in self.plans:
+            reply, _ = self.request({"op": "plan", "layer": dict(zip("BMCHWK", key))}, PLAN_TIMEOUT)
+            self.plans[key] = parse_plan(reply.get("plan"))
+        return self.plans[key]
+
+    def _shared(self, x_shape, k_shape, y_shape):
+        sizes = [int(np.prod(s)) * 4 for s in (x_shape, k_shape, y_shape)]
+        offsets = [0, _aligned(sizes[0]), _aligned(sizes[0]) + _aligned(sizes[1])]
+        total = offsets[2] + _aligned(sizes[2])
+        if total > self.shm_size:
+            if self.shm is not None:
+                self.shm.close()
+            os.ftruncate(self.shm_fd, total)
+            self.shm = mmap.mmap(self.shm_fd, total)
+            self.shm_size = total
+        views = [np.ndarray(s, np.float32, buffer=self.shm, offset=o) for s, o in
+                 zip((x_shape, k_shape, y_shape), offsets)]
+        layout = {"size": total, **{n: [o, list(s)] for n, o, s in zip("xky", offsets, (x_shape, k_shape, y_shape))}}
+        return views, layout
+
+    def forward(self, out, x, k, fill_x=None):
+        """The team's CPU forward of x (B, C, H, W) with k (M, C, K, K) into ``out`` (B, M, H-K+1,
+        W-K+1); returns the seconds it took (the harness's clock around the request). ``fill_x``,
+        where given, writes the input straight into shared memory (fresh inputs) instead of ``x``."""
+        shape_x = tuple(x.shape) if x is not None else fill_x[0]
+        (xs, ks, ys), layout = self._shared(shape_x, tuple(k.shape), tuple(out.shape))
+        if x is not None:
+            np.copyto(xs, x)
+        else:
+            fill_x[1](xs)
+        np.copyto(ks, k)
+        ys.fill(0.0)                              # the course zeroed y before the clock
+        _, seconds = self.request({"op": "forward", **layout}, FORWARD_TIMEOUT)
+        np.copyto(out, ys)
+        return seconds

@@ -1,0 +1,118 @@
+"""A team's project folder: the template, ``init``, finding one, and the files a run takes.
+
+Only the template's own file names are ever taken from a team folder, as regular files (a
+symbolic link is refused), each at most MAX_FILE_BYTES, hashed (SHA-256) as they are copied:
+the record of a ranked run lists exactly the files it measured and their digests.
+"""
+import hashlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Ece408Error
+
+TEMPLATE = Path(__file__).with_name("template")
+TEMPLATE_FILES = ("README.md", "rai_build.yml", "new-forward.py", "new-forward.cu", "launch.py")
+CPU_FILES = ("new-forward.py",)
+GPU_FILES = ("new-forward.cu", "launch.py")
+FORWARD_FILES = CPU_FILES + GPU_FILES
+MILESTONE_FILES = {"m2": CPU_FILES, "m3": GPU_FILES, "final": GPU_FILES}
+MAX_FILE_BYTES = 1 << 20
+CHUNK = 1 << 16
+
+
+class TeamError(Ece408Error):
+    """A team folder that cannot be used (missing files, a link, a file too large)."""
+
+
+@dataclass(frozen=True)
+class TeamFile:
+    name: str
+    sha256: str
+    size: int
+
+    def to_dict(self):
+        return {"name": self.name, "sha256": self.sha256, "size": self.size}
+
+
+def init(dest):
+    """Make a team project in ``dest`` (new or empty) from the template; returns the paths written."""
+    dest = Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise TeamError(f"{dest} already exists and is not an empty folder; choose a new folder for the team")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in TEMPLATE_FILES:
+            shutil.copyfile(TEMPLATE / name, dest / name)
+            written.append(dest / name)
+    except OSError as exc:
+        raise TeamError(f"cannot write the team project into {dest}: {exc.strerror or exc}") from exc
+    return written
+
+
+def is_team_dir(path):
+    path = Path(path)
+    return any((path / name).is_file() for name in FORWARD_FILES)
+
+
+def find_team(explicit=None, cwd=None):
+    """The team folder to run: ``explicit`` (it must hold a team's forward files), else the
+    current folder where it holds one, else None (the reference kernels run)."""
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_dir():
+            raise TeamError(f"--team {explicit}: no such folder; make one with: python -m ece408_op init {explicit}")
+        if not is_team_dir(path):
+            raise TeamError(f"--team {explicit}: no {' or '.join(FORWARD_FILES)} in it; "
+                            "make a team project with: python -m ece408_op init DIR")
+        return path.resolve()
+    here = Path(cwd or os.getcwd())
+    return here.resolve() if is_team_dir(here) else None
+
+
+def require_files(folder, names):
+    missing = [n for n in names if not (Path(folder) / n).exists()]
+    if missing:
+        raise TeamError(f"the team folder {folder} has no {', '.join(missing)}; "
+                        f"copy it from a new project (python -m ece408_op init DIR)")
+
+
+def copy_files(folder, names, dest, max_bytes=MAX_FILE_BYTES):
+    """Copy ``names`` from the team ``folder`` into ``dest`` (regular files only, never through a
+    symbolic link, each at most ``max_bytes``), hashing them on the way; returns [TeamFile]."""
+    dest = Path(dest)
+    taken = []
+    for name in names:
+        path = os.path.join(os.fsencode(folder), os.fsencode(name))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            raise TeamError(f"the submission has no {name}; a team project needs it "
+                            "(python -m ece408_op init DIR makes one)") from None
+        except OSError as exc:
+            why = "it is a symbolic link" if exc.errno in (40,) else (exc.strerror or str(exc))
+            raise TeamError(f"the submission's {name} cannot be taken: {why}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise TeamError(f"the submission's {name} is not a regular file")
+            if info.st_size > max_bytes:
+                raise TeamError(f"the submission's {name} has {info.st_size} bytes; at most {max_bytes}")
+            digest, size = hashlib.sha256(), 0
+            with open(dest / name, "wb") as out:
+                while True:
+                    chunk = os.read(fd, CHUNK)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise TeamError(f"the submission's {name} grew past {max_bytes} bytes while it was read")
+                    digest.update(chunk)
+                    out.write(chunk)
+            taken.append(TeamFile(name, digest.hexdigest(), size))
+        finally:
+            os.close(fd)
+    return taken

@@ -1,0 +1,183 @@
+"""The team process: the only place a team's Python runs during a measured run.
+
+Started by ``client.TeamWorker`` (never by hand) as ``python -I -c BOOT ... -m
+ece408_op.team.worker --part cpu|gpu --dir TEAM --control R --reply W [--shm S]``. It locks
+itself down (``lockdown.lock_down``: no fork, exec or ptrace) BEFORE it imports the team's
+file, then answers requests on the control pipe, one reply each on the reply pipe:
+
+    {"op": "hello"}                         -> {"ok": true}  (the team's file imported)
+    {"op": "plan", "layer": {B, M, C, H, W, K}} -> {"ok": true, "plan": [...]}  (gpu: launch.py)
+    {"op": "forward", "size", "x", "k", "y"}     -> {"ok": true}  (cpu: new-forward.py, into --shm)
+
+Each message is a 4-byte big-endian length, then that many bytes of JSON. The team's own
+output (print, tracebacks) goes to this process's stdout and stderr: the run's transcript,
+never the record. A reply is data the harness bounds and checks (``client.py``, ``plan.py``).
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+import traceback
+
+CPU_FILE = "new-forward.py"
+GPU_FILE = "launch.py"
+CPU_FUNCTION = "forward"
+GPU_FUNCTION = "launch"
+
+
+def send(fd, message):
+    data = json.dumps(message, allow_nan=False).encode()
+    _write_all(fd, struct.pack(">I", len(data)) + data)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_exact(fd, n):
+    parts, got = [], 0
+    while got < n:
+        chunk = os.read(fd, n - got)
+        if not chunk:
+            raise EOFError("the other side closed the pipe")
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def recv(fd, limit):
+    """One message (JSON), refusing one longer than ``limit`` bytes."""
+    (n,) = struct.unpack(">I", read_exact(fd, 4))
+    if n > limit:
+        raise ValueError(f"a message of {n} bytes (at most {limit})")
+    return json.loads(read_exact(fd, n))
+
+
+def error_line(exc, path):
+    """One line for an exception raised by the team's code: where in the team's file, and what."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.basename(f.filename) == os.path.basename(path)]
+    where = f"{os.path.basename(path)} line {frames[-1].lineno}: " if frames else f"{os.path.basename(path)}: "
+    text = str(exc).strip().splitlines()
+    return (where + type(exc).__name__ + (f": {text[0]}" if text else ""))[:300]
+
+
+def load_team_file(path, name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"ece408_team_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _jsonable(value, depth=0):
+    """What launch() returned, as JSON data (tuples to lists); anything else is refused."""
+    if depth > 8:
+        raise ValueError("nested too deeply")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    import numbers
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise ValueError(f"launch() returned a {type(value).__name__}; use lists, numbers and strings")
+
+
+class Worker:
+    def __init__(self, args):
+        self.args = args
+        self.control, self.reply = args.control, args.reply
+        self.shm = None
+        self.mapped = 0
+        self.path = os.path.join(args.dir, CPU_FILE if args.part == "cpu" else GPU_FILE)
+        self.function = None
+
+    def hello(self):
+        if not os.path.isfile(self.path):
+            raise FileNotFoundError(f"{os.path.basename(self.path)} not found in the team folder")
+        module = load_team_file(self.path, self.args.part)
+        name = CPU_FUNCTION if self.args.part == "cpu" else GPU_FUNCTION
+        function = getattr(module, name, None)
+        if not callable(function):
+            raise AttributeError(f"{os.path.basename(self.path)} defines no function {name}()")
+        self.function = function
+        return {}
+
+    def plan(self, layer):
+        keys = ("B", "M", "C", "H", "W", "K")
+        result = self.function(*[int(layer[k]) for k in keys])
+        return {"plan": _jsonable(result)}
+
+    def _views(self, message):
+        import mmap
+        import numpy as np
+        size = int(message["size"])
+        if self.shm is None or self.mapped < size:
+            if self.shm is not None:
+                self.shm.close()
+            self.shm = mmap.mmap(self.args.shm, size)
+            self.mapped = size
+        views = {}
+        for name in ("x", "k", "y"):
+            offset, shape = message[name]
+            views[name] = np.ndarray(tuple(shape), np.float32, buffer=self.shm, offset=int(offset))
+        views["x"].flags.writeable = False
+        views["k"].flags.writeable = False
+        return views
+
+    def forward(self, message):
+        v = self._views(message)
+        self.function(v["y"], v["x"], v["k"])
+        return {}
+
+    def serve(self):
+        while True:
+            try:
+                message = recv(self.control, 1 << 20)
+            except EOFError:
+                return 0
+            op = message.get("op")
+            try:
+                if op == "hello":
+                    result = self.hello()
+                elif op == "plan":
+                    result = self.plan(message["layer"])
+                elif op == "forward":
+                    result = self.forward(message)
+                elif op == "exit":
+                    return 0
+                else:
+                    raise ValueError(f"unknown request {op!r}")
+                send(self.reply, {"ok": True, **result})
+            except Exception as exc:             # noqa: BLE001  the team's error, reported in one line
+                traceback.print_exc(file=sys.stderr)
+                sys.stderr.flush()
+                send(self.reply, {"ok": False, "error": error_line(exc, self.path)})
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="ece408_op.team.worker")
+    parser.add_argument("--part", choices=("cpu", "gpu"), required=True)
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--control", type=int, required=True)
+    parser.add_argument("--reply", type=int, required=True)
+    parser.add_argument("--shm", type=int)
+    args = parser.parse_args(argv)
+    from .lockdown import LockdownError, lock_down
+    try:
+        lock_down()
+    except (LockdownError, OSError) as exc:
+        send(args.reply, {"ok": False, "error": f"the team process could not lock itself down: {exc}"})
+        return 3
+    return Worker(args).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
