@@ -52,6 +52,8 @@ def command(argv):
     if not args.local and not grade.has_slurm():
         parser.error("sbatch/squeue not found: grading through Slurm needs Slurm's commands; use --local to grade here")
     grade.export_db(args.db)
+    from ..grading.sandbox import clean_stale
+    clean_stale(args.scratch)
     from dataclasses import asdict
     plan = grade.Plan(args.milestone, args.size, os.path.abspath(args.hidden_model) if args.hidden_model else None,
                       args.engine, args.image, args.timeout, asdict(limits_of(args)),

@@ -146,7 +146,9 @@ def _now():
 def fallback_record(plan, task, log_path, why):
     """The record of a task that ended without storing one: status killed, its log as transcript."""
     try:
-        log = Path(log_path).read_text(errors="replace")
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - (1 << 20)))
+            log = f.read().decode("utf-8", "replace")
     except OSError:
         log = ""
     line = f"* The task ended without storing a record ({why}); its log: {log_path}"
@@ -254,6 +256,7 @@ def run_local(plan, workdir, store, jobs, time_limit, python=None, progress=None
             progress.show(*_counts(store, plan, busy, gone)[:4])
             time.sleep(poll)
         outcomes = [f.result() for f in futures]
+    store.deliver_spool()                         # records a task could not store (database down)
     statuses = store.statuses(t.record_id for t in plan.tasks)
     for task, why in outcomes:
         if task.record_id not in statuses:
@@ -354,6 +357,7 @@ def run_slurm(plan, workdir, store, slurm, python=None, progress=None, poll=2.0,
         if not states:
             break
         time.sleep(poll)
+    store.deliver_spool()
     statuses = store.statuses(t.record_id for t in plan.tasks)
     for task in plan.tasks:
         if task.record_id not in statuses:

@@ -25,6 +25,18 @@ def _device_name(milestone):
     return GpuDevice.get().name
 
 
+def failure_line(exc):
+    """One line for what a run raised: our errors as they are, MXNet's as the reason our operator
+    gave (``cli.errors``), anything else as the harness's own failure."""
+    if isinstance(exc, Ece408Error):
+        return str(exc).splitlines()[0]
+    from ..cli.errors import _mxnet_cause
+    mapped = _mxnet_cause(exc)
+    if mapped is not None:
+        return mapped[0].splitlines()[0]
+    raise exc
+
+
 def run_job(job, console):
     """The report of ``job`` (a dict from the runner), its transcript printed through ``console``."""
     import ece408_op
@@ -51,9 +63,10 @@ def run_job(job, console):
         report["models"].append(entry)
         try:
             accuracy = run_milestone(milestone, args, console, runtime=runtime)
-        except Ece408Error as exc:
-            console.say(f"error: {exc}")
-            report.update(status="failed", reason=f"{model}: {str(exc).splitlines()[0]}")
+        except Exception as exc:                  # noqa: BLE001  the team's failure, in one line
+            line = failure_line(exc)
+            console.say(("\n" if console.partial else "") + f"error: {line}")
+            report.update(status="failed", reason=f"{model}: {line}")
             entry["layers"] = runtime.layers
             return report
         entry.update(correctness=float(accuracy), layers=runtime.layers,

@@ -61,13 +61,27 @@ def error_line(exc, path):
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.basename(f.filename) == os.path.basename(path)]
     where = f"{os.path.basename(path)} line {frames[-1].lineno}: " if frames else f"{os.path.basename(path)}: "
     text = str(exc).strip().splitlines()
-    return (where + type(exc).__name__ + (f": {text[0]}" if text else ""))[:300]
+    hint = ("; a team's forward may not start processes or programs (fork, exec) nor trace others"
+            if isinstance(exc, PermissionError) and exc.errno == 1 else "")
+    return (where + type(exc).__name__ + (f": {text[0]}" if text else ""))[:300] + hint
+
+
+def print_team_traceback(exc, path):
+    """The frames of the team's own file (never the harness's) and the exception, on stderr: the
+    team's debugging aid in its transcript."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.basename(f.filename) == os.path.basename(path)]
+    if not frames:
+        return                                # the harness's own check: its one line says it all
+    lines = ["Traceback of the team's code (most recent call last):\n"] + traceback.format_list(frames)
+    sys.stderr.write("".join(lines + traceback.format_exception_only(type(exc), exc)))
+    sys.stderr.flush()
 
 
 def load_team_file(path, name):
     import importlib.util
     spec = importlib.util.spec_from_file_location(f"ece408_team_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # Numba's cache finds the module again by its name
     spec.loader.exec_module(module)
     return module
 
@@ -157,8 +171,7 @@ class Worker:
                     raise ValueError(f"unknown request {op!r}")
                 send(self.reply, {"ok": True, **result})
             except Exception as exc:             # noqa: BLE001  the team's error, reported in one line
-                traceback.print_exc(file=sys.stderr)
-                sys.stderr.flush()
+                print_team_traceback(exc, self.path)
                 send(self.reply, {"ok": False, "error": error_line(exc, self.path)})
 
 

@@ -1,0 +1,320 @@
+"""A team's own forward (issue: team kernels): the project template, its milestones, the team
+process's lock-down, the launch plan's checks, fresh inputs and the reference checks. CPU only
+here; tests/test_gpu_team.py runs the GPU half on a GPU machine."""
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, python_command, require_mxnet
+from teams import EARLY_THREAD, FAKE_LINES, FORKS, PLAIN, REPLAY, cli, reference_accuracies, team_project
+
+from ece408_op.team import checks, lockdown, plan as team_plan, project
+from ece408_op.team.checks import CheckError, Layer
+from ece408_op.team.client import TeamError, TeamWorker
+from ece408_op.team.runtime import TeamRuntime
+
+COURSE_LINES = re.compile(r"Loading fashion-mnist data\.\.\. done\nLoading model\.\.\. done\nNew Inference\n"
+                          r"Op Time: \d+\.\d{6}\nCorrectness: (\S+) Model: (\S+)\n\Z")
+
+
+# ---------------------------------------------------------------------------- init
+
+def test_init_makes_the_template_and_refuses_a_used_folder(tmp_path):
+    out = cli("init", tmp_path / "team")
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (tmp_path / "team").iterdir()) == sorted(project.TEMPLATE_FILES)
+    for name in project.TEMPLATE_FILES:
+        assert (tmp_path / "team" / name).read_bytes() == (project.TEMPLATE / name).read_bytes()
+    again = cli("init", tmp_path / "team")
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.strip() == (f"error: {tmp_path / 'team'} already exists and is not an empty folder; "
+                                    "choose a new folder for the team")
+
+
+def test_template_is_the_course_interface():
+    cu = (project.TEMPLATE / "new-forward.cu").read_text()
+    assert re.search(r'extern "C" __global__ void forward_kernel\(float \*y, const float \*x, const float \*k,\s*'
+                     r"const int B, const int M, const int C,\s*const int H, const int W, const int K\)", cu)
+    assert "def launch(B, M, C, H, W, K):" in (project.TEMPLATE / "launch.py").read_text()
+    assert "def forward(y, x, k):" in (project.TEMPLATE / "new-forward.py").read_text()
+
+
+# ---------------------------------------------------------------------------- the CPU milestone
+
+@pytest.fixture(scope="module")
+def expected_100():
+    require_mxnet()
+    return reference_accuracies(100)
+
+
+def test_template_m2_prints_the_course_lines_with_the_right_correctness(tmp_path, expected_100):
+    team = team_project(tmp_path / "team")
+    here = cli("m2", 100, cwd=team)                             # from inside the folder
+    assert here.returncode == 0, here.stderr
+    match = COURSE_LINES.match(here.stdout)
+    assert match and float(match[1]) == expected_100["ece408-high"], here.stdout
+    there = cli("m2", "ece408-low", 100, "--team", team)        # from anywhere
+    assert there.returncode == 0, there.stderr
+    match = COURSE_LINES.match(there.stdout)
+    assert match and float(match[1]) == expected_100["ece408-low"] and match[2] == "ece408-low", there.stdout
+
+
+def test_team_forward_really_runs(tmp_path, expected_100):
+    """The team's file is what computes: a wrong forward gives a wrong Correctness, a failing one
+    a one-line error naming its file and line."""
+    wrong = team_project(tmp_path / "wrong", cpu=PLAIN.replace("for p in range(K):", "for p in range(K - 1):"))
+    out = cli("m2", 100, "--team", wrong)
+    assert out.returncode == 1, out.stdout
+    assert "the output differs from the reference on image" in out.stderr and len(out.stderr.splitlines()) == 1
+    broken = team_project(tmp_path / "broken", cpu=PLAIN.replace("def forward(y, x, k):", "def forward(y, x, k):\n    1 / 0"))
+    out = cli("m2", 100, "--team", broken)
+    assert out.returncode == 1
+    assert out.stderr.strip().endswith("error: new-forward.py line 5: ZeroDivisionError: division by zero")
+
+
+def test_fake_printed_lines_stay_printed_text(tmp_path, expected_100):
+    team = team_project(tmp_path / "team", cpu=FAKE_LINES)
+    out = cli("m2", 100, "--team", team)
+    assert out.returncode == 0, out.stderr
+    times = re.findall(r"^Op Time: (\S+)$", out.stdout, re.M)
+    # the team's prints (warm-up and timed call), then the harness's own line
+    assert times[:-1] == ["0.000001"] * 2 and float(times[-1]) > 0.000001, out.stdout
+
+
+def test_missing_team_files_are_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    out = cli("m2", 10, "--team", tmp_path / "empty")
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"error: --team {tmp_path / 'empty'}: no new-forward.py or new-forward.cu or launch.py in it; "
+        "make a team project with: python -m ece408_op init DIR")
+    team = team_project(tmp_path / "nofn", cpu="def forwad(y, x, k):\n    pass\n")
+    out = cli("m2", 10, "--team", team)
+    assert out.returncode == 1 and out.stderr.strip() == "error: new-forward.py: AttributeError: new-forward.py defines no function forward()"
+
+
+# ---------------------------------------------------------------------------- lock-down
+
+def _in_child(body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            lockdown.lock_down()
+            code = body()
+        except BaseException:                # noqa: BLE001
+            code = 99
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_locked_process_starts_no_process_and_runs_no_program():
+    def attempt(action):
+        def body():
+            try:
+                action()
+            except PermissionError:
+                return 0
+            return 1
+        return body
+    assert _in_child(attempt(os.fork)) == 0
+    assert _in_child(attempt(lambda: subprocess.run(["/bin/true"]))) == 0
+    assert _in_child(attempt(lambda: os.execv("/bin/true", ["true"]))) == 0
+    assert _in_child(attempt(lambda: os.posix_spawn("/bin/true", ["true"], {}))) == 0
+
+    def threads():
+        seen = []
+        workers = [threading.Thread(target=seen.append, args=(i,)) for i in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return 0 if sorted(seen) == [0, 1, 2, 3] and lockdown.status() == 2 else 1
+    assert _in_child(threads) == 0
+
+
+def test_control_without_lock_down_does_fork():
+    """The control: the same attempt, unlocked, succeeds (the test above can fail)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[0] == pid
+
+
+def test_filter_program_shape():
+    prog = lockdown.filter_program("x86_64")
+    assert prog[0] == (lockdown.BPF_LD_W_ABS, 0, 0, lockdown.OFFSET_ARCH) and prog[-1][3] == lockdown.SECCOMP_RET_ALLOW
+    assert len(lockdown._pack(prog)) == 8 * len(prog) and len(prog) < 64
+    with pytest.raises(lockdown.LockdownError):
+        lockdown.filter_program("sparc64")
+
+
+# ---------------------------------------------------------------------------- the team process
+
+def _run_cpu(team, runtime_kwargs=None, batch=6):
+    rng = np.random.default_rng(1)
+    x = rng.random((batch, 2, 9, 10), dtype=np.float32)
+    k = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    out = np.empty((batch, 3, 7, 8), np.float32)
+    with TeamRuntime(team, **(runtime_kwargs or {})) as runtime:
+        seconds = runtime.forward_cpu(out, x, k)
+        return seconds, out, x, k, runtime.layers
+
+
+def test_runtime_computes_checks_and_keeps_figures(tmp_path):
+    team = team_project(tmp_path / "team", cpu=PLAIN)
+    seconds, out, x, k, layers = _run_cpu(team, {"repeats": 3, "seed": 7})
+    from ece408_op.conv import reference_and_bound
+    ref, bound = reference_and_bound(x, k)
+    assert np.all(np.abs(out - ref) <= bound)
+    (layer,) = layers
+    assert layer["layer"] == {"B": 6, "M": 3, "C": 2, "H": 9, "W": 10, "K": 3} and len(layer["fresh"]) == 3
+    assert seconds == layer["op_time"] == sorted(layer["fresh"])[1] and len(layer["checked_images"]) == 6
+
+
+@pytest.mark.parametrize("source, message", [
+    (FORKS, "PermissionError: [Errno 1] Operation not permitted; a team's forward may not start processes"),
+    (EARLY_THREAD, "the output differs from the reference on image"),
+    (REPLAY, "fresh run 2: the output differs from the reference"),
+])
+def test_team_process_attacks_fail_in_one_line(tmp_path, source, message):
+    team = team_project(tmp_path / "team", cpu=source)
+    with pytest.raises((TeamError, CheckError)) as info:
+        _run_cpu(team, {"repeats": 2, "seed": 1})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_worker_is_stopped_between_requests(tmp_path):
+    team = team_project(tmp_path / "team", cpu=PLAIN)
+    with TeamWorker(team, "cpu") as worker:
+        state = open(f"/proc/{worker.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        assert state == "T" and worker.stopped                       # SIGSTOPped after hello
+        with open(f"/proc/{worker.proc.pid}/status") as f:
+            assert "Seccomp:\t2" in f.read()                        # and locked down
+
+
+def test_worker_environment_holds_nothing_of_the_harness(tmp_path, monkeypatch):
+    monkeypatch.setenv("ECE408_DB", "postgresql://grader:hunter2@db/x")
+    monkeypatch.setenv("PGPASSWORD", "hunter2")
+    team = team_project(tmp_path / "team", cpu=PLAIN.replace("def forward(y, x, k):", "import os\nSEEN = dict(os.environ)\ndef forward(y, x, k):\n    assert not any('hunter2' in v for v in SEEN.values()), SEEN"))
+    _run_cpu(team)
+
+
+# ---------------------------------------------------------------------------- launch plans
+
+TEMPLATE_PLAN = [{"kernel": "forward_kernel", "grid": [4, 50, 10], "block": [16, 16, 1], "shared": 0,
+                  "args": ["y", "x", "k", 10, 50, 1, 28, 28, 5], "stream": 0}]
+
+
+def test_plan_of_the_template_parses():
+    plan = team_plan.parse_plan(TEMPLATE_PLAN)
+    (step,) = plan.kernels
+    assert step.grid == (4, 50, 10) and step.threads == 256 and [a.kind for a in step.args] == ["ptr"] * 3 + ["i32"] * 6
+    assert team_plan.parse_plan(plan.to_json()) == plan
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"kernel": "k"}, "must return a list"),
+    ([], "returned no kernel(...) step"),
+    ([{"kernel": "forward kernel", "grid": [1], "block": [1]}], "its name must be a C identifier"),
+    ([{"kernel": "f", "grid": [0, 1, 1], "block": [1]}], "grid (0, 1, 1) has a dimension below 1"),
+    ([{"kernel": "f", "grid": [1], "block": [32, 32, 2]}], "block (32, 32, 2) has 2048 threads; at most 1024"),
+    ([{"kernel": "f", "grid": [1], "block": [1], "shared": -4}], "shared must be a byte count"),
+    ([{"kernel": "f", "grid": [1], "block": [1], "args": ["z"]}], "argument 1 names buffer 'z'"),
+    ([{"kernel": "f", "grid": [1], "block": [1], "args": [2 ** 40]}], "does not fit a 32-bit int; pass i64"),
+    ([{"kernel": "f", "grid": [1], "block": [1], "args": [float("nan")]}], "is not a finite float"),
+    ([{"kernel": "f", "grid": [1], "block": [1], "stream": 9}], "stream must be 0 to 3"),
+    ([{"kernel": "f", "grid": [1], "block": [1], "turbo": True}], "unknown field 'turbo'"),
+    ([{"workspace": "y", "bytes": 4}, {"kernel": "f", "grid": [1], "block": [1]}], "the name y is already taken"),
+    ([{"workspace": "w", "bytes": 0}, {"kernel": "f", "grid": [1], "block": [1]}], "whole number of bytes"),
+    ([{"constant": "c_k", "source": "q"}, {"kernel": "f", "grid": [1], "block": [1]}], "its source must be one of"),
+    ([{"kernel": "f", "grid": [1], "block": [1]}] * 81, "at most 64 launches"),
+])
+def test_bad_plans_are_refused_in_one_line(data, message):
+    with pytest.raises(team_plan.PlanError) as info:
+        team_plan.parse_plan(data)
+    assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_plan_from_the_team_process(tmp_path):
+    team = team_project(tmp_path / "team")
+    with TeamWorker(team, "gpu") as worker:
+        plan = worker.plan({"B": 10, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5})
+    assert plan.to_json() == TEMPLATE_PLAN
+    bad = team_project(tmp_path / "bad", launch="def launch(B, M, C, H, W, K):\n    return [object()]\n")
+    with TeamWorker(bad, "gpu") as worker, pytest.raises(TeamError) as info:
+        worker.plan({"B": 1, "M": 1, "C": 1, "H": 5, "W": 5, "K": 3})
+    assert str(info.value) == "launch.py: ValueError: launch() returned a object; use lists, numbers and strings"
+
+
+# ---------------------------------------------------------------------------- fresh inputs, checks, floor
+
+def test_fresh_values_match_plain_integer_arithmetic():
+    seed, start = 123456789, (1 << 32) - 3                # across the 32-bit boundary of the index
+    got = checks.fresh_values(seed, start, 6)
+    want = []
+    for i in range(start, start + 6):
+        m = 0xFFFFFFFF
+        h = ((i & m) * 0x9E3779B1 + (i >> 32) * 0x85EBCA77 + seed) & m
+        h ^= h >> 16
+        h = (h * 0x7FEB352D) & m
+        h ^= h >> 15
+        h = (h * 0x846CA68B) & m
+        h ^= h >> 16
+        want.append((h >> 8) / 2 ** 24)
+    assert got.tolist() == want and np.all((got >= 0) & (got < 1))
+    layer = Layer(3, 2, 2, 5, 5, 3)
+    whole = np.empty(layer.x_shape, np.float32)
+    checks.fill_fresh(whole, seed)
+    assert np.array_equal(checks.fresh_images(seed, layer, [2, 0]), whole[[2, 0]])
+
+
+def test_check_images_names_the_first_wrong_value():
+    rng = np.random.default_rng(0)
+    x = rng.random((2, 1, 6, 6), dtype=np.float32)
+    k = rng.random((2, 1, 3, 3), dtype=np.float32)
+    from ece408_op.conv import conv2d_forward_reference
+    y = conv2d_forward_reference(x, k).astype(np.float32)
+    checks.check_images(y, x, k, [4, 9], "layer 1")
+    y[1, 1, 2, 3] += 1e-3
+    with pytest.raises(CheckError, match=r"layer 1: the output differs from the reference on image 9 \(1 of 64 "
+                                         r"checked values; at \(m, h, w\) = \(1, 2, 3\)"):
+        checks.check_images(y, x, k, [4, 9], "layer 1")
+
+
+def test_an_op_time_below_the_physical_floor_is_refused():
+    layer = Layer(10000, 50, 1, 28, 28, 5)
+    floor = checks.floor_seconds(layer, 1e12, 1e15)
+    assert floor == pytest.approx(layer.bytes / 1e12)
+    checks.check_floor(floor * 1.01, layer, 1e12, 1e15, "layer 1")
+    with pytest.raises(CheckError, match="Op Time 0.000001 s is below what this device can do"):
+        checks.check_floor(1e-6, layer, 1e12, 1e15, "layer 1")
+    with pytest.raises(CheckError):
+        checks.check_floor(float("nan"), layer, 1e12, 1e15, "layer 1")
+
+
+def test_course_layer_refuses_what_the_team_interface_does_not_compute():
+    from ece408_op.conv import ConvSpec
+    spec = ConvSpec.from_attrs(num_filter="4", kernel="(3, 3)", pad="(1, 1)")
+    with pytest.raises(Exception, match="this layer has padding"):
+        checks.course_layer((1, 2, 8, 8), (4, 2, 3, 3), spec)
+    assert checks.course_layer((1, 2, 8, 8), (4, 2, 3, 3)) == Layer(1, 4, 2, 8, 8, 3)
+
+
+# ---------------------------------------------------------------------------- the build
+
+def test_template_kernels_compile_for_hopper(tmp_path):
+    from ece408_op.team.build import BuildError, compile_kernels
+    import shutil
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    team = team_project(tmp_path / "team")
+    image = compile_kernels(team, "sm_90")
+    assert image[:4] == b"\x7fELF" and b"forward_kernel" in image
+    broken = team_project(tmp_path / "broken", gpu=(project.TEMPLATE / "new-forward.cu").read_text().replace("acc +=", "acc + ="))
+    with pytest.raises(BuildError, match=r"new-forward.cu did not compile: .*error"):
+        compile_kernels(broken, "sm_90")
