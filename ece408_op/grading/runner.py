@@ -295,6 +295,11 @@ def execute(sandbox, step, transcript, timeout, label=None):
         _kill_group(proc)
         raise
     finally:
+        if result.status == "ok" and launch.cgroup is not None:
+            if launch.cgroup.out_of_memory():
+                result.status = "memory"
+            elif launch.cgroup.cpu_seconds() >= 0.95 * sandbox.limits.cpu_seconds:
+                result.status = "cpu"
         if launch.cleanup:
             launch.cleanup()                       # every process left in its cgroup, the container
         reader.join(timeout=5)
@@ -304,8 +309,6 @@ def execute(sandbox, step, transcript, timeout, label=None):
             pass
     if over.is_set():
         result.status, code = "output", None
-    elif result.status == "ok" and launch.cgroup is not None and launch.cgroup.out_of_memory():
-        result.status = "memory"
     elif result.status == "ok" and code != 0:
         result.status = "failed"
     result.exit_code = code
@@ -324,8 +327,13 @@ def _ending_line(result, limits, timeout):
     if result.status == "cpu":
         return f"* The command used more than {limits.cpu_seconds} s of CPU time and was stopped; the build stopped."
     if result.status == "memory":
-        return (f"* The command ran out of memory (the limit is {limits.memory >> 20} MiB) and exited with code "
-                f"{result.exit_code}; the build stopped.")
+        return (f"* The command ran out of memory (the limit is {limits.memory >> 20} MiB) and was stopped; "
+                "the build stopped.")
+    if result.status == "failed" and result.exit_code is not None and result.exit_code < 0:
+        name = signal.Signals(-result.exit_code).name if -result.exit_code in signal.valid_signals() else "a signal"
+        why = {"SIGXCPU": f" (its CPU-time limit of {limits.cpu_seconds} s)",
+               "SIGXFSZ": f" (a file past the size limit of {limits.file_size >> 20} MiB)"}.get(name, "")
+        return f"* The command was killed by {name}{why}; the build stopped."
     if result.status == "failed":
         return tx.failed_line(result.exit_code)
     return None

@@ -233,16 +233,17 @@ class Cgroup:
             return 0.0
 
     def out_of_memory(self):
+        """Whether the kernel killed a process of this cgroup for its memory limit."""
+        name = "memory.events" if self.v2 else "memory.oom_control"
         try:
-            if self.v2:
-                events = (self.dirs["unified"] / "memory.events").read_text()
-                return any(line.split()[0] == "oom_kill" and int(line.split()[1]) > 0 for line in events.splitlines())
-            return int((self.dirs["memory"] / "memory.failcnt").read_text()) > 0 and \
-                "oom_kill " in (self.dirs["memory"] / "memory.oom_control").read_text() and \
-                any(line.startswith("oom_kill ") and int(line.split()[1]) > 0
-                    for line in (self.dirs["memory"] / "memory.oom_control").read_text().splitlines())
-        except (OSError, ValueError, KeyError, IndexError):
+            text = (self.dirs["unified" if self.v2 else "memory"] / name).read_text()
+        except (OSError, KeyError):
             return False
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "oom_kill" and parts[1].isdigit():
+                return int(parts[1]) > 0
+        return False
 
     def kill_all(self, wait=10.0):
         """SIGKILL every process in the cgroup (frozen first, so that none forks meanwhile); True
@@ -336,7 +337,7 @@ class Sandbox:
 
 
 def _prlimit(limits):
-    return ["prlimit", f"--as=unlimited", f"--nproc={limits.processes}", f"--cpu={limits.cpu_seconds}",
+    return ["prlimit", f"--as=unlimited", f"--nproc={limits.processes}", f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
             f"--fsize={limits.file_size}", "--core=0", f"--nofile=4096"]
 
 
@@ -418,7 +419,7 @@ class BubblewrapSandbox(Sandbox):
         for name in ETC_FILES:
             if os.path.exists(f"/etc/{name}"):
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.limits.disk), "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(self.limits.disk), "--tmpfs", "/tmp"]
         if not probe:
             paths = [p for p in python_paths() if not p.startswith(SYSTEM_DIRS) and os.path.exists(p)]
             # the folders above every mount, made traversable (bwrap would make them root-only)
