@@ -182,13 +182,22 @@ class Postgres:
                                             f"--pwfile={pwfile}", "--no-sync"]), **run)
         if out.returncode != 0:
             raise RuntimeError(f"initdb failed: {out.stderr}")
+        self._pg_start()
+        self.create_database("ece408")
+        return self
+
+    def _pg_start(self):
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c max_connections=100"
         out = subprocess.run(self._as_user([self.pg_ctl, "-D", str(self.data), "-o", options, "-l",
-                                            str(self.root / "server.log"), "-w", "start"]), **run)
+                                            str(self.root / "server.log"), "-w", "start"]),
+                             capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
             raise RuntimeError(f"pg_ctl start failed: {out.stderr}\n{(self.root / 'server.log').read_text()}")
         self.started = True
-        self.create_database("ece408")
+
+    def start_again(self):
+        """The same server, data and port, after ``stop``."""
+        self._pg_start()
         return self
 
     def stop(self):

@@ -1,80 +1,71 @@
 """Grading a class (python -m ece408_op grade) against real components started here: a one-node
-Slurm cluster (munged, slurmctld, slurmd) and a PostgreSQL server on the loopback address.
-20 crafted teams (correct, wrong Correctness, a failing build, one past its time limit) through
-Slurm into PostgreSQL and through --local into SQLite: the same ranking; a task killed mid-run
-is recorded; grading again is idempotent."""
+Slurm cluster (munged, slurmctld, slurmd) and a PostgreSQL server on the loopback address. A class
+of team projects (honest, wrong, failing, slow, hostile, and teams whose folder names are hostile)
+through Slurm into PostgreSQL and through --local into SQLite: the same outcomes; every team
+command in a sandbox; a task killed mid-run is recorded and leaves nothing running; the database
+going away or filling up loses no record; grading again is idempotent."""
 import json
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, python_command
 from services import Postgres, SlurmCluster, Unavailable
-from submissions import HOST, cli, crafted_team, parallel_writers, reference_accuracies
+from submissions import parallel_writers
+from teams import FAILS, FORKS, PLAIN, SLOW, WRONG, cli, team_project
+from test_sandbox import bubblewrap_missing, gone, processes_with
 
 from ece408_op.grading import grade, store as store_module
 from ece408_op.grading.store import Record, open_store
 
 SIZE = 100
-COMMAND_LIMIT = 5          # seconds per command: the slow team sleeps past it
-CORRECT = 15
-WRONG = 3
+COMMAND_LIMIT = 60         # seconds per command: the slow team sleeps past it
+ENGINE = ["--engine", "bubblewrap"]
+EVIL = "evil\n1  t00  0.000001\x1b[31m"                       # a folder name that would print a fake row
+BYTES = os.fsdecode(b"b\xffad")                                # a folder name that is not UTF-8
+OUTCOMES = {"t01": "ok", "t02": "ok", "t03": "ok", EVIL: "ok", BYTES: "ok", "w-wrong": "failed", "x-fails": "failed",
+            "y-slow": "timeout", "z-forks": "failed"}
+
+pytestmark = pytest.mark.skipif(bubblewrap_missing() is not None, reason=f"{bubblewrap_missing()}")
 
 
 @pytest.fixture(scope="module")
-def expected():
+def classroom(tmp_path_factory):
+    """Nine team folders; returns (folder, {team name as stored: outcome})."""
     pytest.importorskip("mxnet")
-    return reference_accuracies(SIZE)
-
-
-@pytest.fixture(scope="module")
-def classroom(tmp_path_factory, expected):
-    """20 team folders; returns (folder, {team: what it should be})."""
     root = tmp_path_factory.mktemp("class")
-    kinds = {}
-    for i in range(CORRECT):                      # op times 0.015, 0.014, ... : t15 is fastest
-        team = f"t{i + 1:02d}"
-        crafted_team(root / team, expected, op_time=round(0.001 * (CORRECT - i), 6))
-        kinds[team] = "correct"
-    wrong = {m: round(v - 0.01, 4) for m, v in expected.items()}
-    for i in range(WRONG):                         # fastest of all, but wrong: never ranked
-        team = f"w{i + 1:02d}"
-        crafted_team(root / team, wrong, op_time=0.0001)
-        kinds[team] = "wrong"
-    crafted_team(root / "x-fails", expected, kind="fail")
-    kinds["x-fails"] = "failed"
-    crafted_team(root / "y-slow", expected, kind="sleep", sleep=60)
-    kinds["y-slow"] = "timeout"
-    assert len(kinds) == 20
-    return root, kinds
-
-
-def expected_ranking(kinds):
-    correct = sorted((t for t, k in kinds.items() if k == "correct"), key=lambda t: -int(t[1:]))
-    return [(i + 1, t, round(0.002 * (CORRECT - int(t[1:]) + 1), 6)) for i, t in enumerate(correct)]
+    sources = {"t01": PLAIN, "t02": PLAIN, "t03": PLAIN, EVIL: PLAIN, BYTES: PLAIN, "w-wrong": WRONG,
+               "x-fails": FAILS, "y-slow": SLOW, "z-forks": FORKS}
+    for name, source in sources.items():
+        team_project(root / name, cpu=source)
+    from ece408_op.grading.names import team_name
+    return root, {team_name(name): outcome for name, outcome in OUTCOMES.items()}
 
 
 def ranking_of(db, env=None):
     out = cli("ranking", "--db", db, "--milestone", "m2", "--size", SIZE, "--json", env=env)
     assert out.returncode == 0, out.stderr
-    return [(r["rank"], r["team"], round(r["op_time"], 6)) for r in json.loads(out.stdout)["ranking"]]
+    return sorted(r["team"] for r in json.loads(out.stdout)["ranking"])
 
 
-def check_records(records, kinds):
+def check_records(records, outcomes):
     by_team = {}
     for r in records:
         by_team.setdefault(r.team, []).append(r)
-    assert sorted(by_team) == sorted(kinds) and all(len(v) == 1 for v in by_team.values())
+    assert sorted(by_team) == sorted(outcomes) and all(len(v) == 1 for v in by_team.values()), sorted(by_team)
     for team, (record,) in by_team.items():
-        kind = kinds[team]
-        assert record.status == {"correct": "ok", "wrong": "ok"}.get(kind, kind), (team, record.transcript)
-        assert record.correct == (kind == "correct"), team
-        assert record.transcript.startswith('* Running /bin/bash -c "cp -rv /src/* /build"\n')
-    assert by_team["x-fails"][0].exit_code == 1 and "error: crafted failure" in by_team["x-fails"][0].transcript
+        assert record.status == outcomes[team], (team, record.transcript[-2000:])
+        assert record.correct == (outcomes[team] == "ok"), team
+        assert record.engine == "bubblewrap" and record.isolated
+        assert [f["name"] for f in record.team_files] == ["new-forward.py"]
+    assert "differs from the reference" in by_team["w-wrong"][0].transcript
+    assert "RuntimeError: this team forgot a colon" in by_team["x-fails"][0].transcript
     assert f"ran past its time limit of {COMMAND_LIMIT} s" in by_team["y-slow"][0].transcript
+    assert "may not start processes" in by_team["z-forks"][0].transcript
 
 
 def started(service):
@@ -99,8 +90,8 @@ def postgres(tmp_path_factory):
     server.stop()
 
 
-def grade_cli(classdir, db, *extra, env=None, timeout=900):
-    return cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *HOST, "--timeout", COMMAND_LIMIT,
+def grade_cli(classdir, db, *extra, env=None, timeout=1200):
+    return cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *ENGINE, "--timeout", COMMAND_LIMIT,
                "--db", db, *extra, env=env, timeout=timeout)
 
 
@@ -108,98 +99,91 @@ def grade_cli(classdir, db, *extra, env=None, timeout=900):
 
 @pytest.fixture(scope="module")
 def graded_slurm(classroom, slurm, postgres, tmp_path_factory):
-    folder, kinds = classroom
-    out = grade_cli(folder, postgres.url, "--gres", "none", "--time", "00:05:00",
-                    "--workdir", tmp_path_factory.mktemp("work-slurm"), env=slurm.env)
-    return out
+    folder, _ = classroom
+    return grade_cli(folder, postgres.url, "--gres", "none", "--time", "00:05:00",
+                     "--workdir", tmp_path_factory.mktemp("work-slurm"), env=slurm.env)
 
 
 def test_class_through_slurm_into_postgresql(classroom, graded_slurm, postgres):
-    folder, kinds = classroom
+    folder, outcomes = classroom
     out = graded_slurm
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Submitted job array" in out.stderr and "pending" in out.stderr
     progress = [line for line in out.stderr.splitlines() if line.startswith("[")]
-    assert progress[-1].endswith(f"20/20  pending 0  running 0  done {CORRECT + WRONG}  failed 2")
+    assert progress[-1].endswith("9/9  pending 0  running 0  done 5  failed 4"), progress[-1]
     with open_store(postgres.url) as store:
-        check_records(store.records(), kinds)
+        check_records(store.records(), outcomes)
         assert {r.host for r in store.records()} == {os.uname().nodename}
-    assert ranking_of(postgres.url) == expected_ranking(kinds)
-    assert out.stdout.rstrip().endswith(out.stdout.rstrip().splitlines()[-1])
-    assert "Ranking: m2, 100 images (15 team(s); 5 run(s) not valid)" in out.stdout
+    assert ranking_of(postgres.url) == sorted(t for t, o in outcomes.items() if o == "ok")
+    assert "Ranking: m2, 100 images (5 team(s); 4 run(s) not valid)" in out.stdout
+    table = out.stdout[out.stdout.index("Ranking:"):]
+    assert "\x1b" not in table and "evil\\x0a1" in table and "b\\xffad" in table
+    assert len(table.strip().splitlines()) == 2 + 5                   # no fake row
 
 
-def test_class_through_local_pool_into_sqlite_gives_the_same_ranking(classroom, graded_slurm, postgres, tmp_path):
-    folder, kinds = classroom
+def test_class_through_local_pool_into_sqlite_gives_the_same_outcomes(classroom, graded_slurm, postgres, tmp_path):
+    folder, outcomes = classroom
     db = tmp_path / "class.db"
     out = grade_cli(folder, db, "--local", "--jobs", "2", "--workdir", tmp_path / "work")
     assert out.returncode == 0, out.stdout + out.stderr
     with open_store(str(db)) as store:
-        check_records(store.records(), kinds)
-    assert ranking_of(db) == ranking_of(postgres.url) == expected_ranking(kinds)
-    def table(url):                 # the printed ranking, less the times of submission
-        lines = cli("ranking", "--db", url).stdout.splitlines()
-        return [line.rsplit("  ", 1)[0] for line in lines]
-    assert table(db) == table(postgres.url)
+        check_records(store.records(), outcomes)
+    assert ranking_of(db) == ranking_of(postgres.url)
 
 
 def test_grading_again_is_idempotent(classroom, graded_slurm, slurm, postgres, tmp_path):
-    folder, kinds = classroom
+    folder, outcomes = classroom
     with open_store(postgres.url) as store:
         before = len(store.records())
     again = grade_cli(folder, postgres.url, "--gres", "none", "--workdir", tmp_path / "w", env=slurm.env)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith("Skipped 20 team(s) whose submission is already graded")
+    assert again.stdout.startswith("Skipped 9 team(s) whose submission is already graded")
     assert "Submitted job array" not in again.stderr and not (tmp_path / "w").exists()
+    # a team that changes its forward is graded again, and only that team
+    source = folder / "t01" / "new-forward.py"
+    source.write_text(source.read_text() + "\n# faster now\n")
+    third = grade_cli(folder, postgres.url, "--gres", "none", "--workdir", tmp_path / "w3", env=slurm.env)
+    assert third.returncode == 0, third.stderr
+    assert third.stdout.startswith("Skipped 8 team(s)") and "Grading 1 team(s)" in third.stdout
     with open_store(postgres.url) as store:
-        assert len(store.records()) == before
-    # a team that changes its submission is graded again, and only that team
-    script = folder / "t01" / "scripts" / "m2.1.py"
-    script.write_text(script.read_text().replace("0.015", "0.0005"))
-    try:
-        third = grade_cli(folder, postgres.url, "--gres", "none", "--workdir", tmp_path / "w3", env=slurm.env)
-        assert third.returncode == 0, third.stderr
-        assert third.stdout.startswith("Skipped 19 team(s)") and "Grading 1 team(s)" in third.stdout
-        with open_store(postgres.url) as store:
-            assert len(store.records()) == before + 1
-            assert [r.op_time for r in store.records(team="t01")][-1] == pytest.approx(0.001)
-        assert ranking_of(postgres.url)[0][1:] == ("t01", 0.001)
-    finally:
-        script.write_text(script.read_text().replace("0.0005", "0.015"))
+        assert len(store.records()) == before + 1
+        assert [r.status for r in store.records(team="t01")] == ["ok", "ok"]
 
 
 # ---------------------------------------------------------------------------- killed tasks
 
-def _wait_file(path, proc, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"grade ended early: {proc.communicate()}"
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.2)
-    return [int(v) for v in path.read_text().split()]
-
-
-def killable_class(root, expected, pidfile):
-    crafted_team(root / "a-ok", expected, op_time=0.002)
-    crafted_team(root / "b-killed", expected, kind="pidfile", sleep=120, pidfile=pidfile)
+def killable_class(root):
+    team_project(root / "a-ok", cpu=PLAIN)
+    team_project(root / "b-killed", cpu=SLOW.replace("time.sleep(600)", "time.sleep(4031)"))
     return root
 
 
-def test_slurm_task_cancelled_mid_run_is_recorded(expected, slurm, postgres, tmp_path):
-    pidfile = tmp_path / "pids"
-    classdir = killable_class(tmp_path / "class", expected, pidfile)
-    url = postgres.create_database("cancelled")                # a database of its own for this test
+def _wait_for(check, proc, what, timeout=180):
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert proc.poll() is None, f"grade ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.3)
+
+
+def test_slurm_task_cancelled_mid_run_is_recorded_and_leaves_nothing(slurm, postgres, tmp_path):
+    classdir = killable_class(tmp_path / "class")
+    url = postgres.create_database("cancelled")
+    env = {**os.environ, **slurm.env, "ECE408_MODEL_DIR": str(ROOT / "models")}
     proc = subprocess.Popen([*python_command(), "-m", "ece408_op", "grade", str(classdir), "--milestone", "m2",
-                             "--size", str(SIZE), *HOST, "--gres", "none", "--db", url, "--workdir",
+                             "--size", str(SIZE), *ENGINE, "--gres", "none", "--db", url, "--workdir",
                              str(tmp_path / "work")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **slurm.env, "ECE408_MODEL_DIR": str(ROOT / "models")})
+                            text=True, env=env)
     try:
-        _wait_file(pidfile, proc)
+        _wait_for(lambda: processes_with("--part cpu --dir /src") and
+                  (tmp_path / "work" / "logs" / "1.out").exists() and
+                  "Team file" in (tmp_path / "work" / "logs" / "1.out").read_text(), proc, "task 1 measuring")
+        time.sleep(8)                                            # inside the team's forward now
         job = subprocess.run(["squeue", "-h", "-r", "-n", "ece408-grade", "-o", "%i"], capture_output=True,
-                             text=True, env={**os.environ, **slurm.env}).stdout.split()
+                             text=True, env=env).stdout.split()
         task = [j for j in job if j.endswith("_1")]
         assert task, job
-        subprocess.run(["scancel", task[0]], check=True, env={**os.environ, **slurm.env})
+        subprocess.run(["scancel", task[0]], check=True, env=env)
         stdout, stderr = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -210,44 +194,121 @@ def test_slurm_task_cancelled_mid_run_is_recorded(expected, slurm, postgres, tmp
     assert records["a-ok"].status == "ok"
     killed = records["b-killed"]
     assert killed.status == "killed" and not killed.correct
-    assert "Loading fashion-mnist data..." in killed.transcript       # what it printed before
-    # scancel sends SIGTERM first: the task stops its command and stores its own record
-    assert killed.transcript.endswith("* The run was stopped from outside (SIGTERM); the build stopped.\n"), \
-        killed.transcript
-    assert "failed 1" in stderr.splitlines()[-1]
+    assert "* The run was stopped from outside (SIGTERM); the build stopped." in killed.transcript, killed.transcript
+    assert gone("ece408_op.team.worker")                       # the team's process went with its task
 
 
-def test_local_task_killed_mid_run_gets_a_fallback_record(expected, tmp_path):
-    pidfile = tmp_path / "pids"
-    classdir = killable_class(tmp_path / "class", expected, pidfile)
+def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp_path):
+    classdir = killable_class(tmp_path / "class")
     db = tmp_path / "k.db"
     proc = subprocess.Popen([*python_command(), "-m", "ece408_op", "grade", str(classdir), "--milestone", "m2",
-                             "--size", str(SIZE), *HOST, "--local", "--jobs", "2", "--db", str(db), "--workdir",
+                             "--size", str(SIZE), *ENGINE, "--local", "--jobs", "2", "--db", str(db), "--workdir",
                              str(tmp_path / "work")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "ECE408_MODEL_DIR": str(ROOT / "models")})
     try:
-        task_pid, script_pid = _wait_file(pidfile, proc)
-        os.kill(task_pid, signal.SIGKILL)            # no chance to write its own record
+        def task_one():
+            return [pid for pid, cmd in processes_with("--task-index 1")]
+        log = tmp_path / "work" / "logs" / "1.out"
+        _wait_for(lambda: task_one() and log.exists() and "Team file" in log.read_text(), proc, "task 1 measuring")
+        time.sleep(8)
+        for pid in task_one():
+            os.kill(pid, signal.SIGKILL)                         # no chance to write its own record
         stdout, stderr = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-        try:
-            os.kill(script_pid, signal.SIGKILL)      # the orphaned milestone script
-        except ProcessLookupError:
-            pass
     assert proc.returncode == 0, stderr
+    assert gone("ece408_op.team.worker") and gone("ece408_op.grading.measure")   # died with their task
     with open_store(str(db)) as store:
         records = {r.team: r for r in store.records()}
     assert set(records) == {"a-ok", "b-killed"} and records["a-ok"].status == "ok"
     killed = records["b-killed"]
     assert killed.status == "killed"
     assert "* The task ended without storing a record (killed by SIGKILL)" in killed.transcript
-    assert "* Running python /build/scripts/m2.1.py ece408-high 100" in killed.transcript   # its log
-    # killed is not a final outcome: --retry-stopped grades that team again, and only it
-    again = cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *HOST, "--local", "--db", db,
+    assert "* Team file new-forward.py" in killed.transcript                      # its log
+    again = cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *ENGINE, "--local", "--db", db,
                 "--retry-stopped", "--timeout", 2, "--workdir", tmp_path / "w2")
     assert again.stdout.startswith("Skipped 1 team(s) whose submission is already graded: a-ok"), again.stdout
+
+
+def test_local_task_time_limit_is_enforced_apart_from_the_command_limit(tmp_path):
+    classdir = tmp_path / "class"
+    team_project(classdir / "slow", cpu=SLOW)
+    db = tmp_path / "t.db"
+    start = time.monotonic()
+    out = cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *ENGINE, "--local", "--db", db,
+              "--timeout", 600, "--time", "00:00:25", "--workdir", tmp_path / "w")
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - start < 120
+    with open_store(str(db)) as store:
+        (record,) = store.records()
+    assert record.status == "killed" and "stopped from outside (SIGTERM)" in record.transcript
+
+
+# ---------------------------------------------------------------------------- database faults
+
+def test_postgresql_gone_mid_grade_loses_no_record(tmp_path):
+    server = started(Postgres(tmp_path / "pg"))
+    try:
+        classdir = tmp_path / "class"
+        team_project(classdir / "a", cpu=PLAIN)
+        team_project(classdir / "b", cpu=PLAIN)
+        spool = tmp_path / "spool"
+        env = {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "3"}
+        proc = subprocess.Popen([*python_command(), "-m", "ece408_op", "grade", str(classdir), "--milestone", "m2",
+                                 "--size", str(SIZE), *ENGINE, "--local", "--jobs", "1", "--db", server.url,
+                                 "--workdir", str(tmp_path / "w")], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **env, "ECE408_MODEL_DIR": str(ROOT / "models")})
+
+        def first_stored():
+            try:
+                with open_store(server.url) as store:
+                    return len(store.records()) == 1
+            except Exception:            # noqa: BLE001
+                return False
+        _wait_for(first_stored, proc, "the first record")
+        server.stop()                                            # PostgreSQL goes away mid-grade
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 1
+        assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: ")
+        assert len(list(spool.glob("*.json"))) == 1              # the second record waits in the spool
+        server.start_again()
+        out = cli("ranking", "--db", server.url, "--milestone", "m2", "--size", SIZE, env=env)
+        assert out.returncode == 0, out.stderr
+        assert "1 spooled record(s) stored" in out.stderr and list(spool.glob("*.json")) == []
+        with open_store(server.url) as store:
+            assert sorted(r.team for r in store.records()) == ["a", "b"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
+def test_database_disk_full_spools_the_record(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        db = small / "runs.db"
+        with open_store(str(db)):
+            pass
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        (small / "filler").write_bytes(b"x" * (free - (300 << 10)))          # 300 KiB left
+        spool = tmp_path / "spool"
+        env = {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "1"}
+        # a team whose transcript (about 800 KB) no longer fits the disk
+        team = team_project(tmp_path / "team", cpu=PLAIN.replace("    B, M, H_out, W_out = y.shape",
+                                                                   "    print('x' * 4000 * 100)\n    B, M, H_out, W_out = y.shape"))
+        out = cli("submit", team, "--submit", "m2", "--size", SIZE, *ENGINE, "--db", db, "--team", "team", env=env)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith("error: the record ") and "it waits in" in line and str(spool) in line
+        (small / "filler").unlink()
+        out = cli("ranking", "--db", db, "--milestone", "m2", "--size", SIZE, env=env)
+        assert out.returncode == 0 and "1 spooled record(s) stored" in out.stderr
+        assert out.stdout.splitlines()[2].split()[1] == "team"
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 # ---------------------------------------------------------------------------- the database
@@ -257,7 +318,7 @@ def test_postgresql_parallel_first_use_and_writers(postgres):
     url = postgres.create_database("parallel")
     parallel_writers(url, workers=8, each=40)
     with psycopg.connect(url) as c:                                 # migrated once, not 8 times
-        assert c.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert c.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == [(1,), (2,)]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -268,17 +329,17 @@ def test_schema_is_migrated_on_first_use(backend, tmp_path, monkeypatch, request
         url = request.getfixturevalue("postgres").create_database("migrate")
     record = Record("r1", "2026-01-01", "t", "m2", 10, "ok", 0, 0.5, True, [], transcript="x")
     with open_store(url) as store:
-        assert store.schema_version() == 1
+        assert store.schema_version() == 2
         store.add(record)
     monkeypatch.setattr(store_module, "MIGRATIONS",
                         store_module.MIGRATIONS + [["ALTER TABLE runs ADD COLUMN note TEXT"]])
     with open_store(url) as store:                                  # an old database, a new program
-        assert store.schema_version() == 2
+        assert store.schema_version() == 3
         assert [r.id for r in store.records()] == ["r1"]
         store._execute("SELECT note FROM runs").fetchall()
         store.conn.commit()
     with open_store(url) as store:
-        assert store.schema_version() == 2
+        assert store.schema_version() == 3
 
 
 def test_sbatch_command_passes_gres_time_partition_account(tmp_path):
@@ -300,6 +361,8 @@ def test_slurm_time_format():
 
 def test_grade_bad_input_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
+    out = cli("grade", tmp_path / "empty", "--local", "--timeout", "nan")
+    assert out.returncode == 2 and "--timeout: invalid finite positive number value: 'nan'" in out.stderr
     out = cli("grade", tmp_path / "empty", "--local", "--db", tmp_path / "g.db")
     assert out.returncode == 1 and out.stderr.strip() == \
         f"error: {tmp_path / 'empty'} has no team sub-folders; put each team's submission in its own folder"

@@ -1,6 +1,9 @@
-"""The submission runner (python -m ece408_op submit) and the ranking, on this host: schema
-errors, the transcript, failing and slow commands, the scratch copy, records parsed from real
-m2 output and from real m3/final output captured on an H100, and concurrent writers."""
+"""The submission runner (python -m ece408_op submit) and the ranking: schema errors, the
+transcript of a development run (every command in a bubblewrap sandbox), failing and slow
+commands, the scratch copy; ranked runs (--submit): the record of a team made by init, the
+team files it names, the hidden model, and every attack a team could try on the ranking,
+each expected to fail, be refused in one line, or leave the record as measured."""
+import hashlib
 import json
 import os
 import re
@@ -13,14 +16,16 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, python_command
-from submissions import HOST, cli, crafted_team, parallel_writers, project_copy, rai_yaml, reference_accuracies
+from submissions import parallel_writers
+from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, REPLAY, SNOOPS, WRITES_PTH, WRONG,
+                   cli, rai_yaml, reference_accuracies, team_project)
 
 from ece408_op.grading import runner, transcript as tx
 from ece408_op.grading.ranking import rank
 from ece408_op.grading.store import Record, open_store
 
-H100 = Path(__file__).parent / "data" / "h100"
 GOOD = rai_yaml(["echo hello"])
+HOST = ["--engine", "bubblewrap"]         # the default engine here, named so that a failure to start it shows
 
 
 def write_config(folder, text):
@@ -77,6 +82,14 @@ def test_repository_rai_build_is_valid():
     config = load_config(ROOT)
     assert config.commands[0] == '/bin/bash -c "cp -rv /src/* /build"'
     assert config.gpu_count == 1 and config.network is False and any("m3.1.py" in c for c in config.commands)
+    template = load_config(team_project_dir())
+    assert template.commands == ('/bin/bash -c "cp -rv /src/* /build"', "python -m ece408_op m2 1000",
+                                 "python -m ece408_op m3 1000")
+
+
+def team_project_dir():
+    from ece408_op.team.project import TEMPLATE
+    return TEMPLATE
 
 
 # ---------------------------------------------------------------------------- the build
@@ -86,7 +99,8 @@ def test_transcript_format(tmp_path):
     out = cli("submit", team, *HOST)
     assert out.returncode == 0, out.stderr
     assert out.stdout == ("* Running echo hello\nhello\n"
-                          "* Running python -c \"print('from python')\"\nfrom python\n")
+                          "* Running python -c \"print('from python')\"\nfrom python\n"
+                          "* Development run: no record is stored (ranked runs: --submit m2|m3|final)\n")
 
 
 def test_failing_command_stops_the_build_with_its_exit_code(tmp_path):
@@ -96,21 +110,21 @@ def test_failing_command_stops_the_build_with_its_exit_code(tmp_path):
     assert out.returncode == 3
     assert out.stdout == ("* Running echo first\nfirst\n"
                           "* Running /bin/bash -c \"echo partial; exit 3\"\npartial\n"
-                          "* The command exited with code 3; the build stopped.\n")
+                          "* The command exited with code 3; the build stopped.\n"
+                          "* Development run: no record is stored (ranked runs: --submit m2|m3|final)\n")
 
 
 def test_command_past_its_time_limit_is_killed_with_its_children(tmp_path):
-    pidfile = tmp_path / "child.pid"
     team = write_config(tmp_path / "team", rai_yaml(
-        [f"/bin/bash -c \"sleep 60 & echo $! > {pidfile}; echo started; wait\"", "echo never-run"]))
+        ['/bin/bash -c "sleep 4021 & echo started; wait"', "echo never-run"]))
     start = time.monotonic()
     out = cli("submit", team, *HOST, "--timeout", "1.5")
     elapsed = time.monotonic() - start
     assert out.returncode == 1 and elapsed < 30, (elapsed, out.stderr)
-    assert out.stdout.endswith("started\n* The command ran past its time limit of 1.5 s and was killed; "
-                               "the build stopped.\n"), out.stdout
+    assert "started\n* The command ran past its time limit of 1.5 s and was killed; the build stopped.\n" in out.stdout
     assert "never-run\n" not in out.stdout
-    assert not alive(int(pidfile.read_text()))          # the background sleep went with its group
+    from test_sandbox import gone
+    assert gone("sleep 4021")                        # the background sleep went with it
 
 
 def alive(pid, wait=5.0):
@@ -143,23 +157,12 @@ def test_scratch_copy_leaves_the_source_untouched(tmp_path):
     before = _tree(team)
     out = cli("submit", team, *HOST)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"-> '\S+/build/sub/c.txt'", out.stdout), out.stdout   # cp -rv did copy
-    assert out.stdout.endswith("a.txt\nrai_build.yml\nsub\n"), out.stdout  # b.txt gone from /build only
+    assert re.search(r"-> '/build/sub/c.txt'", out.stdout), out.stdout     # cp -rv did copy
+    assert "a.txt\nrai_build.yml\nsub\n* Development run" in out.stdout, out.stdout  # b.txt gone from /build only
     assert _tree(team) == before
 
 
-def test_host_mode_warns_in_one_line_when_no_engine_chosen(tmp_path):
-    team = write_config(tmp_path / "team", rai_yaml(["python -c \"print('hi')\""]))
-    # auto falls back to the host only where no engine is usable: a PATH without any
-    env = {**os.environ, "ECE408_ENGINE": "auto", "PATH": str(Path(sys.executable).parent) + ":/nonexistent"}
-    out = subprocess.run([sys.executable, "-m", "ece408_op", "submit", str(team)], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.endswith("\nhi\n") and out.stderr.strip().splitlines() == [
-        "warning: no container engine (docker with a daemon, podman, buildah): running the commands on this host"]
-
-
-# ---------------------------------------------------------------------------- --submit and records
+# ---------------------------------------------------------------------------- ranked runs (--submit)
 
 @pytest.fixture(scope="module")
 def expected_100():
@@ -167,33 +170,119 @@ def expected_100():
     return reference_accuracies(100)
 
 
-def test_submit_m2_stores_a_record_parsed_from_real_output(tmp_path, expected_100):
-    team = project_copy(tmp_path / "team")
-    subprocess.run(["git", "init", "-q", str(team)], check=True)
-    subprocess.run(["git", "-C", str(team), "add", "."], check=True)
-    subprocess.run(["git", "-C", str(team), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "s"],
-                   check=True)
-    head = subprocess.run(["git", "-C", str(team), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    db = tmp_path / "runs.db"
-    out = cli("submit", team, "--submit", "m2", "--size", 100, "--team", "tigers", "--db", db, *HOST)
-    assert out.returncode == 0, out.stderr
+def ranked(team, db, *extra, name="team"):
+    return cli("submit", team, "--submit", "m2", "--size", 100, "--team", name, "--db", db, *HOST, *extra)
+
+
+def only_record(db):
     with open_store(str(db)) as store:
         (record,) = store.records()
-    assert record.status == "ok" and record.team == "tigers" and record.milestone == "m2" and record.size == 100
-    assert record.git_commit == head and record.content_hash == runner.content_hash(team)
-    assert record.device == runner.cpu_name() and record.engine == "host"
-    # every number comes from the transcript the runner printed
-    printed = [float(v) for v in re.findall(r"^Op Time: (\S+)$", out.stdout, re.M)]
-    correctness = re.findall(r"^Correctness: (\S+) Model: (\S+)$", out.stdout, re.M)
+    return record
+
+
+def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
+    team = team_project(tmp_path / "team")
+    db = tmp_path / "runs.db"
+    out = ranked(team, db, name="tigers")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    record = only_record(db)
+    assert record.status == "ok" and record.correct and record.team == "tigers" and record.size == 100
+    digest = hashlib.sha256((team / "new-forward.py").read_bytes()).hexdigest()
+    assert record.team_files == [{"name": "new-forward.py", "sha256": digest,
+                                  "size": (team / "new-forward.py").stat().st_size}]
+    assert record.engine == "bubblewrap" and record.isolated and record.device == runner.cpu_name()
     assert [m["model"] for m in record.models] == ["ece408-high", "ece408-low"]
-    assert [t for m in record.models for t in m["op_times"]] == printed and len(printed) == 2
-    assert record.op_time == pytest.approx(sum(printed))
-    assert [(str(m["correctness"]), m["model"]) for m in record.models] == correctness
     assert {m["model"]: m["expected"] for m in record.models} == expected_100
-    assert record.correct and all(m["correct"] for m in record.models)
-    assert "* Running python /build/scripts/m2.1.py ece408-high 100\n" in record.transcript
-    assert record.transcript in out.stdout
+    for model in record.models:
+        (layer,) = model["layers"]
+        assert layer["layer"] == {"B": 100, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5} and layer["path"] == "cpu"
+        assert model["op_times"] == [layer["op_time"]] and len(layer["checked_images"]) == 8
+    assert record.op_time == pytest.approx(sum(m["op_time"] for m in record.models))
+    printed = [float(v) for v in re.findall(r"^Op Time: (\S+)$", out.stdout, re.M)]
+    assert printed == [round(t, 6) for m in record.models for t in m["op_times"]]
+    assert f"* Team file new-forward.py: {record.team_files[0]['size']} bytes, sha256 {digest}" in out.stdout
     assert f"* Record {record.id} (tigers, m2, 100 images): ok; total Op Time {record.op_time:.6f} s" in out.stdout
+
+
+def test_a_ranked_run_takes_only_the_team_files(tmp_path, expected_100):
+    """A submission holding the harness's own scripts, a package named ece408_op, sitecustomize.py,
+    a .pth, an LD_PRELOAD library and a rai_build.yml that uses them, all printing fake lines: none
+    of it is taken; the record is what the harness measured."""
+    fake = "print('Op Time: 0.000001'); print('Correctness: 0.99 Model: ece408-high')\n"
+    team = team_project(tmp_path / "team", cpu=FAKE_LINES, commands=["LD_PRELOAD=/src/fake.so python scripts/m2.1.py"],
+                        files={"scripts/m2.1.py": fake, "scripts/final.py": fake, "ece408_op/__init__.py": fake,
+                               "ece408_op/__main__.py": fake, "sitecustomize.py": fake, "usercustomize.py": fake,
+                               "evil.pth": "import sys; " + fake, "fake.so": "not really"})
+    db = tmp_path / "runs.db"
+    out = ranked(team, db)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    record = only_record(db)
+    assert [f["name"] for f in record.team_files] == ["new-forward.py"]
+    assert record.status == "ok" and record.correct
+    assert all(t > 1e-5 for m in record.models for t in m["op_times"])          # not the printed 0.000001
+    assert "Op Time: 0.000001" in record.transcript                              # printed, and only printed
+
+
+@pytest.mark.parametrize("attack, extra, outcome", [
+    (FORKS, (), "new-forward.py line 6: PermissionError: [Errno 1] Operation not permitted; a team's forward may not "
+                "start processes or programs"),
+    (EXECS, (), "new-forward.py line 7: PermissionError"),
+    (EARLY_THREAD, (), "the output differs from the reference on image"),
+    (REPLAY, ("--repeats", "2"), "fresh run 2: the output differs from the reference"),
+    (FAILS, (), "new-forward.py line 11: RuntimeError: this team forgot a colon"),
+])
+def test_attacks_on_the_ranked_run_fail_in_one_line(tmp_path, expected_100, attack, extra, outcome):
+    team = team_project(tmp_path / "team", cpu=attack)
+    db = tmp_path / "runs.db"
+    out = ranked(team, db, *extra)
+    assert out.returncode == 1, out.stdout[-3000:]
+    record = only_record(db)
+    assert record.status == "failed" and not record.correct and record.op_time is None
+    errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and outcome in errors[0], out.stdout[-3000:]
+    assert f"* Not ranked: ece408-high: {errors[0][len('error: '):]}" in record.transcript
+
+
+def test_a_wrong_forward_is_stored_but_not_valid(tmp_path, expected_100):
+    team = team_project(tmp_path / "team", cpu=WRONG)
+    out = ranked(team, tmp_path / "r.db")
+    assert out.returncode == 1 and "the output differs from the reference" in out.stdout
+    assert only_record(tmp_path / "r.db").status == "failed"
+
+
+def test_the_clock_is_the_harness_s(tmp_path, expected_100):
+    """A forward that replaces perf_counter, monotonic and time in its own process: the Op Time is
+    still the harness's (the physical floor would refuse a time of 0)."""
+    team = team_project(tmp_path / "team", cpu=CLOCK)
+    out = ranked(team, tmp_path / "r.db")
+    assert out.returncode == 0, out.stdout[-3000:]
+    record = only_record(tmp_path / "r.db")
+    assert record.status == "ok" and all(t > 1e-4 for m in record.models for t in m["op_times"])
+
+
+def test_a_pth_cannot_be_planted_for_the_next_team(tmp_path, expected_100):
+    import site
+    team = team_project(tmp_path / "team", cpu=WRITES_PTH)
+    out = ranked(team, tmp_path / "r.db")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "WROTE" not in out.stdout
+    assert not any(Path(p, "zz_ece408_attack.pth").exists() for p in site.getsitepackages() + sys.path if p)
+    nxt = ranked(team_project(tmp_path / "next", cpu=PLAIN), tmp_path / "r2.db")
+    assert nxt.returncode == 0 and only_record(tmp_path / "r2.db").op_time > 1e-4
+
+
+def test_no_secret_of_the_grader_is_in_reach(tmp_path, expected_100):
+    db = tmp_path / "secret-place" / "runs.db"
+    db.parent.mkdir()
+    team = team_project(tmp_path / "team", cpu=SNOOPS.replace("/nonexistent", str(db)))
+    out = cli("submit", team, "--submit", "m2", "--size", 100, "--db", db, *HOST,
+              env={"PGPASSWORD": "hunter2", "ECE408_SECRET": "hunter2"})
+    assert out.returncode == 0, out.stdout[-3000:]
+    snooped = next(line for line in out.stdout.splitlines() if line.startswith("SNOOP "))
+    assert "hunter2" not in snooped and "PGPASSWORD" not in snooped and "ECE408_DB" not in snooped
+    assert f"{db} FileNotFoundError" in snooped and "/etc/shadow FileNotFoundError" in snooped
+    assert "--db" not in snooped and "grading.runner" not in snooped        # no argv of the grader's
+    assert only_record(db).status == "ok"
 
 
 def test_submit_with_staff_hidden_model(tmp_path, expected_100):
@@ -202,78 +291,45 @@ def test_submit_with_staff_hidden_model(tmp_path, expected_100):
     staff.mkdir()
     shutil.copy(ROOT / "models" / "ece408-low-symbol.json", staff / "secret-symbol.json")
     shutil.copy(ROOT / "models" / "ece408-low-0001.params", staff / "secret-0003.params")
-    team = project_copy(tmp_path / "team")
+    hunt = SNOOPS.replace("/nonexistent", str(staff / "secret-symbol.json"))
+    team = team_project(tmp_path / "team", cpu=hunt)
     db = tmp_path / "runs.db"
-    out = cli("submit", team, "--submit", "m2", "--size", 100, "--hidden-model", staff / "secret", "--db", db, *HOST)
-    assert out.returncode == 0, out.stderr
-    assert "* Running python /build/scripts/m2.1.py /hidden/secret 100\n" in out.stdout
-    assert not (team / "secret-symbol.json").exists() and "secret" not in " ".join(p.name for p in team.rglob("*"))
-    with open_store(str(db)) as store:
-        (record,) = store.records()
-        keys = store._execute("SELECT model FROM expected ORDER BY model").fetchall()
-    assert [m["model"] for m in record.models] == ["ece408-high", "ece408-low", "secret"]
+    out = ranked(team, db, "--hidden-model", staff / "secret")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    assert "on ece408-high, ece408-low, the hidden model, 100 images" in out.stdout
+    assert all(f"{staff / 'secret-symbol.json'} FileNotFoundError" in line
+               for line in out.stdout.splitlines() if line.startswith("SNOOP "))
+    record = only_record(db)
+    assert [m["model"] for m in record.models] == ["ece408-high", "ece408-low", "hidden"]
     hidden = record.models[2]
     assert hidden["correctness"] == hidden["expected"] == expected_100["ece408-low"]   # same weights as low
-    assert record.correct and len(keys) == 3 and keys[2][0].startswith("hidden:secret:")
+    assert record.correct
     missing = cli("submit", team, "--submit", "m2", "--hidden-model", tmp_path / "nothing", "--db", db, *HOST)
     assert missing.returncode == 1 and missing.stderr.strip() == (
         f"error: hidden model {tmp_path / 'nothing'}: needs nothing-symbol.json and nothing-NNNN.params beside it")
 
 
-@pytest.mark.parametrize("milestone", ["m3", "final"])
-def test_record_from_real_gpu_output_captured_on_h100(milestone):
-    # The transcript the runner would have collected on the H100: the copy, then each model.
-    outputs = {m: (H100 / f"{milestone}_{m}.txt").read_text() for m in runner.MODELS}
-    expected = {m: tx.parse_eval_metric((H100 / f"m1_{m}.txt").read_text()) for m in runner.MODELS}
-    commands, models = runner.fixed_commands(milestone, 10000)
-    assert commands[1] == f"python /build/scripts/{runner.SCRIPTS[milestone]} ece408-high 10000"
-    results = [runner.CommandResult(commands[0], "", 0)] + \
-        [runner.CommandResult(c, outputs[m], 0) for c, m in zip(commands[1:], models)]
-    text = "".join(f"{tx.running_line(r.command)}\n{r.output}" for r in results)
-    build = runner.BuildResult("ok", results, text)
-    request = runner.SubmitRequest("/nonexistent", milestone, 10000, "gpu-team")
-    record = runner.make_record(request, "rid", "2026-01-01T00:00:00+00:00", build, models, expected,
-                                (H100 / "gpu.txt").read_text().strip())
-    assert record.status == "ok" and record.correct and record.device == "NVIDIA H100 80GB HBM3"
-    by_model = {m["model"]: m for m in record.models}
-    assert by_model["ece408-high"]["correctness"] == 0.9139 == expected["ece408-high"]
-    assert by_model["ece408-low"]["correctness"] == 0.629 == expected["ece408-low"]
-    times = [float(v) for m in runner.MODELS for v in re.findall(r"^Op Time: (\S+)$", outputs[m], re.M)]
-    assert record.op_time == pytest.approx(sum(times)) and 0 < record.op_time < 0.01   # GPU: well under m2's
-    assert [tx.split_commands(text)[i][0] for i in range(3)] == commands
-
-
-def test_record_without_correctness_is_failed(tmp_path):
-    out = "Loading fashion-mnist data... done\nTraceback (most recent call last):\n"
-    commands, models = runner.fixed_commands("m2", 10)
-    results = [runner.CommandResult(commands[0], "", 0)] + [runner.CommandResult(c, out, 0) for c in commands[1:]]
-    record = runner.make_record(runner.SubmitRequest(str(tmp_path), "m2", 10, "t"), "rid", "now",
-                                runner.BuildResult("ok", results, "x\n"), models, {}, "cpu")
-    assert record.status == "failed" and not record.correct and record.op_time is None
-    assert record.transcript.endswith("the run cannot be ranked.\n")
+def test_a_submission_without_the_team_file_is_one_line(tmp_path, expected_100):
+    folder = write_config(tmp_path / "team", GOOD)
+    out = ranked(folder, tmp_path / "r.db")
+    assert out.returncode == 1
+    assert "error: the submission has no new-forward.py; a team project needs it" in out.stdout
+    link = team_project(tmp_path / "linked")
+    (link / "new-forward.py").unlink()
+    (link / "new-forward.py").symlink_to("/etc/passwd")
+    out = ranked(link, tmp_path / "r2.db")
+    assert out.returncode == 1 and "error: the submission's new-forward.py cannot be taken: it is a symbolic link" in out.stdout
 
 
 @pytest.mark.skipif(runner.gpu_name() is not None, reason="this host has a GPU")
 @pytest.mark.parametrize("milestone", ["m3", "final"])
 def test_submit_gpu_milestone_without_gpu_is_one_line(tmp_path, milestone):
-    team = project_copy(tmp_path / "team")
+    team = team_project(tmp_path / "team")
     out = cli("submit", team, "--submit", milestone, "--db", tmp_path / "r.db", *HOST)
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip() == (f"error: --submit {milestone} runs the GPU path and this host has no CUDA GPU "
                                   f"(nvidia-smi lists none); run it on a GPU machine, or use --submit m2")
     assert not (tmp_path / "r.db").exists()
-
-
-def test_crafted_wrong_correctness_is_stored_but_not_valid(tmp_path, expected_100):
-    wrong = {m: round(v - 0.01, 4) for m, v in expected_100.items()}
-    team = crafted_team(tmp_path / "team", wrong)
-    out = cli("submit", team, "--submit", "m2", "--size", 100, "--db", tmp_path / "r.db", *HOST)
-    assert out.returncode == 0, out.stderr
-    assert "not valid for the ranking" in out.stdout
-    with open_store(str(tmp_path / "r.db")) as store:
-        (record,) = store.records()
-    assert record.status == "ok" and not record.correct
-    assert [m["correctness"] for m in record.models] == list(wrong.values())
 
 
 # ---------------------------------------------------------------------------- ranking
@@ -285,7 +341,7 @@ def _record(team, op_time, status="ok", correct=True, at="2026-01-01T00:00:00", 
                "expected": 0.68, "correct": True}]
     return Record(f"{team}-{op_time}-{at}", at, team, milestone, size, status, 0 if status == "ok" else 1,
                   op_time if status == "ok" else None, correct and status == "ok", models, device="cpu",
-                  transcript="...")
+                  transcript="...", team_files=[{"name": "new-forward.py", "sha256": "ab" * 32, "size": 10}])
 
 
 RECORDS = [
@@ -332,25 +388,53 @@ def test_ranking_of_an_empty_database(tmp_path):
     assert out.returncode == 0 and out.stdout.startswith("No records yet")
 
 
+def test_team_names_and_devices_print_escaped(tmp_path):
+    db = tmp_path / "r.db"
+    evil = "pwn\n1     winner  0.000001\x1b[2J\x1b[31m"
+    with open_store(str(db)) as store:
+        store.add(_record(evil, 0.30))
+        store.add(_record("honest", 0.40))
+    out = cli("ranking", "--db", db, "--milestone", "m2", "--size", 100)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4 and "\x1b" not in out.stdout and "\\x1b[2J" in lines[2]
+    assert lines[2].split()[:2] == ["1", "pwn\\x0a1"] and lines[3].split()[:2] == ["2", "honest"]
+
+
+def test_a_bad_row_is_skipped_with_a_warning(tmp_path):
+    db = tmp_path / "r.db"
+    with open_store(str(db)) as store:
+        store.add(_record("good", 0.3))
+        store.add(_record("bad-json", 0.1))
+        store.add(_record("bad-time", 0.2))
+        store._execute("UPDATE runs SET models = 'not json' WHERE team = 'bad-json'")
+        store._execute("UPDATE runs SET op_time = 'fast' WHERE team = 'bad-time'")
+        store.conn.commit()
+    out = cli("ranking", "--db", db, "--milestone", "m2", "--size", 100)
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[1] for line in out.stdout.splitlines()[2:]] == ["good"]
+    warnings = out.stderr.strip().splitlines()
+    assert len(warnings) == 2 and all(w.startswith("warning: record ") and "skipped: it cannot be read" in w
+                                      for w in warnings)
+
+
 # ---------------------------------------------------------------------------- concurrency
 
 def test_parallel_writer_processes_lose_no_rows(tmp_path):
     parallel_writers(str(tmp_path / "parallel.db"), workers=8, each=40)
 
 
-def test_concurrent_submissions_write_the_same_database(tmp_path, expected_100):
+def test_concurrent_ranked_runs_write_the_same_database(tmp_path, expected_100):
     db = tmp_path / "class.db"
-    teams = [crafted_team(tmp_path / f"t{i}", expected_100, op_time=0.01 * (i + 1)) for i in range(6)]
-    first = cli("submit", teams[0], "--submit", "m2", "--size", 100, "--team", "t0", "--db", db, *HOST)
-    assert first.returncode == 0, first.stderr                     # fills the reference cache
+    teams = [team_project(tmp_path / f"t{i}", cpu=PLAIN) for i in range(3)]
 
     def one(i):
         return cli("submit", teams[i], "--submit", "m2", "--size", 100, "--team", f"t{i}", "--db", db, *HOST)
-    with ThreadPoolExecutor(5) as pool:
-        outs = list(pool.map(one, range(1, 6)))
-    assert all(o.returncode == 0 for o in outs), [o.stderr for o in outs]
+    with ThreadPoolExecutor(3) as pool:
+        outs = list(pool.map(one, range(3)))
+    assert all(o.returncode == 0 for o in outs), [o.stdout[-2000:] + o.stderr for o in outs]
     rows = rank(open_store(str(db)).records())
-    assert [(r.team, round(r.op_time, 6)) for r in rows] == [(f"t{i}", round(0.02 * (i + 1), 6)) for i in range(6)]
+    assert sorted(r.team for r in rows) == ["t0", "t1", "t2"] and all(r.op_time > 0 for r in rows)
 
 
 def test_postgresql_url_without_psycopg_is_one_line():

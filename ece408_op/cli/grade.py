@@ -87,8 +87,8 @@ def _run_task(args):
     index = args.task_index if args.task_index is not None else os.environ.get("SLURM_ARRAY_TASK_ID")
     if index is None:
         raise grade.GradeError("--run-task needs --task-index or $SLURM_ARRAY_TASK_ID")
-    with open_store() as store:
-        record = grade.run_task(args.run_task, int(index), store)
+    from ..grading.store import Delivery
+    record = grade.run_task(args.run_task, int(index), Delivery())
     print(f"* Record {record.id} ({record.team}): {record.status}")
     return 0
 

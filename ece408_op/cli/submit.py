@@ -6,7 +6,7 @@ import math
 
 from ..grading import runner
 from ..grading.sandbox import ENGINES, Limits
-from ..grading.store import DB_ENV, default_sqlite_path, describe, open_store
+from ..grading.store import DB_ENV, Delivery, default_sqlite_path, describe, open_store
 from .errors import ArgumentParser, run
 
 
@@ -108,9 +108,9 @@ def command(argv):
     request = runner.SubmitRequest(args.folder, args.submit, args.size, args.team, args.hidden_model,
                                    options=options, repeats=args.repeats)
     runner.check_device(args.submit)                   # before opening anything: a clear error
-    with open_store(args.db) as store:
+    with open_store(args.db) as store:                 # a database that cannot be used: said before the run
         where = describe(store.url)
-        record = runner.submit(request, store)
+    record = runner.submit(request, Delivery(args.db))
     summary = (f"total Op Time {record.op_time:.6f} s, " if record.op_time is not None else "") + \
         ("Correctness as expected" if record.correct else "not valid for the ranking")
     from ..grading.names import printable

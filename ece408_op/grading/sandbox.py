@@ -416,6 +416,7 @@ class BubblewrapSandbox(Sandbox):
                 argv += ["--symlink", os.readlink(link), link]
             elif os.path.isdir(link):
                 argv += ["--ro-bind", link, link]
+        argv += ["--perms", "0755", "--dir", "/etc"]
         for name in ETC_FILES:
             if os.path.exists(f"/etc/{name}"):
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
@@ -426,8 +427,7 @@ class BubblewrapSandbox(Sandbox):
             parents = sorted({str(a) for t in paths + [m.target for m in step.mounts]
                               for a in Path(t).parents if str(a) not in ("/", "/tmp")})
             for parent in parents:
-                if not parent.startswith(("/proc", "/dev", "/tmp/")) or parent.startswith("/tmp/"):
-                    argv += ["--perms", "0755", "--dir", parent]
+                argv += ["--perms", "0755", "--dir", parent]
             for path in paths:
                 argv += ["--ro-bind", path, path]
             if step.gpu:

@@ -36,6 +36,7 @@ COLUMNS = ("id", "created_at", "team", "milestone", "size", "status", "exit_code
            "correct", "models", "git_commit", "content_hash", "device", "engine", "image", "host",
            "duration_s", "transcript", "team_files", "isolated")
 SPOOL_ENV = "ECE408_SPOOL"
+RETRY_ENV = "ECE408_DB_RETRY"              # seconds a failing write is retried (default RETRY_SECONDS)
 RETRY_SECONDS = 20.0
 
 MIGRATIONS = [
@@ -218,7 +219,12 @@ class Store:
         """Insert ``record``; returns False where a record of that id was already there. A failing
         write is retried (reconnecting) for ``retry_seconds`` (RETRY_SECONDS), then the record is
         spooled and StoreError says where."""
-        deadline = time.monotonic() + (RETRY_SECONDS if retry_seconds is None else retry_seconds)
+        if retry_seconds is None:
+            try:
+                retry_seconds = float(os.environ.get(RETRY_ENV, RETRY_SECONDS))
+            except ValueError:
+                retry_seconds = RETRY_SECONDS
+        deadline = time.monotonic() + retry_seconds
         delay = 0.2
         while True:
             try:
@@ -448,11 +454,48 @@ def spool(record, url=None):
     return path
 
 
-def open_store(url=None):
-    """The Store for ``url`` (default $ECE408_DB, else the user's SQLite file)."""
+def resolve_url(url=None):
+    """The database ``url`` names: $ECE408_DB where None, else the user's SQLite file; a
+    ``sqlite:///`` URL as its path."""
     url = url or os.environ.get(DB_ENV) or str(default_sqlite_path())
-    if url.startswith(POSTGRES_PREFIXES):
-        return PostgresStore(url)
     if url.startswith("sqlite:///"):
         url = url[len("sqlite://"):]
+    return url
+
+
+def open_store(url=None):
+    """The Store for ``url`` (default $ECE408_DB, else the user's SQLite file)."""
+    url = resolve_url(url)
+    if url.startswith(POSTGRES_PREFIXES):
+        return PostgresStore(url)
     return SqliteStore(url)
+
+
+class Delivery:
+    """Where a run's record goes when the run ends, for runs longer than a database's good mood:
+    ``add`` opens the database then (retrying for the retry time), stores the record and closes;
+    where it cannot, the record is spooled and StoreError says so in one line."""
+
+    def __init__(self, url=None):
+        self.url = resolve_url(url)
+
+    def add(self, record):
+        try:
+            retry = float(os.environ.get(RETRY_ENV, RETRY_SECONDS))
+        except ValueError:
+            retry = RETRY_SECONDS
+        deadline = time.monotonic() + retry
+        delay = 0.2
+        while True:
+            try:
+                store = open_store(self.url)
+            except StoreError as exc:
+                if time.monotonic() + delay > deadline:
+                    path = spool(record, self.url)
+                    raise StoreError(f"the record {record.id} could not be stored ({exc}); it waits in {path} "
+                                     "and is stored by the next command that opens the database") from exc
+                time.sleep(delay)
+                delay = min(2 * delay, 2.0)
+                continue
+            with store:
+                return store.add(record, retry_seconds=max(0.0, deadline - time.monotonic()))
