@@ -1,7 +1,8 @@
 """The real image: hadolint on the Dockerfile, and on this machine (no Docker daemon) a build of
-the real Dockerfile with buildah on a local Debian base (CPU only), m2 inside it, and a
-``submit --submit m2`` whose commands run in it. The base image and the build layers are cached
-in buildah's store, so repeated runs reuse them."""
+the real Dockerfile with buildah on a local Debian base (CPU only), m2 inside it, and the
+container engines of the runner on it: podman (runc, cgroupfs) and buildah (--isolation oci),
+each running a team's development run and a ranked run, isolated and limited, leaving no
+container behind. The base image and the build layers are cached in buildah's store."""
 import os
 import re
 import shutil
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from submissions import cli, project_copy
+from teams import FORKS, PLAIN, cli, rai_yaml, team_project
 
 BASE = "localhost/ece408-debian-base:bookworm"
 IMAGE = "localhost/ece408_op:ci-cpu"
@@ -93,16 +94,80 @@ def test_image_layout_user_data_models(image):
     assert config.stdout.strip() == "[python -m ece408_op final]"
 
 
-def test_submit_runs_in_the_built_image(image, tmp_path):
-    team = project_copy(tmp_path / "team")
-    db = tmp_path / "runs.db"
-    out = cli("submit", team, "--submit", "m2", "--size", 100, "--engine", "buildah", "--image", image,
-              "--team", "in-image", "--db", db, timeout=900)
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory, image):
+    """The environment podman runs with here: runc, cgroupfs, open-file and process limits within
+    this host's hard limits (the brief's containers.conf); skips where podman or runc is missing."""
+    import resource
+    missing = [t for t in ("podman", "runc") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (.ci/system-packages installs them)")
+    nofile = min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    nproc = min(4096, resource.getrlimit(resource.RLIMIT_NPROC)[1])
+    conf = tmp_path_factory.mktemp("podman") / "containers.conf"
+    conf.write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
+                    '[engine]\ncgroup_manager = "cgroupfs"\nruntime = "runc"\nevents_logger = "file"\n')
+    return {"CONTAINERS_CONF": str(conf)}
+
+
+ENGINES = ["podman", "buildah"]
+
+
+def engine_env(request, engine):
+    if engine == "podman":
+        return request.getfixturevalue("podman")
+    if shutil.which("runc") is None:
+        pytest.skip("runc not installed: buildah's oci isolation needs it")
+    return {}
+
+
+def leftovers(engine, env):
+    argv = ([engine, "ps", "-a", "--filter", "label=ece408.runner", "--format", "{{.Names}}"] if engine == "podman"
+            else ["buildah", "containers", "--format", "{{.ContainerName}}"])
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env})
+    return [n for n in out.stdout.split() if n.startswith("run-")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_development_run_in_the_image_is_isolated(engine, image, tmp_path, request):
+    env = engine_env(request, engine)
+    probe = ("import os, socket\nprint('uid', os.getuid())\ns = socket.socket()\ns.settimeout(3)\n"
+             "try:\n    s.connect(('10.0.2.2', 80)); print('REACHED')\nexcept OSError as e:\n    print('refused')\n"
+             "print('writable', os.access('/usr', os.W_OK), os.access('/src', os.W_OK))\n")
+    team = team_project(tmp_path / "team", cpu=PLAIN, commands=['/bin/bash -c "cp -r /src/* /build"',
+                                                              "python /build/probe.py", "python -m ece408_op m2 100"],
+                        files={"probe.py": probe})
+    out = cli("submit", team, "--engine", engine, "--image", image, env=env, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
-    assert "* Running /bin/bash -c \"cp -rv /src/* /build\"\n'/src/ece408_op' -> '/build/ece408_op'" in out.stdout
+    assert int(re.search(r"^uid (\d+)$", out.stdout, re.M)[1]) >= 1_000_000
+    assert "refused" in out.stdout and "REACHED" not in out.stdout and "writable False False" in out.stdout
+    assert re.search(r"^Op Time: \d+\.\d{6}\nCorrectness: 0\.\d+ Model: ece408-high$", out.stdout, re.M)
+    assert leftovers(engine, env) == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ranked_run_in_the_image(engine, image, tmp_path, request):
+    env = engine_env(request, engine)
+    team = team_project(tmp_path / "team", cpu=PLAIN)
+    db = tmp_path / "runs.db"
+    out = cli("submit", team, "--submit", "m2", "--size", 100, "--engine", engine, "--image", image,
+              "--team", "in-image", "--db", db, env=env, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     from ece408_op.grading.store import open_store
     with open_store(str(db)) as store:
         (record,) = store.records()
-    assert record.engine == "buildah" and record.image and record.status == "ok" and record.correct, record.transcript
+    assert record.engine == engine and record.isolated and record.image and record.status == "ok" and record.correct
     assert [m["model"] for m in record.models] == ["ece408-high", "ece408-low"]
     assert all(len(m["op_times"]) == 1 and m["correctness"] == m["expected"] for m in record.models)
+    forks = team_project(tmp_path / "forks", cpu=FORKS)
+    out = cli("submit", forks, "--submit", "m2", "--size", 100, "--engine", engine, "--image", image,
+              "--db", tmp_path / "f.db", env=env, timeout=900)
+    assert out.returncode == 1 and "may not start processes" in out.stdout
+    assert leftovers(engine, env) == []
+
+
+def test_memory_limit_in_a_container(image, tmp_path, podman):
+    team = team_project(tmp_path / "team", commands=["python /src/bomb.py"],
+                        files={"bomb.py": "b = [bytearray(2**26) for _ in range(64)]\nprint('ALL', len(b))\n"})
+    out = cli("submit", team, "--engine", "podman", "--image", image, "--memory", 0.25, env=podman, timeout=600)
+    assert out.returncode != 0 and "ALL 64" not in out.stdout

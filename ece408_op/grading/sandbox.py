@@ -484,7 +484,8 @@ class ContainerSandbox(Sandbox):
                 "--security-opt", "no-new-privileges", "--pids-limit", str(L.processes),
                 "--memory", str(L.memory), "--memory-swap", str(L.memory),
                 "--ulimit", f"cpu={L.cpu_seconds}:{L.cpu_seconds}", "--ulimit", f"fsize={L.file_size}:{L.file_size}",
-                "--ulimit", "core=0:0", "--tmpfs", f"/tmp:rw,size={L.disk},mode=1777",
+                "--ulimit", "core=0:0", "--ulimit", "nofile=4096:4096", "--ulimit", f"nproc={L.processes}:{L.processes}",
+                "--tmpfs", f"/tmp:rw,size={L.disk},mode=1777",
                 "--workdir", step.cwd, "--entrypoint", step.argv[0]]
         if not self.network:
             argv += ["--network", "none"]
@@ -526,15 +527,18 @@ class BuildahSandbox(Sandbox):
         L = self.limits
         made = _quiet(["buildah", "from", "--pull=never", "--name", name, "--memory", str(L.memory),
                        "--memory-swap", str(L.memory), "--ulimit", f"nproc={L.processes}:{L.processes}",
-                       "--ulimit", f"cpu={L.cpu_seconds}:{L.cpu_seconds}", "--cap-drop", "all",
-                       "--security-opt", "no-new-privileges", self.image], timeout=300)
+                       "--ulimit", f"cpu={L.cpu_seconds}:{L.cpu_seconds}", "--ulimit", "nofile=4096:4096",
+                       "--cap-drop", "all", self.image], timeout=300)
         if made.returncode != 0:
             raise SandboxError(f"buildah could not start {self.image}: "
                                f"{(made.stderr.strip().splitlines() or ['no reason given'])[-1]}")
-        argv = ["buildah", "run", "--isolation", "oci", "--pid", "private", "--user", f"{self.uid}:{self.uid}",
-                "--workingdir", step.cwd, "--mount", f"type=tmpfs,destination=/tmp,tmpfs-size={L.disk}"]
+        # buildah 1.28: "--network none" is read as the flag without its value (the "=" form is
+        # needed), and any other namespace flag (--pid, --ipc, --uts) brings the host's network
+        # back; oci isolation gives private pid, ipc and uts namespaces by default
+        argv = ["buildah", "run", "--isolation=oci", f"--user={self.uid}:{self.uid}",
+                f"--workingdir={step.cwd}", f"--mount=type=tmpfs,destination=/tmp,tmpfs-size={L.disk}"]
         if not self.network:
-            argv += ["--network", "none"]
+            argv += ["--network=none"]
         if step.gpu:
             argv += [a for node in gpu_device_nodes() for a in ("--device", node)]
         for m in step.mounts:
