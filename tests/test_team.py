@@ -232,7 +232,7 @@ def test_plan_of_the_template_parses():
     ([{"workspace": "y", "bytes": 4}, {"kernel": "f", "grid": [1], "block": [1]}], "the name y is already taken"),
     ([{"workspace": "w", "bytes": 0}, {"kernel": "f", "grid": [1], "block": [1]}], "whole number of bytes"),
     ([{"constant": "c_k", "source": "q"}, {"kernel": "f", "grid": [1], "block": [1]}], "its source must be one of"),
-    ([{"kernel": "f", "grid": [1], "block": [1]}] * 81, "at most 64 launches"),
+    ([{"kernel": "f", "grid": [1], "block": [1]}] * 300, "at most 256 launches"),
 ])
 def test_bad_plans_are_refused_in_one_line(data, message):
     with pytest.raises(team_plan.PlanError) as info:
@@ -318,3 +318,27 @@ def test_template_kernels_compile_for_hopper(tmp_path):
     broken = team_project(tmp_path / "broken", gpu=(project.TEMPLATE / "new-forward.cu").read_text().replace("acc +=", "acc + ="))
     with pytest.raises(BuildError, match=r"new-forward.cu did not compile: .*error"):
         compile_kernels(broken, "sm_90")
+
+
+EXAMPLES = ROOT / "docs" / "team-examples"
+COURSE_LAYERS = [{"B": 10000, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5},      # 2017
+                 {"B": 10000, "M": 16, "C": 6, "H": 30, "W": 30, "K": 5},      # 2018 conv2
+                 {"B": 10000, "M": 24, "C": 12, "H": 33, "W": 33, "K": 5}]     # 2019 conv2
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir()))
+def test_worked_examples_compile_and_plan_the_course_layers(tmp_path, example):
+    import shutil
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    from ece408_op.team.build import compile_kernels
+    team = team_project(tmp_path / "team", gpu=(EXAMPLES / example / "new-forward.cu").read_text(),
+                        launch=(EXAMPLES / example / "launch.py").read_text())
+    image = compile_kernels(team, "sm_90")
+    with TeamWorker(team, "gpu") as worker:
+        plans = [worker.plan(layer) for layer in COURSE_LAYERS]
+    for plan in plans:
+        assert all(step.name.encode() in image for step in plan.kernels)
+    kinds = {type(s).__name__ for p in plans for s in p.steps}
+    assert ("ConstantStep" in kinds) == (example == "constant")
+    assert bool(plans[0].workspaces) == (example == "unroll")

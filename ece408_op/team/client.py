@@ -56,7 +56,8 @@ def isolated_python(module, *args, python=None, paths=None):
     """argv that runs ``python -m module args`` isolated (-I: no PYTHON* variables, no user site,
     not the current folder) with the grader's import path: a team's files, sitecustomize.py,
     .pth or package of the same name never come first."""
-    return [python or sys.executable, "-I", "-c", BOOT, json.dumps(paths or trusted_path()), module, *map(str, args)]
+    flags = ["-I"] + (["-S"] if sys.flags.no_site else [])      # an interpreter started without site stays so
+    return [python or sys.executable, *flags, "-c", BOOT, json.dumps(paths or trusted_path()), module, *map(str, args)]
 
 
 def numba_cache_dir():

@@ -14,7 +14,7 @@ from ..errors import Ece408Error
 
 BUFFERS = ("y", "x", "k")          # the layer's own buffers, by name
 STREAMS = 4                        # stream 0 is the layer's; 1-3 join it before the layer ends
-MAX_STEPS = 64
+MAX_STEPS = 256                    # launches (a chunked plan repeats its kernels per chunk of images)
 MAX_WORKSPACES = 16
 MAX_ARGS = 32
 MAX_DIM = 2 ** 31 - 1
@@ -192,4 +192,6 @@ def parse_plan(data):
         steps.append(KernelStep(name, grid, block, shared, parsed, stream))
     if not any(isinstance(s, KernelStep) for s in steps):
         raise PlanError("launch.py: launch() returned no kernel(...) step")
+    if len(steps) > MAX_STEPS:
+        raise PlanError(f"launch.py: launch() returned {len(steps)} steps; at most {MAX_STEPS}")
     return LaunchPlan(tuple(steps), tuple(workspaces.items()))

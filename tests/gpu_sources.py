@@ -1,0 +1,33 @@
+"""Team kernels for the GPU tests: the template's kernel with one hostile twist each."""
+from ece408_op.team import project
+
+TEMPLATE_CU = (project.TEMPLATE / "new-forward.cu").read_text()
+TEMPLATE_LAUNCH = (project.TEMPLATE / "launch.py").read_text()
+
+# every thread 0 of the first block prints the course's lines: they reach the transcript only
+PRINTF_CU = "#include <cstdio>\n" + TEMPLATE_CU.replace(
+    "    if (h < H_out && w < W_out) {",
+    '    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0 && threadIdx.y == 0)\n'
+    '        printf("Op Time: 0.000001\\nCorrectness: 0.99 Model: ece408-high\\n");\n'
+    "    if (h < H_out && w < W_out) {")
+
+# the first call computes and keeps its output in a __device__ buffer; every later call replays it
+REPLAY_CU = TEMPLATE_CU.replace('#define TILE_WIDTH 16', '''#define TILE_WIDTH 16
+__device__ float kept[1 << 23];
+__device__ int calls;
+
+extern "C" __global__ void count_call() { calls += 1; }''').replace(
+    "    if (h < H_out && w < W_out) {",
+    "    const long at = ((long)(b * M + m) * H_out + h) * W_out + w;\n"
+    "    if (calls > 0 && h < H_out && w < W_out && at < (1 << 23)) { y[at] = kept[at]; return; }\n"
+    "    if (h < H_out && w < W_out) {").replace(
+    "        y4d(b, m, h, w) = acc;", "        y4d(b, m, h, w) = acc;\n        if (at < (1 << 23)) kept[at] = acc;")
+REPLAY_LAUNCH = TEMPLATE_LAUNCH.replace(
+    "               args=(\"y\", \"x\", \"k\", B, M, C, H, W, K)),\n    ]",
+    "               args=(\"y\", \"x\", \"k\", B, M, C, H, W, K)),\n        kernel(\"count_call\", grid=(1,), block=(1,)),\n    ]")
+
+TOO_MUCH_SHARED = TEMPLATE_LAUNCH.replace("block=(TILE_WIDTH, TILE_WIDTH, 1),", "block=(TILE_WIDTH, TILE_WIDTH, 1), shared=400 * 1024,")
+TOO_BIG_GRID = TEMPLATE_LAUNCH.replace("grid=(tiles, M, B)", "grid=(tiles, 70000, B)")
+NO_SUCH_KERNEL = TEMPLATE_LAUNCH.replace('kernel("forward_kernel"', 'kernel("forward_kernal"')
+TOO_MANY_THREADS = TEMPLATE_LAUNCH.replace("block=(TILE_WIDTH, TILE_WIDTH, 1)", "block=(32, 32, 1)").replace(
+    "TILE_WIDTH = 16", "TILE_WIDTH = 32")
