@@ -204,6 +204,16 @@ def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
     assert f"* Record {record.id} (tigers, m2, 100 images): ok; total Op Time {record.op_time:.6f} s" in out.stdout
 
 
+def test_ranked_run_on_the_host_engine_is_marked_not_isolated(tmp_path, expected_100):
+    team = team_project(tmp_path / "team", cpu=PLAIN)
+    db = tmp_path / "runs.db"
+    out = cli("submit", team, "--submit", "m2", "--size", 100, "--db", db, "--engine", "host")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    assert "* Engine host: not isolated" in out.stdout
+    record = only_record(db)
+    assert record.engine == "host" and not record.isolated and record.status == "ok" and record.correct
+
+
 def test_a_ranked_run_takes_only_the_team_files(tmp_path, expected_100):
     """A submission holding the harness's own scripts, a package named ece408_op, sitecustomize.py,
     a .pth, an LD_PRELOAD library and a rai_build.yml that uses them, all printing fake lines: none

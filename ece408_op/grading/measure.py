@@ -82,6 +82,10 @@ def main(argv=None):
     sock = channel.connect(args.channel)           # first: nothing of the team's runs yet
     from ..team.lockdown import make_undumpable
     make_undumpable()
+    import os
+    for key in ("PYCUDA_CACHE_DIR", "NUMBA_CACHE_DIR"):            # caches of this run only
+        if os.environ.get(key):
+            os.makedirs(os.environ[key], exist_ok=True)
     job = channel.recv(sock, channel.JOB_LIMIT)
     from ..cli.errors import Console
     console = Console()

@@ -606,13 +606,13 @@ def run_ranked(request, transcript):
                 transcript.line(f"error: the build left no usable {CUBIN} (a regular file of at most "
                                 f"{ART_LIMIT >> 20} MiB)")
                 return "failed", f"no {CUBIN}", None, taken, sandbox
-            kernels = f"/art/{CUBIN}"
+            kernels = str(scratch.art / CUBIN) if sandbox.engine == "host" else f"/art/{CUBIN}"
         listener = channel.Listener(scratch.channel)
         sock = f"{channel.TARGET}/{channel.SOCKET}"
         models = list(MODELS) + (["hidden"] if hidden else [])
         job = {"milestone": milestone, "size": request.size, "models": models, "hidden": hidden,
                "repeats": request.repeats, "seed": random.SystemRandom().randrange(1 << 31),
-               "team": "/src", "kernels": kernels}
+               "team": str(scratch.src) if sandbox.engine == "host" else "/src", "kernels": kernels}
         if job["repeats"] is None:
             del job["repeats"]
         listener.start(job)
