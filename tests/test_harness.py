@@ -173,3 +173,35 @@ def test_usage_names_the_command_that_ran(tmp_path):
                                 cwd=tmp_path, timeout=600)
         assert result.returncode == 2 and result.stderr.startswith(f"Usage: {prog} <model_name> <dataset size>\n")
         assert result.stderr.splitlines()[-1] == "error: unknown option --bogus"
+
+
+def _predictions_of_the_first(n, model):
+    """The model's argmax on the first ``n`` test images and their labels, computed here: the whole
+    split loaded and sliced, the checkpoint bound with MXNet's own executor (no milestone code)."""
+    import mxnet as mx
+    import numpy as np
+    from ece408_op.data import load_fashion_mnist
+    from ece408_op.mx.models import resolve_model
+    images, labels = load_fashion_mnist("test")
+    _, prefix, epoch = resolve_model(model)
+    symbol, arg_params, aux_params = mx.model.load_checkpoint(str(prefix), epoch)
+    x = mx.nd.array(images[:n].reshape(n, 1, 28, 28).astype(np.float32))
+    executor = symbol.simple_bind(mx.cpu(), data=x.shape, softmax_label=(n,), grad_req="null")
+    executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
+    return executor.forward(is_train=False, data=x)[0].asnumpy().argmax(axis=1), labels[:n]
+
+
+@pytest.mark.parametrize("n", [113, 1])
+def test_correctness_is_the_exact_fraction_of_the_first_n_images(n):
+    # n = 113, a prime: k/113 has more than two decimals, and no k'/112 equals it (0 < k < 113),
+    # so an accuracy over n - 1 images or rounded to two places prints another number
+    predicted, labels = _predictions_of_the_first(n, "ece408-low")
+    want = str(int((predicted == labels).sum()) / n)
+    assert n == 1 or len(want) > 4, want
+    m2 = run_script("m2.1.py", "ece408-low", n)
+    match = CUSTOM_OUTPUT.match(m2.stdout)
+    assert match and match["acc"] == want, (m2.stdout + m2.stderr, want)
+    m1 = run_script("m1.1.py", n, "ece408-low")
+    match = M1_OUTPUT.match(m1.stdout)
+    assert match and match["acc"] == want, (m1.stdout + m1.stderr, want)
+    assert run_inference("ece408-low", n)["accuracy"] == float(want)
