@@ -38,6 +38,11 @@ def test_dockerignore_keeps_the_context_small():
     assert lines[lines.index("*")] == "*" and {"!setup.py", "!ece408_op/", "!models/"} <= set(lines)
 
 
+# The first image test pays for building the image (its commands' own limits: 900 s for the base,
+# 1800 s for the build); the last one runs a submission in it (900 s).
+IMAGE_LIMIT = 3600
+
+
 def buildah_missing():
     if os.geteuid() != 0:
         return "buildah builds as root here; the tests are not root"
@@ -73,6 +78,7 @@ def buildah_run(image, *argv, timeout=300):
         subprocess.run(["buildah", "rm", name], capture_output=True)
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 def test_image_runs_m2_on_100_images(image):
     out = buildah_run(image, "python", "-m", "ece408_op", "m2", "ece408-high", "100")
     assert out.returncode == 0, out.stderr
@@ -80,6 +86,7 @@ def test_image_runs_m2_on_100_images(image):
                         r"Op Time: \d+\.\d{6}\nCorrectness: 0\.\d+ Model: ece408-high\n", out.stdout), out.stdout
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 def test_image_layout_user_data_models(image):
     out = buildah_run(image, "/bin/sh", "-c", "id -u; pwd; ls /fashion-mnist; ls /models; echo $ECE408_MODEL_DIR; "
                       "python -c 'import numpy, ece408_op; print(ece408_op.require_mxnet().__version__, numpy.__version__)'")
@@ -93,6 +100,7 @@ def test_image_layout_user_data_models(image):
     assert config.stdout.strip() == "[python -m ece408_op final]"
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 def test_submit_runs_in_the_built_image(image, tmp_path):
     team = project_copy(tmp_path / "team")
     db = tmp_path / "runs.db"

@@ -148,6 +148,7 @@ def test_help_exits_0_and_lists_every_option_of_the_milestone(name, capsys):
     (["m2", "ece408-high", "10", "extra"], "error: unexpected argument 'extra': give at most a model and a "
                                            "dataset size"),
     (["m2", "10", "20"], "error: two dataset sizes, 10 and 20: give at most one"),
+    (["m2", "ece408-high", "ece408-low"], "error: two models, 'ece408-high' and 'ece408-low': give at most one"),
     (["m2", "-5"], "error: dataset size -5 is clamped to 0: nothing to run; give a size from 1 to 10000"),
     (["m2", "--data-dir"], "error: --data-dir needs a value: --data-dir DIR"),
     (["m1", "--fuse"], "error: --fuse is for m2, m3 and final: m1 runs MXNet's built-in Convolution"),

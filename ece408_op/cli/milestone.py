@@ -143,6 +143,13 @@ def _check_model(text, script, milestone):
         raise _usage_error(script, milestone, exc) from exc
 
 
+def _integer(text):
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
 def _option(item):
     flag = item.split("=", 1)[0]
     return next((o for o in OPTIONS if flag in o.flags), None)
@@ -171,7 +178,8 @@ def parse_args(argv, script, milestone="m2"):
             positional.append(item)
             continue
         if milestone not in option.milestones:
-            raise fail(f"{option.flags[-1]} is for {_names(option.milestones)}: {WHY_NOT[milestone]}")
+            why = WHY_NOT.get(milestone, f"{milestone} does not take it")
+            raise fail(f"{option.flags[-1]} is for {_names(option.milestones)}: {why}")
         if option.metavar is None:
             if "=" in item:
                 raise fail(f"{option.flags[-1]} takes no value")
@@ -187,23 +195,22 @@ def parse_args(argv, script, milestone="m2"):
                     raise fail(f"{option.flags[-1]} {value}: {exc}") from exc
         if option.field is not None:
             setattr(args, option.field, value)
-    seen_model = size_text = None
-    for item in positional:
-        try:
-            size = int(item)
-        except ValueError:
-            size = None
-        if size is not None and size_text is None:
-            args.size, size_text = min(max(size, 0), MAX_SIZE), item
-        elif size is not None and seen_model is None and len(positional) == 2:
-            raise fail(f"two dataset sizes, {size_text} and {item}: give at most one")
-        elif size is None and seen_model is None:
-            _check_model(item, script, milestone)
-            args.model = seen_model = item
-        else:
-            raise fail(f"unexpected argument {item!r}: give at most a model and a dataset size")
-    if args.size == 0:
-        raise fail(f"dataset size {size_text} is clamped to 0: nothing to run; give a size from 1 to {MAX_SIZE}")
+    if len(positional) > 2:
+        raise fail(f"unexpected argument {positional[2]!r}: give at most a model and a dataset size")
+    sizes = [(item, _integer(item)) for item in positional if _integer(item) is not None]
+    models = [item for item in positional if _integer(item) is None]
+    if len(sizes) == 2:
+        raise fail(f"two dataset sizes, {sizes[0][0]} and {sizes[1][0]}: give at most one")
+    if len(models) == 2:
+        raise fail(f"two models, {models[0]!r} and {models[1]!r}: give at most one")
+    if models:
+        _check_model(models[0], script, milestone)
+        args.model = models[0]
+    if sizes:
+        text, size = sizes[0]
+        args.size = min(max(size, 0), MAX_SIZE)
+        if args.size == 0:
+            raise fail(f"dataset size {text} is clamped to 0: nothing to run; give a size from 1 to {MAX_SIZE}")
     return args
 
 
