@@ -29,9 +29,9 @@ def usage():
     lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
     for name, (_, summary) in COMMANDS.items():
         if name != "bench":
-            lines.append(f"  {name:8s} {summary}")
+            lines.append(f"  {name:14s} {summary}")
         else:
-            lines += [f"  bench {bench:11s} {line}" for bench, (_, _, line) in BENCHMARKS.items()]
+            lines += [f"  {'bench ' + bench:14s} {line}" for bench, (_, _, line) in BENCHMARKS.items()]
     lines += ["", "'python -m ece408_op <command> --help' shows a command's arguments; "
               "--debug (or ECE408_DEBUG=1) shows tracebacks."]
     return "\n".join(lines)

@@ -25,7 +25,7 @@ import numpy as np
 from .. import OP_TYPE
 from .compat import import_mxnet
 from .op import guard_inputs, parse_device, parse_gpu_kernel
-from .swap import SwapReport, _op_attrs, swap_graph
+from .swap import SwapReport, parse_op_attrs, swap_graph
 
 mx = import_mxnet()
 _Conv = mx.gluon.nn.conv_layers._Conv
@@ -89,7 +89,7 @@ def swap_blocks(net, **op_attrs):
     * other convolution blocks (1-D, 3-D, transposed, subclasses with their own forward) and
       what ece408_conv cannot compute (NHWC, parameters of another type than float32) are kept.
     ``op_attrs``: device, gpu_kernel, set on every swapped convolution."""
-    attrs = _op_attrs(op_attrs)
+    attrs = parse_op_attrs(op_attrs)
     report = SwapReport(net)
 
     def visit(block):

@@ -106,7 +106,7 @@ def why_not(attrs):
     return None
 
 
-def _op_attrs(op_attrs):
+def parse_op_attrs(op_attrs):
     """Validate the attributes given for every swapped node (device, gpu_kernel) up front."""
     unknown = [k for k in op_attrs if k not in OWN_ATTRS]
     if unknown:
@@ -130,7 +130,7 @@ def _selector(select):
 
 def swap_graph(symbol, guard=True, select=None, fuse=False, **op_attrs):
     """(swapped Symbol, swapped names, kept [(name, reason)], fused names)."""
-    extra = _op_attrs(op_attrs)
+    extra = parse_op_attrs(op_attrs)
     selected = _selector(select)
     fused = []
     if fuse:
