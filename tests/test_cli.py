@@ -1,4 +1,5 @@
 """The command line: ``python -m ece408_op``, the console script, the scripts' classic names."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -24,9 +25,14 @@ def test_no_command_prints_usage_and_fails():
         assert f"  {name} " in result.stderr
 
 
-def test_help_lists_commands():
+def test_help_lists_every_command_and_every_benchmark():
+    from ece408_op.cli.bench import BENCHMARKS
     result = _module("--help")
-    assert result.returncode == 0 and "bench" in result.stdout and "final" in result.stdout
+    assert result.returncode == 0 and result.stderr == ""
+    listed = [line.split()[:2] for line in result.stdout.splitlines() if line.startswith("  ")]
+    names = [words[0] for words in listed]
+    assert [n for n in names if n != "bench"] == [n for n in COMMANDS if n != "bench"]
+    assert [words[1] for words in listed if words[0] == "bench"] == list(BENCHMARKS)   # bench memory too
 
 
 def test_unknown_command():
@@ -35,10 +41,42 @@ def test_unknown_command():
     assert result.returncode == 2 and result.stderr.startswith("error: unknown command 'm4'")
 
 
-def test_bench_needs_cpu_or_gpu():
-    # bad input: bench without its target
+def test_bench_needs_one_of_its_benchmarks():
+    from ece408_op.cli.bench import BENCHMARKS
+    # bad input: bench with an unknown target: the usage of every benchmark, then one line
     result = _module("bench", "tpu")
-    assert result.returncode == 2 and "bench cpu" in result.stderr and "bench gpu" in result.stderr
+    assert result.returncode == 2 and result.stdout == ""
+    *usage, last = result.stderr.splitlines()
+    assert all(any(f"bench {name} " in line for line in usage) for name in BENCHMARKS)
+    assert last == f"error: unknown benchmark 'tpu'; choose one of {', '.join(BENCHMARKS)}"
+    help_ = _module("bench", "--help")
+    assert help_.returncode == 0 and help_.stdout.splitlines() == usage
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
+def test_bench_gpu_without_pytorch_is_one_line():
+    # bad input: the GPU benchmark where PyTorch (its cuDNN baseline) is not installed
+    result = _module("bench", "gpu")
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: bench gpu needs PyTorch")
+    assert _module("bench", "gpu", "--help").returncode == 0        # the help needs neither
+
+
+def test_bench_cpu_takes_short_layer_names(tmp_path):
+    require_mxnet()
+    import json
+    from ece408_op.cli.bench import short_name
+    from ece408_op.mx.bench import LAYERS
+    shorts = [short_name(name) for name in LAYERS]
+    assert len(set(shorts)) == len(LAYERS) and all(" " not in s and s == s.lower() for s in shorts)
+    out = tmp_path / "cpu.json"
+    result = _module("bench", "cpu", "--layers", "1x1", "--repeats", 1, "--json", out)
+    assert result.returncode == 0, result.stderr
+    assert list(json.loads(out.read_text())["layers"]) == ["1x1 (C=256)"]
+    bad = _module("bench", "cpu", "--layers", "nope")          # bad input: a layer that does not exist
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: ece408_op bench cpu")
+    assert bad.stderr.splitlines()[-1] == f"ece408_op bench cpu: error: unknown layer 'nope'; choose from " \
+                                           f"{', '.join(shorts)}"
 
 
 def test_bench_overhead_splits_an_imperative_call_into_invoke_and_engine_wait(tmp_path):
@@ -86,10 +124,10 @@ def test_scripts_are_plain_files_calling_the_cli(name):
 
 
 def test_script_help_from_any_folder(tmp_path):
-    # The classic name, run from another folder: usage text names the script.
+    # The classic name, run from another folder: the help (stdout, exit 0) names the script.
     require_mxnet()
     result = run_script("m2.1.py", "--help", cwd=tmp_path)
-    assert result.returncode == 2 and result.stderr.startswith("Usage: m2.1.py <model_name> <dataset size>"), \
+    assert result.returncode == 0 and result.stdout.startswith("Usage: m2.1.py <model_name> <dataset size>"), \
         result.stderr
 
 

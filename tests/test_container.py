@@ -39,6 +39,11 @@ def test_dockerignore_keeps_the_context_small():
     assert lines[lines.index("*")] == "*" and {"!setup.py", "!ece408_op/", "!models/"} <= set(lines)
 
 
+# The first image test pays for building the image (its commands' own limits: 900 s for the base,
+# 1800 s for the build); the last one runs a submission in it (900 s).
+IMAGE_LIMIT = 3600
+
+
 def buildah_missing():
     if os.geteuid() != 0:
         return "buildah builds as root here; the tests are not root"
@@ -74,6 +79,7 @@ def buildah_run(image, *argv, timeout=300):
         subprocess.run(["buildah", "rm", name], capture_output=True)
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 def test_image_runs_m2_on_100_images(image):
     out = buildah_run(image, "python", "-m", "ece408_op", "m2", "ece408-high", "100")
     assert out.returncode == 0, out.stderr
@@ -81,6 +87,7 @@ def test_image_runs_m2_on_100_images(image):
                         r"Op Time: \d+\.\d{6}\nCorrectness: 0\.\d+ Model: ece408-high\n", out.stdout), out.stdout
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 def test_image_layout_user_data_models(image):
     out = buildah_run(image, "/bin/sh", "-c", "id -u; pwd; ls /fashion-mnist; ls /models; echo $ECE408_MODEL_DIR; "
                       "python -c 'import numpy, ece408_op; print(ece408_op.require_mxnet().__version__, numpy.__version__)'")
@@ -128,6 +135,7 @@ def leftovers(engine, env):
     return [n for n in out.stdout.split() if n.startswith("run-")]
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_development_run_in_the_image_is_isolated(engine, image, tmp_path, request):
     env = engine_env(request, engine)
@@ -145,6 +153,7 @@ def test_development_run_in_the_image_is_isolated(engine, image, tmp_path, reque
     assert leftovers(engine, env) == []
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_ranked_run_in_the_image(engine, image, tmp_path, request):
     env = engine_env(request, engine)
@@ -166,6 +175,7 @@ def test_ranked_run_in_the_image(engine, image, tmp_path, request):
     assert leftovers(engine, env) == []
 
 
+@pytest.mark.timeout(IMAGE_LIMIT)
 def test_memory_limit_in_a_container(image, tmp_path, podman):
     team = team_project(tmp_path / "team", commands=["python /src/bomb.py"],
                         files={"bomb.py": "b = [bytearray(2**26) for _ in range(64)]\nprint('ALL', len(b))\n"})

@@ -45,6 +45,36 @@ def test_reference_matches_definition_elementwise(rng):
         assert y[b, m, i, j] == pytest.approx(want, rel=1e-12)
 
 
+def _float32_sum(x, k):
+    """The course's layer summed in float32, tap after tap (what a correct float32 kernel does)."""
+    m, c, ksize, _ = k.shape
+    ho, wo = x.shape[2] - ksize + 1, x.shape[3] - ksize + 1
+    y = np.zeros((x.shape[0], m, ho, wo), np.float32)
+    for ci in range(c):
+        for p in range(ksize):
+            for q in range(ksize):
+                y += np.einsum("bhw,m->bmhw", x[:, ci, p:p + ho, q:q + wo], k[:, ci, p, q]).astype(np.float32)
+    return y
+
+
+@pytest.mark.parametrize("shape", [(4, 1, 28, 28, 8, 5), (2, 4, 12, 12, 6, 3), (3, 3, 9, 9, 4, 1)],
+                         ids=lambda s: "B%dC%dH%dW%dM%dK%d" % s)
+def test_float32_bound_holds_for_float32_and_no_looser(shape):
+    # The bound every path is checked against: a float32 sum meets it everywhere and comes within
+    # 1/1000 of it somewhere (measured: 0.03-0.26 of it on these layers; a bound 10,000x looser
+    # would leave float32 at 1e-5 of it); a kernel that read its input in half precision (relative
+    # error 5e-4) misses it in most elements.
+    b, c, h, w, m, ksize = shape
+    rng = np.random.default_rng(17)                     # its own data, whatever ran before
+    x, k = _random((b, c, h, w), rng, 3.0), _random((m, c, ksize, ksize), rng)
+    ref, bound = reference_and_bound(x, k)
+    ratio = np.abs(_float32_sum(x, k) - ref) / bound
+    assert ratio.max() <= 1, f"float32 misses the bound: {ratio.max():.3g} of it"
+    assert ratio.max() >= 1e-3, f"the bound is {1 / ratio.max():.3g}x float32's worst error: too loose to catch bugs"
+    half = _float32_sum(x.astype(np.float16).astype(np.float32), k)
+    assert (np.abs(half - ref) > bound).mean() > 0.5, "half-precision input passes the float32 bound"
+
+
 def test_large_batch_is_chunked_and_exact(rng):
     # 3000 images: 42 chunks of 72 on the thread pool; compare with the reference on a sample.
     x = _random((3000, 1, 28, 28), rng, 255.0)

@@ -1,5 +1,6 @@
 """ece408_op.gluon.Conv2D as a drop-in for gluon.nn.Conv2D, and swap_convolutions on Gluon blocks
 and checkpoints (what it swaps, what it keeps and why, parameter names unchanged)."""
+import json
 import subprocess
 import warnings
 
@@ -150,3 +151,112 @@ def test_swap_rejects_what_it_cannot_take():
 def test_gluon_is_importable_both_ways():
     from ece408_op.gluon import Conv2D, swap_blocks
     assert Conv2D is ece408_op.gluon.Conv2D is ece_gluon.Conv2D and swap_blocks is ece_gluon.swap_blocks
+
+
+def _op_calls():
+    return len(ece408_op.mx.op.op_times.records)
+
+
+@pytest.mark.parametrize("initialised", [True, False], ids=["initialised", "deferred"])
+def test_swap_blocks_keeps_each_convolutions_initializers(x, initialised):
+    # GluonCV's centernet and simple_pose give Conv2D an Initializer object as bias_initializer
+    net = nn.HybridSequential(prefix="init_")
+    with net.name_scope():
+        net.add(nn.Conv2D(8, 3, in_channels=6, weight_initializer=mx.init.Normal(0.3),
+                          bias_initializer=mx.init.Constant(0.25)),
+                nn.Conv2D(4, 1, bias_initializer="ones", activation="relu"))
+    if initialised:
+        net.initialize()
+        want = net(x).asnumpy()
+    report = ece_gluon.swap_blocks(net)
+    assert report.swapped == ["init_conv0", "init_conv1"] and report.kept == []
+    assert [type(block) for block in net] == [ece_gluon.Conv2D] * 2
+    calls = _op_calls()
+    got = net(x).asnumpy() if initialised else None
+    if not initialised:
+        net.initialize()                                # the initializers given to nn.Conv2D still apply
+        got = net(x).asnumpy()
+        assert np.all(net[0].bias.data().asnumpy() == 0.25) and np.all(net[1].bias.data().asnumpy() == 1)
+        h = mx.nd.Convolution(x, net[0].weight.data(), net[0].bias.data(), kernel=(3, 3), num_filter=8)
+        want = mx.nd.relu(mx.nd.Convolution(h, net[1].weight.data(), net[1].bias.data(), kernel=(1, 1),
+                                            num_filter=4)).asnumpy()
+    assert _max_rel(got, want) < 1e-5 and _op_calls() == calls + 2
+
+
+def test_swap_blocks_swaps_a_bare_conv2d(x):
+    conv = nn.Conv2D(5, 3, strides=2, in_channels=6)
+    conv.initialize(mx.init.Xavier())
+    want = conv(x).asnumpy()
+    report = ece_gluon.swap_blocks(conv, device="cpu")
+    assert report.swapped == [conv.name] and type(conv) is ece_gluon.Conv2D
+    for hybridize in (False, True):
+        if hybridize:
+            conv.hybridize()
+        calls = _op_calls()
+        assert _max_rel(conv(x).asnumpy(), want) < 1e-5 and _op_calls() == calls + 1
+
+
+@pytest.mark.filterwarnings("ignore:Cannot decide type:UserWarning")       # SymbolBlock's note on its input
+def test_swap_blocks_swaps_the_convolutions_inside_a_symbol_block(x):
+    # GluonCV's SSD holds most of its convolutions in a SymbolBlock (its feature extractor)
+    features = nn.HybridSequential(prefix="feat_")
+    with features.name_scope():
+        features.add(nn.Conv2D(8, 3, padding=1), nn.Activation("relu"), nn.Conv2D(8, 3, padding=2, dilation=2))
+    features.initialize(mx.init.Xavier())
+    data = mx.sym.var("data")
+    head = nn.HybridSequential(prefix="head_")
+    with head.name_scope():
+        head.add(nn.Conv2D(4, 1, in_channels=8), nn.Conv1D(2, 3, in_channels=1, layout="NCW"))
+    head.initialize(mx.init.Xavier())
+    net = nn.HybridSequential(prefix="top_")
+    net.add(mx.gluon.SymbolBlock(features(data), data, params=features.collect_params()), head[0])
+    want = net(x).asnumpy()
+    report = ece_gluon.swap_blocks(net)
+    assert sorted(report.swapped) == ["feat_conv0_fwd", "feat_conv1_fwd", "head_conv0"] and report.kept == []
+    assert "Convolution" not in net[0]._cached_graph[1].tojson()
+    for hybridize in (False, True):
+        if hybridize:
+            net.hybridize()
+        calls = _op_calls()
+        assert _max_rel(net(x).asnumpy(), want) < 1e-5 and _op_calls() == calls + 3
+    # what it cannot swap, it reports: a 1-D convolution block, an NHWC node in a SymbolBlock
+    nhwc = mx.sym.Convolution(data, num_filter=2, kernel=(3, 3), layout="NHWC", name="nhwc")
+    kept = ece_gluon.swap_blocks(head)
+    assert kept.swapped == ["head_conv0"] and kept.kept[0][0] == "head_conv1" and "Conv1D" in kept.kept[0][1]
+    kept = ece_gluon.swap_blocks(mx.gluon.SymbolBlock(nhwc, data))
+    assert kept.swapped == [] and kept.kept == [("nhwc", "layout=NHWC: ece408_conv computes NCHW only")]
+
+
+@pytest.mark.parametrize("op_name", ["Convolution", "Convolution_v1"])
+def test_swap_convolutions_swaps_dilated_and_legacy_convolutions(op_name, x):
+    # every 2-D convolution node is swapped: dilated ones, and the legacy Convolution_v1 op
+    data = mx.sym.var("data")
+    conv = getattr(mx.sym, op_name)
+    y = conv(data, num_filter=4, kernel=(3, 3), dilate=(2, 3), pad=(2, 1), name="dilated")
+    y = conv(mx.sym.relu(y), num_filter=3, kernel=(3, 3), stride=(2, 2), no_bias=True, name="plain")
+    report = ece408_op.swap_convolutions(y)
+    assert report.swapped == ["dilated", "plain"] and report.kept == []
+    assert op_name not in {node["op"] for node in json.loads(report.result.tojson())["nodes"]}
+    rng = np.random.default_rng(11)
+    shapes = dict(zip(y.list_arguments(), y.infer_shape(data=x.shape)[0]))
+    args = {name: x if name == "data" else mx.nd.array(rng.standard_normal(shape).astype(np.float32))
+            for name, shape in shapes.items()}
+    want = y.bind(mx.cpu(), args).forward()[0].asnumpy()
+    calls = _op_calls()
+    got = report.result.bind(mx.cpu(), args).forward()[0].asnumpy()
+    assert _max_rel(got, want) < 1e-5 and _op_calls() == calls + 2
+
+
+def test_save_keeps_the_epoch_it_loaded(tmp_path, x):
+    net = nn.HybridSequential(prefix="ep_")
+    with net.name_scope():
+        net.add(nn.Conv2D(4, 3))
+    net.initialize()
+    net.hybridize()
+    net(x)
+    net.export(str(tmp_path / "ep"), epoch=7)
+    report = ece408_op.swap_convolutions(str(tmp_path / "ep"))
+    report.save(str(tmp_path / "swapped"))
+    assert sorted(p.name for p in tmp_path.glob("swapped-*")) == ["swapped-0007.params", "swapped-symbol.json"]
+    report.save(str(tmp_path / "other"), epoch=2)
+    assert (tmp_path / "other-0002.params").is_file()

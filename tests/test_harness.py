@@ -1,9 +1,10 @@
 """Milestone scripts: argument parsing, usage errors, exact output, m1 == m2 Correctness."""
 import re
+import subprocess
 
 import pytest
 
-from conftest import require_mxnet, run_script
+from conftest import SCRIPTS, python_command, require_mxnet, run_script
 
 require_mxnet("ece408_op.mx.inference")
 from ece408_op.cli import milestone as harness  # noqa: E402
@@ -32,10 +33,10 @@ SUBMISSION_CLIENT = re.compile(r"Loading model\.\.\. done\s*New Inference")
     (["ece408-low", "250"], "ece408-low", 250),
     (["250", "ece408-low"], "ece408-low", 250),
     (["20000"], "ece408-high", 10000),       # clamped like the original
-    (["-5"], "ece408-high", 0),
+    (["--data-dir=/x", "7", "--fuse", "--team", "proj"], "ece408-high", 7),
 ])
 def test_parse_args(argv, model, size):
-    args = harness.parse_args(argv, "m2.1.py")
+    args = harness.parse_args(argv, "m2.1.py", "m2")
     assert (args.model, args.size) == (model, size)
 
 
@@ -45,11 +46,12 @@ def test_parse_args(argv, model, size):
     ["ece408-high", "10", "extra"],   # too many args
     ["10", "20"],                     # two sizes
     ["--bogus"],                      # unknown option
+    ["-5"],                           # clamped to 0: nothing to run
 ])
 def test_parse_args_usage_errors(argv):
     # bad input: each argv above
     with pytest.raises(UsageError) as info:
-        harness.parse_args(argv, "m2.1.py")
+        harness.parse_args(argv, "m2.1.py", "m2")
     text = str(info.value).splitlines()
     assert text[0] == "Usage: m2.1.py <model_name> <dataset size>"
     assert "ece408-high" in text[1] and "ece408-low" in text[1] and "10000" in text[2]
@@ -64,10 +66,11 @@ def test_script_usage_error_exits_nonzero():
 
 
 def test_script_size_zero_is_a_clear_error():
-    # bad input: dataset size 0 (after clamping a negative size)
+    # bad input: dataset size 0 (after clamping a negative size): the error line names what was given
     result = run_script("m2_cpu.py", "-3")
-    assert result.returncode != 0 and "nothing to run" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr and result.stdout == ""
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("error: dataset size -3 ") and "nothing to run" in last, result.stderr
 
 
 def test_m2_output_format_and_m1_agreement_both_models():
@@ -86,7 +89,6 @@ def test_m2_output_format_and_m1_agreement_both_models():
 
 
 def test_classic_name_runs_from_scripts_folder():
-    from conftest import SCRIPTS
     result = run_script("m2.1.py", "37", cwd=SCRIPTS)
     match = CUSTOM_OUTPUT.match(result.stdout)
     assert result.returncode == 0 and match, result.stdout + result.stderr
@@ -99,3 +101,108 @@ def test_run_inference_reports_op_times_and_accuracy():
     assert quiet["name"] == "ece408-high" and len(quiet["op_times"]) == 1
     builtin = run_inference("ece408-high", 200, use_custom=False)
     assert builtin["op_times"] == [] and builtin["accuracy"] == quiet["accuracy"]
+
+
+# ---------------------------------------------------------------- one parser: help, usage and errors
+
+def _milestone(*argv, capsys):
+    """``python -m ece408_op ARGV`` in this process: (status, stdout, stderr)."""
+    from ece408_op.cli import main
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _kernel_range():
+    from ece408_op.kernels import VERSIONS
+    return f"{min(VERSIONS)}-{max(VERSIONS)}"
+
+
+# the options each milestone takes, and the words its help line must hold
+OPTION_WORDS = {"--data-dir DIR": ["Fashion-MNIST"], "--debug": ["traceback"], "-h, --help": ["this text"],
+                "--fuse": ["ece408_conv_tanh_pool"], "--team DIR": ["team project in DIR"],
+                "--kernel N": ["fast", "auto"], "--profile": ["kernels and copies"]}
+TAKES = {"m1": ["--data-dir DIR", "--debug", "-h, --help"],
+         "m2": ["--data-dir DIR", "--debug", "-h, --help", "--fuse", "--team DIR"],
+         "m3": list(OPTION_WORDS), "final": list(OPTION_WORDS)}
+
+
+@pytest.mark.parametrize("name", sorted(TAKES))
+def test_help_exits_0_and_lists_every_option_of_the_milestone(name, capsys):
+    status, out, err = _milestone(name, "--help", capsys=capsys)
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"Usage: python -m ece408_op {name} <model_name> <dataset size>"
+    options = {line.split(":", 1)[0].strip(): line for line in lines[1:] if line.strip().startswith("-")}
+    assert sorted(options) == sorted(TAKES[name])
+    for option in TAKES[name]:
+        assert all(word in options[option] for word in OPTION_WORDS[option]), options[option]
+    if "--kernel N" in options:                         # the real range of versions, from the version table
+        assert f"version {_kernel_range()}" in options["--kernel N"], options["--kernel N"]
+    assert _milestone(name, "-h", capsys=capsys)[1] == out
+
+
+@pytest.mark.parametrize("argv,error", [
+    (["m2", "--bogus"], "error: unknown option --bogus"),
+    (["m2", "--bogus=3"], "error: unknown option --bogus"),
+    (["m2", "ece408-high", "10", "extra"], "error: unexpected argument 'extra': give at most a model and a "
+                                           "dataset size"),
+    (["m2", "10", "20"], "error: two dataset sizes, 10 and 20: give at most one"),
+    (["m2", "ece408-high", "ece408-low"], "error: two models, 'ece408-high' and 'ece408-low': give at most one"),
+    (["m2", "-5"], "error: dataset size -5 is clamped to 0: nothing to run; give a size from 1 to 10000"),
+    (["m2", "--data-dir"], "error: --data-dir needs a value: --data-dir DIR"),
+    (["m1", "--fuse"], "error: --fuse is for m2, m3 and final: m1 runs MXNet's built-in Convolution"),
+    (["m1", "--team", "proj"], "error: --team is for m2, m3 and final: m1 runs MXNet's built-in Convolution"),
+    (["m2", "--kernel", "3"], "error: --kernel is for m3 and final: m2 runs the CPU path"),
+    (["m2", "--profile"], "error: --profile is for m3 and final: m2 runs the CPU path"),
+    (["m3", "--kernel", "99"], "error: --kernel 99: unknown kernel '99'; choose auto, fast"),
+])
+def test_usage_error_is_the_usage_then_one_line_naming_what_was_wrong(argv, error, capsys):
+    # bad input: each argv above
+    status, out, err = _milestone(*argv, capsys=capsys)
+    assert status == 2 and out == ""
+    usage = _milestone(argv[0], "--help", capsys=capsys)[1]
+    assert err.startswith(usage), err                      # the same text as --help: one source
+    last = err[len(usage):]
+    assert last.count("\n") == 1 and last.startswith(error), last
+
+
+def test_usage_names_the_command_that_ran(tmp_path):
+    for command, prog in ((["-m", "ece408_op", "final"], "python -m ece408_op final"),
+                          ([str(SCRIPTS / "m3.1.py")], "m3.1.py"), ([str(SCRIPTS / "m1_cpu.py")], "m1_cpu.py")):
+        result = subprocess.run([*python_command(), *command, "--bogus"], capture_output=True, text=True,
+                                cwd=tmp_path, timeout=600)
+        assert result.returncode == 2 and result.stderr.startswith(f"Usage: {prog} <model_name> <dataset size>\n")
+        assert result.stderr.splitlines()[-1] == "error: unknown option --bogus"
+
+
+def _predictions_of_the_first(n, model):
+    """The model's argmax on the first ``n`` test images and their labels, computed here: the whole
+    split loaded and sliced, the checkpoint bound with MXNet's own executor (no milestone code)."""
+    import mxnet as mx
+    import numpy as np
+    from ece408_op.data import load_fashion_mnist
+    from ece408_op.mx.models import resolve_model
+    images, labels = load_fashion_mnist("test")
+    _, prefix, epoch = resolve_model(model)
+    symbol, arg_params, aux_params = mx.model.load_checkpoint(str(prefix), epoch)
+    x = mx.nd.array(images[:n].reshape(n, 1, 28, 28).astype(np.float32))
+    executor = symbol.simple_bind(mx.cpu(), data=x.shape, softmax_label=(n,), grad_req="null")
+    executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
+    return executor.forward(is_train=False, data=x)[0].asnumpy().argmax(axis=1), labels[:n]
+
+
+@pytest.mark.parametrize("n", [113, 1])
+def test_correctness_is_the_exact_fraction_of_the_first_n_images(n):
+    # n = 113, a prime: k/113 has more than two decimals, and no k'/112 equals it (0 < k < 113),
+    # so an accuracy over n - 1 images or rounded to two places prints another number
+    predicted, labels = _predictions_of_the_first(n, "ece408-low")
+    want = str(int((predicted == labels).sum()) / n)
+    assert n == 1 or len(want) > 4, want
+    m2 = run_script("m2.1.py", "ece408-low", n)
+    match = CUSTOM_OUTPUT.match(m2.stdout)
+    assert match and match["acc"] == want, (m2.stdout + m2.stderr, want)
+    m1 = run_script("m1.1.py", n, "ece408-low")
+    match = M1_OUTPUT.match(m1.stdout)
+    assert match and match["acc"] == want, (m1.stdout + m1.stderr, want)
+    assert run_inference("ece408-low", n)["accuracy"] == float(want)

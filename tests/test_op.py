@@ -238,3 +238,28 @@ def test_parsed_attributes_are_remembered_per_attribute_set_and_errors_are_not()
         with pytest.raises(ShapeError, match="stride"):
             op._parsed(bad)
     assert tuple(sorted(bad.items())) not in op._PARSED
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_row_sparse_inputs_are_made_dense_as_the_builtin_does(rng):
+    # MXNet's built-in Convolution takes row_sparse arrays (a dense temporary, "storage fallback");
+    # so does ece408_conv, imperatively and bound in a graph. (csr holds only 2-D arrays: no
+    # convolution input can be one.)
+    x, k, bias = _random((2, 3, 9, 8), rng, 3.0), _random((4, 3, 3, 3), rng), _random((4,), rng)
+    x[1, :, 2:5] = 0                                          # rows of zeros, as sparse data has
+    want = mx.nd.Convolution(*[mx.nd.array(a) for a in (x, k, bias)], kernel=(3, 3), num_filter=4).asnumpy()
+    attrs = dict(op_type="ece408_conv", num_filter=4, kernel="(3, 3)", no_bias="False")
+    for sparse in ([0], [1], [0, 1, 2]):
+        inputs = [mx.nd.array(a).tostype("row_sparse") if i in sparse else mx.nd.array(a)
+                  for i, a in enumerate((x, k, bias))]
+        assert_close(mx.nd.Custom(*inputs, **attrs).asnumpy(), want, atol=1e-5, what=f"row_sparse {sparse}")
+        dense = mx.nd.Custom(*[mx.nd.array(a) for a in (x, k, bias)], **attrs)   # the same operator after
+        assert_close(dense.asnumpy(), want, atol=1e-5, what="dense after sparse")
+    data, weight, b = mx.sym.var("data", stype="row_sparse"), mx.sym.var("weight"), mx.sym.var("bias")
+    executor = mx.sym.Custom(data, weight, b, **attrs).simple_bind(mx.cpu(), data=x.shape, grad_req="null",
+                                                                   stype_dict={"data": "row_sparse"})
+    executor.arg_dict["weight"][:] = k
+    executor.arg_dict["bias"][:] = bias
+    for _ in range(2):
+        got = executor.forward(is_train=False, data=mx.nd.array(x).tostype("row_sparse"))[0]
+        assert_close(got.asnumpy(), want, atol=1e-5, what="row_sparse data through the executor")

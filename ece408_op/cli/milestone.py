@@ -12,9 +12,9 @@ come in either order; the size is clamped to [0, 10000]; the images are the
 first N of the test split, all in one batch.
 """
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import Ece408Error, UsageError
 from .breakdown import Breakdown
 from .errors import Console, run
 
@@ -24,7 +24,7 @@ MAX_SIZE = 10000
 
 @dataclass(frozen=True)
 class Milestone:
-    script: str            # the classic name, used in the usage text
+    script: str            # the classic name (scripts/); a usage names the command that ran
     summary: str           # one line for ``python -m ece408_op --help``
     custom: bool           # swap in ece408_conv
     device: str = "cpu"    # path the custom operator takes
@@ -48,8 +48,16 @@ class Args:
     data_dir: str = None
     profile: bool = False
     fuse: bool = False     # conv -> tanh -> 2x2 max-pool chains as one ece408_conv_tanh_pool layer
-    team: str = None       # --team DIR: a team project to run (default: this folder if it is one)
-    extra: dict = field(default_factory=dict)     # attributes for the swapped-in operators
+    kernel: str = None     # --kernel: the GPU kernel version, as given
+    team: str = None       # --team DIR: the team project to run (a path string)
+    help: bool = False     # -h/--help: print the usage, run nothing
+    use_team: bool = False  # a team's forward runs the custom layers (set by run_milestone)
+
+    @property
+    def extra(self):
+        """Attributes for the swapped-in operators."""
+        extra = {} if self.kernel is None else {"gpu_kernel": self.kernel}
+        return {**extra, "team": "1"} if self.use_team else extra
 
 
 def _mx():
@@ -58,79 +66,155 @@ def _mx():
     return require_mxnet()
 
 
-def usage(script, gpu=False):
+# ---------------------------------------------------------------- the one description of the options
+
+CUSTOM = ("m2", "m3", "final")
+GPU = ("m3", "final")
+
+
+def _kernel_help():
+    from ..kernels import VERSIONS
+    names = ", ".join(v.name for v in VERSIONS.values())
+    return (f"GPU kernel version {min(VERSIONS)}-{max(VERSIONS)} (or v3, or its name: {names}), or fast "
+            "(v12 where it runs the layer, else auto); default auto: $ECE408_KERNEL, else the fastest for the layer")
+
+
+def _check_kernel(value):
+    from ..kernels import parse_version        # no PyCUDA needed to parse
+    parse_version(value)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the milestones: usage, help, parsing and errors all read this table."""
+    flags: tuple                # ("--kernel",) or ("-h", "--help")
+    help: object                # one line, or a function returning it (read when the usage is shown)
+    field: str = None           # the Args field it sets (None: handled elsewhere, e.g. --debug)
+    metavar: str = None         # None: a switch
+    milestones: tuple = ("m1",) + CUSTOM
+    check: object = None        # value -> raises Ece408Error where it is bad
+
+    @property
+    def label(self):
+        return ", ".join(self.flags) + (f" {self.metavar}" if self.metavar else "")
+
+
+OPTIONS = (
+    Option(("--data-dir",), "read Fashion-MNIST from DIR only (default: $ECE408_DATA_DIR, /fashion-mnist, "
+           "then the cache)", "data_dir", "DIR"),
+    Option(("--fuse",), "run each conv -> tanh -> max-pool chain as one fused layer (ece408_conv_tanh_pool)",
+           "fuse", milestones=CUSTOM),
+    Option(("--kernel",), _kernel_help, "kernel", "N", milestones=GPU, check=_check_kernel),
+    Option(("--profile",), "print a table of the kernels and copies, then where the run's wall time went",
+           "profile", milestones=GPU),
+    Option(("--team",), "run the team project in DIR (default: this folder when it holds a team project)",
+           "team", "DIR", milestones=CUSTOM),
+    Option(("--debug",), "tracebacks instead of one-line errors (also ECE408_DEBUG=1)"),
+    Option(("-h", "--help"), "print this text and exit", "help"),
+)
+WHY_NOT = {"m1": "m1 runs MXNet's built-in Convolution", "m2": "m2 runs the CPU path"}
+
+
+def _names(milestones):
+    return ", ".join(milestones[:-1]) + f" and {milestones[-1]}" if len(milestones) > 1 else milestones[0]
+
+
+def usage(script, milestone="m2"):
+    """The usage text of ``milestone`` run as ``script``: the course's lines, then one per option."""
     from ..mx.models import available_models
     models = ", ".join(available_models()) or DEFAULT_MODEL
-    text = (f"Usage: {script} <model_name> <dataset size>\n"
-            f"    <model_name>: one of {models}, or a checkpoint prefix path (default {DEFAULT_MODEL})\n"
-            f"    <dataset size>: an integer, clamped to [0, {MAX_SIZE}] (default {MAX_SIZE})\n"
-            "    --fuse: run each conv -> tanh -> max-pool chain as one fused layer (ece408_conv_tanh_pool)")
-    if gpu:
-        text += ("\n    --kernel N: GPU kernel version 1-10 or its name (default auto: $ECE408_KERNEL, "
-                 "else the fastest for the layer)\n    --profile: print a table of the kernels and copies")
-    return text
+    lines = [f"Usage: {script} <model_name> <dataset size>",
+             f"    <model_name>: one of {models}, or a checkpoint prefix path (default {DEFAULT_MODEL})",
+             f"    <dataset size>: an integer, clamped to [0, {MAX_SIZE}] (default {MAX_SIZE})"]
+    for option in OPTIONS:
+        if milestone in option.milestones:
+            text = option.help() if callable(option.help) else option.help
+            lines.append(f"    {option.label}: {text}")
+    return "\n".join(lines)
 
 
-def _check_model(text, usage_text):
+def _usage_error(script, milestone, reason):
+    return UsageError(f"{usage(script, milestone)}\nerror: {reason}")
+
+
+def _check_model(text, script, milestone):
     """A model argument must name a checkpoint: UsageError (the usage, then where it was looked
     for) where none is found; ModelError where one is found but incomplete (no params file)."""
     from ..mx.models import ModelNotFound, resolve_model
     try:
         resolve_model(text)
     except ModelNotFound as exc:
-        raise UsageError(f"{usage_text}\nerror: {exc}") from exc
+        raise _usage_error(script, milestone, exc) from exc
 
 
-def _option_value(item, items, text):
-    value = item.split("=", 1)[1] if "=" in item else (items.pop(0) if items else None)
-    if not value:
-        raise UsageError(text)
-    return value
+def _integer(text):
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
-def parse_args(argv, script, gpu=False):
-    """``[model] [dataset_size]`` in either order, plus ``--data-dir DIR``, ``--debug``
-    and, for GPU milestones, ``--kernel N`` and ``--profile``."""
+def _option(item):
+    flag = item.split("=", 1)[0]
+    return next((o for o in OPTIONS if flag in o.flags), None)
+
+
+def parse_args(argv, script, milestone="m2"):
+    """``[model] [dataset_size]`` in either order, and the options of ``OPTIONS`` that
+    ``milestone`` takes (``--name VALUE`` or ``--name=VALUE``). A bad command line is a
+    UsageError: the usage, then one line saying what was wrong. ``-h``/``--help`` anywhere:
+    ``Args(help=True)``, nothing else read."""
+    if any(item in ("-h", "--help") for item in argv):
+        return Args(help=True)
+
+    def fail(reason):
+        return _usage_error(script, milestone, reason)
+
     args = Args()
-    text = usage(script, gpu)
     positional = []
     items = list(argv)
     while items:
         item = items.pop(0)
-        name = item.split("=", 1)[0]
-        if item in ("-h", "--help"):
-            raise UsageError(text)
-        if item == "--debug":
-            pass                                   # handled by cli.errors.run
-        elif name == "--data-dir":
-            args.data_dir = _option_value(item, items, text)
-        elif name == "--team":
-            args.team = _option_value(item, items, text)
-        elif gpu and name == "--kernel":
-            args.extra["gpu_kernel"] = _option_value(item, items, text)
-        elif gpu and item == "--profile":
-            args.profile = True
-        elif item == "--fuse":
-            args.fuse = True
-        elif item.startswith("--"):
-            raise UsageError(text)
-        else:
+        option = _option(item) if item.startswith("-") else None
+        if option is None and item.startswith("--"):
+            raise fail(f"unknown option {item.split('=', 1)[0]}")
+        if option is None:
             positional.append(item)
-    if len(positional) > 2:
-        raise UsageError(text)
-    seen_model = seen_size = False
-    for item in positional:
-        try:
-            size = int(item)
-        except ValueError:
-            size = None
-        if size is not None and not seen_size:
-            args.size, seen_size = min(max(size, 0), MAX_SIZE), True
-        elif size is None and not seen_model:
-            _check_model(item, text)
-            args.model, seen_model = item, True
+            continue
+        if milestone not in option.milestones:
+            why = WHY_NOT.get(milestone, f"{milestone} does not take it")
+            raise fail(f"{option.flags[-1]} is for {_names(option.milestones)}: {why}")
+        if option.metavar is None:
+            if "=" in item:
+                raise fail(f"{option.flags[-1]} takes no value")
+            value = True
         else:
-            raise UsageError(text)
+            value = item.split("=", 1)[1] if "=" in item else (items.pop(0) if items else "")
+            if not value:
+                raise fail(f"{option.flags[-1]} needs a value: {option.label}")
+            if option.check is not None:
+                try:
+                    option.check(value)
+                except Ece408Error as exc:
+                    raise fail(f"{option.flags[-1]} {value}: {exc}") from exc
+        if option.field is not None:
+            setattr(args, option.field, value)
+    if len(positional) > 2:
+        raise fail(f"unexpected argument {positional[2]!r}: give at most a model and a dataset size")
+    sizes = [(item, _integer(item)) for item in positional if _integer(item) is not None]
+    models = [item for item in positional if _integer(item) is None]
+    if len(sizes) == 2:
+        raise fail(f"two dataset sizes, {sizes[0][0]} and {sizes[1][0]}: give at most one")
+    if len(models) == 2:
+        raise fail(f"two models, {models[0]!r} and {models[1]!r}: give at most one")
+    if models:
+        _check_model(models[0], script, milestone)
+        args.model = models[0]
+    if sizes:
+        text, size = sizes[0]
+        args.size = min(max(size, 0), MAX_SIZE)
+        if args.size == 0:
+            raise fail(f"dataset size {text} is clamped to 0: nothing to run; give a size from 1 to {MAX_SIZE}")
     return args
 
 
@@ -139,7 +223,7 @@ def team_runtime(milestone, args, device=None):
     one), its kernels compiled for ``device``; None where the milestone runs our own forward
     (m1, ``--kernel N``: the staff's reference versions, or no team project here)."""
     from ..team.project import find_team
-    if not milestone.custom or "gpu_kernel" in args.extra or args.fuse:
+    if not milestone.custom or args.kernel is not None or args.fuse:
         return None
     team_dir = find_team(args.team)
     if team_dir is None:
@@ -164,8 +248,7 @@ def run_milestone(milestone, args, console=None, clock=None, runtime=None):
     device = _gpu_preflight(args) if milestone.device == "gpu" else None
     runtime = runtime or team_runtime(milestone, args, device)
     with runtime or contextlib.nullcontext():
-        if runtime is not None:
-            args.extra["team"] = "1"
+        args.use_team = runtime is not None
         return _run(milestone, args, say, clock, device)
 
 
@@ -208,7 +291,6 @@ def _run(milestone, args, say, clock, device):
 def _gpu_preflight(args):
     """Fail early, in one line, where the GPU path cannot run. Returns the device."""
     from .. import kernels
-    kernels.parse_version(args.extra.get("gpu_kernel"))
     device = kernels.GpuDevice.get()
     kernels.require_nvcc()
     return device
@@ -217,16 +299,17 @@ def _gpu_preflight(args):
 def main(milestone_name, argv, prog=None):
     """A milestone's command line: exit status 0, or a one-line error and a non-zero status."""
     milestone = MILESTONES[milestone_name]
-    script = prog or milestone.script
+    script = prog or f"python -m ece408_op {milestone_name}"
     console = Console()
 
     def command(argv):
         clock = Breakdown()
         _mx()                                           # one line where MXNet is unusable
         clock.mark("MXNet import, operators registered")
-        args = parse_args(argv, script, milestone.device == "gpu")
-        if args.fuse and not milestone.custom:
-            raise UsageError(usage(script) + f"\n{script} runs MXNet's own layers: --fuse is for m2, m3, final")
+        args = parse_args(argv, script, milestone_name)
+        if args.help:
+            console.say(usage(script, milestone_name))
+            return 0
         from ..mx.op import quiet_callback_tracebacks
         with quiet_callback_tracebacks():
             run_milestone(milestone, args, console, clock)

@@ -13,9 +13,10 @@ prefix, params), same parameters and names (``conv0_weight``, ``conv0_bias``), s
 What ece408_conv cannot run (the NHWC layout, parameters cast to a type other than float32)
 falls back to MXNet's built-in Convolution, with one warning per configuration.
 
-``swap_blocks(net)`` replaces, in place, every ``nn.Conv2D`` inside a Gluon network by this
-Conv2D, keeping its parameters (the same Parameter objects): the network then runs ece408_conv
-imperatively or hybridized, as it ran the built-in.
+``swap_blocks(net)`` turns, in place, every ``nn.Conv2D`` of a Gluon network (``net`` itself
+included) into this Conv2D, keeping its parameters (the same Parameter objects), and swaps the
+convolution nodes inside its SymbolBlocks: the network then runs ece408_conv imperatively or
+hybridized, as it ran the built-in. It returns a SwapReport (what was swapped, what was kept and why).
 """
 import warnings
 
@@ -24,8 +25,11 @@ import numpy as np
 from .. import OP_TYPE
 from .compat import import_mxnet
 from .op import guard_inputs, parse_device, parse_gpu_kernel
+from .swap import SwapReport, parse_op_attrs, swap_graph
 
 mx = import_mxnet()
+_Conv = mx.gluon.nn.conv_layers._Conv
+_DEFAULT_ATTRS = {"device": "auto", "gpu_kernel": "auto"}
 
 _warned = set()
 
@@ -73,30 +77,50 @@ class Conv2D(mx.gluon.nn.Conv2D):
 
 
 def swap_blocks(net, **op_attrs):
-    """Replace every ``nn.Conv2D`` child (at any depth) of ``net`` by ``Conv2D`` in place, sharing
-    its parameters; returns the names (prefixes) of the replaced blocks. ``op_attrs``: device,
-    gpu_kernel."""
-    replaced = []
+    """Make every 2-D convolution of the Gluon network ``net`` run ece408_conv, in place; returns
+    a SwapReport (``result`` is ``net``; ``swapped``: the blocks' names and, inside SymbolBlocks,
+    the graph nodes' names; ``kept``: (name, reason) of the convolutions left as they were).
 
-    def visit(parent):
-        for key, child in list(parent._children.items()):
-            if type(child) is mx.gluon.nn.Conv2D:
-                parent._children[key] = _converted(child, op_attrs)
-                if getattr(parent, key, None) is child:
-                    object.__setattr__(parent, key, parent._children[key])
-                replaced.append(child.prefix)
+    * each ``nn.Conv2D`` (``net`` itself included) becomes this module's ``Conv2D``: the same
+      block object, its class changed, so its Parameters, their initializers and every
+      reference to the block stay as they were;
+    * in each ``SymbolBlock``, the graph's convolution nodes are swapped as ``swap_convolutions``
+      swaps them (guards in front, same parameter names);
+    * other convolution blocks (1-D, 3-D, transposed, subclasses with their own forward) and
+      what ece408_conv cannot compute (NHWC, parameters of another type than float32) are kept.
+    ``op_attrs``: device, gpu_kernel, set on every swapped convolution."""
+    attrs = parse_op_attrs(op_attrs)
+    report = SwapReport(net)
+
+    def visit(block):
+        if isinstance(block, Conv2D) or type(block) is mx.gluon.nn.Conv2D:
+            reason = Conv2D.fallback_reason(block)
+            if reason is None:
+                block.__class__ = Conv2D
+                block._ece408_attrs = {**_DEFAULT_ATTRS, **getattr(block, "_ece408_attrs", {}), **attrs}
+                report.swapped.append(block.name)
             else:
-                visit(child)
+                report.kept.append((block.name, reason))
+        elif isinstance(block, mx.gluon.SymbolBlock):
+            inputs, graph = block._cached_graph
+            swapped_graph, swapped, kept, _ = swap_graph(graph, **attrs)
+            block._cached_graph = inputs, swapped_graph
+            report.swapped.extend(swapped)
+            report.kept.extend(kept)
+        elif isinstance(block, _Conv):
+            report.kept.append((block.name, _other_convolution(block)))
+        for child in block._children.values():
+            visit(child)
     visit(net)
     net.apply(lambda block: block._clear_cached_op() if isinstance(block, mx.gluon.HybridBlock) else None)
-    return replaced
+    return report
 
 
-def _converted(conv, op_attrs):
-    kwargs = conv._kwargs
-    new = Conv2D(kwargs["num_filter"], kwargs["kernel"], strides=kwargs["stride"], padding=kwargs["pad"],
-                 dilation=kwargs["dilate"], groups=kwargs["num_group"], layout=kwargs["layout"],
-                 use_bias=not kwargs["no_bias"], in_channels=conv._in_channels, prefix=conv.prefix,
-                 params=conv.params, **op_attrs)
-    new.act = conv.act                               # (registered as a child by Block.__setattr__)
-    return new
+def _other_convolution(block):
+    """Why a convolution block other than nn.Conv2D is kept."""
+    name = type(block).__name__
+    if isinstance(block, mx.gluon.nn.Conv2D):
+        return f"{name} subclasses nn.Conv2D with its own forward (swap_convolutions(net) swaps its graph)"
+    if block._op_name.lower() == "deconvolution":
+        return f"{name} is a transposed convolution: ece408_conv computes the forward convolution"
+    return f"{name} is {len(block._kwargs['kernel'])}-D: ece408_conv is 2-D only"

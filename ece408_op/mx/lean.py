@@ -24,8 +24,9 @@ unchanged:
 
 The operator objects (``CustomOp``) are created per ``create_operator`` call, as before, and
 their ``forward``/``backward`` receive the same ``NDArray`` arguments as under MXNet's
-creator. Not supported here: sparse storage (every array is in the default storage, which the
-registered properties require anyway).
+creator, except that sparse inputs (``row_sparse``, ``csr``) reach them as dense copies, made before
+the forward: what MXNet does for its own operators that have no sparse implementation ("storage
+fallback"), so that a CustomOp takes what the built-in operator takes.
 """
 import ctypes
 import itertools
@@ -95,6 +96,7 @@ class _Prop:
         self.shapes = {}
         self.types = {}
         self.deps = {}
+        self.sparse = False        # sparse inputs seen: operators made from now on densify them
         contexts = (c_void_p * len(_PROP_CALLBACKS))(*([self.id] * len(_PROP_CALLBACKS)))
         self.callbacks = MXCallbackList(len(_PROP_CALLBACKS), _PROP_CALLBACK_ARRAY,
                                         ctypes.cast(contexts, POINTER(c_void_p)))
@@ -225,11 +227,15 @@ def _infer_type(count, types, context):
 
 
 def _infer_storage(count, stypes, context):
+    """Inputs as they come, outputs and aux dense: MXNet checks that the types it was given are the
+    ones inferred, so a sparse input stays sparse here, and the forward densifies it (``_dense``)."""
     try:
-        sparse = [i for i in range(_props[context].counts[0]) if stypes[i] not in (DEFAULT_STORAGE, -1)]
-        if sparse:
-            raise ValueError(f"input {sparse[0]} is a sparse array; only dense (default storage) arrays are supported")
-        _fill(stypes, [DEFAULT_STORAGE] * count)
+        entry = _props[context]
+        n_in = entry.counts[0]
+        given = [stypes[i] for i in range(n_in)]
+        if any(stype not in (DEFAULT_STORAGE, -1) for stype in given):
+            entry.sparse = True
+        _fill(stypes, [DEFAULT_STORAGE if s == -1 else s for s in given] + [DEFAULT_STORAGE] * (count - n_in))
         return 1
     except Exception as exc:                   # noqa: BLE001
         return _failed(exc, sync=True)
@@ -275,6 +281,7 @@ def _create_operator(ctx, count, shapes, ndims, dtypes, ret, context):
         op_id = next(_ids)
         contexts = (c_void_p * 3)(op_id, op_id, op_id)
         op._lean_contexts = contexts                    # alive as long as the operator
+        op._lean_sparse = entry.sparse
         with _lock:
             _ops[op_id] = op
         ret[0] = MXCallbackList(3, _OP_CALLBACK_ARRAY, ctypes.cast(contexts, POINTER(c_void_p)))
@@ -295,11 +302,25 @@ def _arrays(count, handles, tags, writable_tags):
     return groups
 
 
+def _dense(arrays):
+    """The arrays, each sparse one replaced by a dense copy whose values are ready to read."""
+    out = []
+    for array in arrays:
+        if array.stype != "default":
+            array = array.tostype("default")
+            array.wait_to_read()
+        out.append(array)
+    return out
+
+
 def _forward(count, handles, tags, reqs, is_train, context):
     try:
         groups = _arrays(count, handles, tags, (1, 4))
-        _ops[context].forward(is_train=bool(is_train), req=[REQUESTS[reqs[i]] for i in range(len(groups[1]))],
-                              in_data=groups[0], out_data=groups[1], aux=groups[4])
+        op = _ops[context]
+        if op._lean_sparse:
+            groups = (_dense(groups[0]),) + groups[1:]
+        op.forward(is_train=bool(is_train), req=[REQUESTS[reqs[i]] for i in range(len(groups[1]))],
+                   in_data=groups[0], out_data=groups[1], aux=groups[4])
         return 1
     except Exception as exc:                   # noqa: BLE001
         return _failed(exc, sync=False)

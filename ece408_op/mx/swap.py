@@ -6,10 +6,11 @@
     report.result     # the swapped Symbol / SymbolBlock (sharing net's parameters)
     report.swapped    # names of the swapped nodes
     report.kept       # [(name, reason)] of the Convolutions left alone
+    report.save("path/to/swapped")                     # a checkpoint's report: as the epoch loaded
     report.fused      # with fuse=True: the convolutions now fused with their tanh and max-pool
     print(report)     # one line per node
 
-Every 2-D NCHW Convolution is swapped, whatever its kernel, stride, padding, dilation, groups
+Every 2-D NCHW Convolution (and legacy Convolution_v1) is swapped, whatever its kernel, stride, padding, dilation, groups
 and bias; the node keeps its name, its attributes (``Convolution``'s names and formats) and its
 inputs, so parameter names are unchanged and a checkpoint's parameters load as they are. Each
 swapped node's inputs go through ``op.guard_inputs`` (see docs/mkldnn.md), named
@@ -37,6 +38,7 @@ from .op import OWN_ATTRS, SPEC_ATTRS, parse_device, parse_gpu_kernel, parse_tea
 mx = import_mxnet()
 
 KEEP_ATTRS = SPEC_ATTRS + ("workspace", "cudnn_tune", "cudnn_off")
+CONVOLUTION_OPS = ("Convolution", "Convolution_v1")     # the legacy op: same attributes, inputs and result
 
 
 @dataclass
@@ -49,6 +51,7 @@ class SwapReport:
     aux_params: dict = None
     block_symbol: object = None                     # the SymbolBlock's Symbol (HybridBlock input)
     fused: list = field(default_factory=list)       # convolutions fused with tanh + max-pool (fuse=True)
+    epoch: int = 0                                  # the checkpoint's epoch that was loaded (prefix input)
 
     @property
     def symbol(self):
@@ -67,12 +70,14 @@ class SwapReport:
         lines += [f"  kept     {name}: {reason}" for name, reason in self.kept]
         return "\n".join(lines)
 
-    def save(self, prefix, epoch=0):
-        """Write the swapped checkpoint ``prefix-symbol.json`` + ``prefix-NNNN.params``."""
+    def save(self, prefix, epoch=None):
+        """Write the swapped checkpoint ``prefix-symbol.json`` + ``prefix-NNNN.params``, NNNN the
+        epoch that was loaded unless ``epoch`` says otherwise."""
         if self.arg_params is None:
             raise Ece408Error("save() needs a report of a checkpoint (swap_convolutions(prefix))")
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-        mx.model.save_checkpoint(str(prefix), epoch, self.symbol, self.arg_params, self.aux_params)
+        mx.model.save_checkpoint(str(prefix), self.epoch if epoch is None else int(epoch), self.symbol,
+                                 self.arg_params, self.aux_params)
 
 
 def _kernel_dims(text):
@@ -101,7 +106,7 @@ def why_not(attrs):
     return None
 
 
-def _op_attrs(op_attrs):
+def parse_op_attrs(op_attrs):
     """Validate the attributes given for every swapped node (device, gpu_kernel, team) up front."""
     unknown = [k for k in op_attrs if k not in OWN_ATTRS]
     if unknown:
@@ -127,7 +132,7 @@ def _selector(select):
 
 def swap_graph(symbol, guard=True, select=None, fuse=False, **op_attrs):
     """(swapped Symbol, swapped names, kept [(name, reason)], fused names)."""
-    extra = _op_attrs(op_attrs)
+    extra = parse_op_attrs(op_attrs)
     selected = _selector(select)
     fused = []
     if fuse:
@@ -148,7 +153,7 @@ def swap_graph(symbol, guard=True, select=None, fuse=False, **op_attrs):
         node["inputs"] = [entry(e) for e in node.get("inputs", [])]
         if guard and node["op"] == "Custom" and node["name"] in fused:
             node["inputs"] = _guard_nodes(node["name"], node["inputs"], add)
-        elif node["op"] == "Convolution":
+        elif node["op"] in CONVOLUTION_OPS:
             # Convolution has a bias unless told otherwise; ece408_conv's default is the course's
             attrs = {"no_bias": "False", **node.get("attrs", node.get("param", {}))}
             reason = why_not(attrs) if selected(node["name"]) else "not selected"
@@ -210,6 +215,7 @@ def swap_convolutions(model, epoch=None, input_names=("data",), guard=True, sele
 def _swap_checkpoint(prefix, epoch, guard, select, fuse, op_attrs):
     from .models import load_model, resolve_model
     if epoch is None:
+        epoch = resolve_model(prefix)[2]
         _, symbol, arg_params, aux_params = load_model(prefix)
     else:
         resolve_model(prefix)
@@ -219,7 +225,7 @@ def _swap_checkpoint(prefix, epoch, guard, select, fuse, op_attrs):
             raise ModelError(f"cannot load checkpoint {prefix}-{int(epoch):04d}: "
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
     result, swapped, kept, fused = swap_graph(symbol, guard, select, fuse, **op_attrs)
-    return SwapReport(result, swapped, kept, arg_params, aux_params, fused=fused)
+    return SwapReport(result, swapped, kept, arg_params, aux_params, fused=fused, epoch=int(epoch))
 
 
 def _swap_block(block, input_names, guard, select, fuse, op_attrs):
