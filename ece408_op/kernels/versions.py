@@ -27,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..conv.bounds import fft_reference_and_bound, fp16_reference_and_bound
+from ..conv.reference import reference_and_bound
 from ..errors import GpuError, ShapeError
-from . import tuning
+from . import libraries, tuning
 from .shape import ConvShape
 
 KERNEL_ENV = "ECE408_KERNEL"
@@ -50,6 +52,7 @@ class Version:
     tuning_keys = ()          # the tuning overrides it takes (see module_defines)
     exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
     defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
+    own_error_model = False   # checked against its own error model (v16 FP16, v18 FFT), not the float32 bound
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -88,6 +91,16 @@ class Version:
         """Queue the kernels on device pointers (ints; bias 0 where there is none); no
         synchronisation. ``plan.inner`` is the layer they compute."""
         raise NotImplementedError
+
+    def available(self):
+        """None if this machine has what the version calls besides its kernels (v17, v18: cuBLAS,
+        cuFFT), else why not; checked where it runs, not by ``unsupported`` (a property of the layer)."""
+        return None
+
+    def reference_and_bound(self, x, k, bias=None, spec=None):
+        """(float64 reference, elementwise bound its results must meet): the float32 bound, or the
+        version's own error model (``own_error_model``; ece408_op/conv/bounds.py)."""
+        return reference_and_bound(x, k, bias, spec)
 
     @property
     def label(self):
@@ -169,17 +182,21 @@ class Im2col(Version):
         return {"GEMM_TILE": self.GEMM_TILE}
 
     def launch(self, plan, y, x, k, bias, batch):
-        s, tile = plan.inner, plan.defines["GEMM_TILE"]
+        s = plan.inner
         per_image = s.G * s.CKK * s.HO * s.WO * 4          # every group's unrolled matrix
         chunk = max(1, min(batch, self.WORKSPACE_BYTES // per_image))
         cols = int(plan.device.buffer("im2col", chunk * per_image))
-        im2col, gemm = plan.kernels
         for b0 in range(0, batch, chunk):
             n = min(chunk, batch - b0)
-            im2col(np.uintp(cols), np.uintp(x), np.int64(b0), np.int32(n), block=(256, 1, 1),
-                   grid=(min(math.ceil(n * per_image / 4 / 256), 1 << 20), 1))
-            gemm(np.uintp(y), np.uintp(cols), np.uintp(k), np.uintp(bias), np.int64(b0), np.int32(n),
-                 block=(tile, tile, 1), grid=_gemm_grid(s, tile, n))
+            plan.kernels[0](np.uintp(cols), np.uintp(x), np.int64(b0), np.int32(n), block=(256, 1, 1),
+                            grid=(min(math.ceil(n * per_image / 4 / 256), 1 << 20), 1))
+            self.multiply(plan, y, cols, k, bias, b0, n)
+
+    def multiply(self, plan, y, cols, k, bias, b0, n):
+        """y's images b0 .. b0 + n - 1 from their unrolled columns ``cols``: v5's tiled GEMM kernel."""
+        s, tile = plan.inner, plan.defines["GEMM_TILE"]
+        plan.kernels[1](np.uintp(y), np.uintp(cols), np.uintp(k), np.uintp(bias), np.int64(b0), np.int32(n),
+                        block=(tile, tile, 1), grid=_gemm_grid(s, tile, n))
 
 
 class Implicit(Version):
@@ -598,6 +615,205 @@ class Winograd(Version):
                 grid=(math.ceil(n * s.M * tt / 256), 1))
 
 
+# ------------------------------------------------------------------ v13-v18: the rest of the course's list
+# (docs/course-map.md). None is ever a default: v13-v15 are steps of the ladder, slower than the defaults
+# on every course layer; v16 and v18 do not keep the float32 bound; v17 depends on a library.
+
+def _plane_grid(s, batch):
+    """v13-v16: (tiles of the output plane, M filters, images up to grid z's limit)."""
+    tile = Shared.TILE
+    return (math.ceil(s.HO / tile) * math.ceil(s.WO / tile), s.M, min(batch, 65535))
+
+
+class RestrictUnroll(Register):
+    """v13: v3's tiles with compile-time sizes and unrolled loops, one filter per thread (v4 without
+    its register blocking): the course's "__restrict__ and loop unrolling" as a step of its own."""
+    number, name, kernels = 13, "restrict", ("conv_forward_v13",)
+    defaultable = False
+    MB = 1                    # (its capability check; the module's MB define stays v4's)
+
+    def defines(self, inner, tuning_overrides=None):
+        return {"TILE": Shared.TILE}
+
+    def launch(self, plan, y, x, k, bias, batch):
+        tile = plan.defines["TILE"]
+        plan.kernels[0](np.uintp(y), np.uintp(x), np.int32(batch), block=(tile, tile, 1),
+                        grid=_plane_grid(plan.inner, batch))
+
+
+class ChannelTree(Version):
+    """v14: v13 with the input channels split among V14_CZ slices of each block, their partial sums
+    added by a tree in shared memory (the course's input-channel reduction)."""
+    number, name, kernels = 14, "tree", ("conv_forward_v14",)
+    constant_weights = True
+    defaultable = False
+    MAX_SLICES = 4            # 4 x 16 x 16 = 1024 threads per block
+
+    def slices(self, inner):
+        """The largest power of two <= min(C, MAX_SLICES)."""
+        return 1 << int(math.log2(max(1, min(inner.C, self.MAX_SLICES))))
+
+    def limits(self, inner, tuning_overrides=None):
+        return _const_weights_reason(inner.M * inner.CKK)
+
+    def defines(self, inner, tuning_overrides=None):
+        return {"TILE": Shared.TILE, "V14_CZ": self.slices(inner)}
+
+    def launch(self, plan, y, x, k, bias, batch):
+        tile = plan.defines["TILE"]
+        plan.kernels[0](np.uintp(y), np.uintp(x), np.int32(batch), block=(tile, tile, plan.defines["V14_CZ"]),
+                        grid=_plane_grid(plan.inner, batch))
+
+
+class ChannelAtomics(ChannelTree):
+    """v15: v14 with the partial sums added by atomicAdd into y, which the launch zeroes first."""
+    number, name, kernels = 15, "atomics", ("conv_forward_v15",)
+
+    def launch(self, plan, y, x, k, bias, batch):
+        plan.device.cuda.memset_d32(y, 0, plan.inner.outputs(batch))
+        super().launch(plan, y, x, k, bias, batch)
+
+
+class Half(Version):
+    """v16: v13 in half precision (storage and arithmetic): pre-passes convert x to half and each
+    weight to a half2 pair (k, k) in its constant-bank slot; two outputs per thread in one half2
+    accumulator. Its error is checked against conv/bounds.py's FP16 model, never the float32 bound."""
+    number, name, kernels = 16, "fp16", ("conv_forward_v16", "half_input", "half_weights")
+    constant_weights = True   # the launch overwrites the float weights _prepare copied with their half2 pairs
+    exact = False
+    defaultable = False
+    own_error_model = True
+
+    def limits(self, inner, tuning_overrides=None):
+        return _const_weights_reason(inner.M * inner.CKK)
+
+    def defines(self, inner, tuning_overrides=None):
+        return {"TILE": Shared.TILE}
+
+    def reference_and_bound(self, x, k, bias=None, spec=None):
+        return fp16_reference_and_bound(x, k, bias, spec)
+
+    def launch(self, plan, y, x, k, bias, batch):
+        s, tile, dev = plan.inner, plan.defines["TILE"], plan.device
+        conv, to_half, weights = plan.kernels
+        count, weights_count = batch * s.C * s.H * s.W, s.M * s.CKK
+        xh = int(dev.buffer("fp16 x", count * 2))
+        pairs = int(dev.buffer("fp16 weight pairs", weights_count * 4))
+        weights(np.uintp(pairs), np.uintp(k), np.int32(weights_count), block=(256, 1, 1),
+                grid=(math.ceil(weights_count / 256), 1))
+        dev.cuda.memcpy_dtod(plan.weights_symbol, pairs, weights_count * 4)
+        to_half(np.uintp(xh), np.uintp(x), np.int64(count), block=(256, 1, 1),
+                grid=(min(math.ceil(count / 256), 1 << 20), 1))
+        conv(np.uintp(y), np.uintp(xh), np.int32(batch), block=(tile // 2, tile, 1), grid=_plane_grid(s, batch))
+
+
+class Cublas(Im2col):
+    """v17: v5 with cuBLAS's GEMM (cublasSgemmStridedBatched in FP32, libraries.py): per chunk of
+    unrolled images and per group, one strided-batched product over the images, then the bias."""
+    number, name, kernels = 17, "cublas", ("im2col_v5", "add_bias")
+    defaultable = False
+
+    def available(self):
+        return libraries.missing("libcublas")
+
+    def multiply(self, plan, y, cols, k, bias, b0, n):
+        # Row-major Y_bg (MG x HO*WO) = K_g (MG x GKK) . X_bg (GKK x HO*WO) is, read column-major,
+        # Y^T = X^T K^T: m = HO*WO, n = MG, k = GKK, A = X_bg (lda HO*WO), B = K_g (ldb GKK), C = Y_bg.
+        s = plan.inner
+        blas = libraries.cublas(self.label)
+        howo, gkk, mg = s.HO * s.WO, s.CKK, s.M // s.G
+        for g in range(s.G):
+            blas.gemm_strided_batched(plan.device.index, howo, mg, gkk,
+                                      cols + 4 * g * gkk * howo, howo, s.G * gkk * howo,
+                                      k + 4 * g * mg * gkk, gkk, 0,
+                                      y + 4 * (b0 * s.M + g * mg) * howo, howo, s.M * howo, n)
+        if bias:
+            count = n * s.M * howo
+            plan.kernels[1](np.uintp(y + 4 * b0 * s.M * howo), np.uintp(bias), np.int64(count), np.int32(s.M),
+                            np.int32(howo), block=(256, 1, 1), grid=(min(math.ceil(count / 256), 1 << 20), 1))
+
+
+class Fft(Version):
+    """v18: FFT overlap-add with cuFFT (libraries.py): x in V18_F - K + 1 square tiles, each padded to
+    V18_F x V18_F; R2C of the tiles and of the flipped filters, the products summed over channels per
+    frequency, C2R, the overlapping tile outputs added into y; a chunk of images at a time (at most
+    V18_CHUNK_MB of workspace). Checked against conv/bounds.py's FFT model (norm-wise), never a default."""
+    number, name = 18, "fft"
+    kernels = ("fft_tiles", "fft_weights", "fft_multiply", "fft_overlap_add")
+    exact = False
+    defaultable = False
+    own_error_model = True
+    tuning_keys = ("V18_F", "V18_CHUNK_MB")
+    SIZES = (8, 16, 32, 64, 128)
+    CHUNK_MB = 1024
+
+    @staticmethod
+    def tiles(inner, size):
+        edge = size - inner.K + 1
+        return math.ceil(inner.H / edge), math.ceil(inner.W / edge)
+
+    def size(self, inner):
+        """The transform size of least work (tiles x F^2; the smaller F on a tie) whose tile is >= 1."""
+        fits = [f for f in self.SIZES if f >= inner.K]
+        return min(fits, key=lambda f: (math.prod(self.tiles(inner, f)) * f * f, f)) if fits else self.SIZES[-1]
+
+    def values(self, inner, tuning_overrides=None):
+        values = {"V18_F": self.size(inner), "V18_CHUNK_MB": self.CHUNK_MB, **self.own(tuning_overrides)}
+        values = {key: int(value) for key, value in values.items()}
+        if values["V18_F"] not in self.SIZES:
+            raise ValueError(f"V18_F must be one of {', '.join(map(str, self.SIZES))}, not {values['V18_F']}")
+        return values
+
+    def limits(self, inner, tuning_overrides=None):
+        size = self.values(inner, tuning_overrides)["V18_F"]
+        if size < inner.K:
+            return f"a {inner.K}x{inner.K} kernel does not fit its {size}x{size} transforms"
+        return None
+
+    def defines(self, inner, tuning_overrides=None):
+        return self.values(inner, tuning_overrides)
+
+    def available(self):
+        return libraries.missing("libcufft")
+
+    def reference_and_bound(self, x, k, bias=None, spec=None):
+        inner = self.inner(ConvShape.of(x.shape, k.shape, spec))
+        return fft_reference_and_bound(x, k, bias, spec, self.size(inner))
+
+    def workspace_per_image(self, inner, size):
+        """Bytes of tiles, spectra and tile outputs per image."""
+        nt, nf = math.prod(self.tiles(inner, size)), size * (size // 2 + 1)
+        return nt * (inner.C + inner.M) * (size * size * 4 + nf * 8)
+
+    def launch(self, plan, y, x, k, bias, batch):
+        s, d, dev = plan.inner, plan.defines, plan.device
+        fft, size = libraries.cufft(self.label), d["V18_F"]
+        nt, nf, area = math.prod(self.tiles(s, size)), size * (size // 2 + 1), size * size
+        tiles, weights, multiply, overlap_add = plan.kernels
+
+        def grid(count):
+            return (min(math.ceil(count / 256), 1 << 20), 1)
+        kt = int(dev.buffer("fft filter tiles", s.M * s.C * area * 4))
+        kh = int(dev.buffer("fft filter spectra", s.M * s.C * nf * 8))
+        weights(np.uintp(kt), np.uintp(k), block=(256, 1, 1), grid=grid(s.M * s.C * area))
+        fft.r2c(fft.plan(dev.index, size, fft.R2C, s.M * s.C), kt, kh)
+        chunk = max(1, min(batch, (d["V18_CHUNK_MB"] << 20) // self.workspace_per_image(s, size)))
+        xt = int(dev.buffer("fft x tiles", chunk * s.C * nt * area * 4))
+        xh = int(dev.buffer("fft x spectra", chunk * s.C * nt * nf * 8))
+        yh = int(dev.buffer("fft y spectra", chunk * s.M * nt * nf * 8))
+        z = int(dev.buffer("fft y tiles", chunk * s.M * nt * area * 4))
+        for b0 in range(0, batch, chunk):
+            n = min(chunk, batch - b0)
+            tiles(np.uintp(xt), np.uintp(x + 4 * b0 * s.C * s.H * s.W), np.int32(n), block=(256, 1, 1),
+                  grid=grid(n * s.C * nt * area))
+            fft.r2c(fft.plan(dev.index, size, fft.R2C, n * s.C * nt), xt, xh)
+            multiply(np.uintp(yh), np.uintp(xh), np.uintp(kh), np.int32(n), block=(256, 1, 1),
+                     grid=grid(n * s.M * nt * nf))
+            fft.c2r(fft.plan(dev.index, size, fft.C2R, n * s.M * nt), yh, z)
+            overlap_add(np.uintp(y + 4 * b0 * s.M * s.HO * s.WO), np.uintp(z), np.int32(n), block=(256, 1, 1),
+                        grid=grid(n * s.M * s.HO * s.WO))
+
+
 class Fused:
     """The fused convolution (+ bias) + tanh + 2x2/2 max-pool kernel of the course models (v7's strips,
     two output rows per thread). Not a version: it computes another function. Course-style: the launcher
@@ -640,7 +856,8 @@ class Fused:
 
 
 VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2col(), Implicit(), Strip(), Gemm(),
-                                  Tensor(), Filters(), Resident(), Winograd())}
+                                  Tensor(), Filters(), Resident(), Winograd(), RestrictUnroll(), ChannelTree(),
+                                  ChannelAtomics(), Half(), Cublas(), Fft())}
 FUSED = Fused()
 FUSED_ID = 100            # ONLY_KERNEL of the fused kernel's module
 # The fallback order where no table measured on this device names the layer's shape: from the H100
