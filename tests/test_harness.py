@@ -121,7 +121,7 @@ def _kernel_range():
 # the options each milestone takes, and the words its help line must hold
 OPTION_WORDS = {"--data-dir DIR": ["Fashion-MNIST"], "--debug": ["traceback"], "-h, --help": ["this text"],
                 "--fuse": ["ece408_conv_tanh_pool"], "--team DIR": ["team project in DIR"],
-                "--kernel N": ["fast", "auto"], "--profile": ["kernels and copies"]}
+                "--kernel N": ["fast", "auto"], "--profile": ["kernels and copies"], "--ncu": ["Nsight Compute", "occupancy"]}
 TAKES = {"m1": ["--data-dir DIR", "--debug", "-h, --help"],
          "m2": ["--data-dir DIR", "--debug", "-h, --help", "--fuse", "--team DIR"],
          "m3": list(OPTION_WORDS), "final": list(OPTION_WORDS)}
@@ -155,6 +155,7 @@ def test_help_exits_0_and_lists_every_option_of_the_milestone(name, capsys):
     (["m1", "--team", "proj"], "error: --team is for m2, m3 and final: m1 runs MXNet's built-in Convolution"),
     (["m2", "--kernel", "3"], "error: --kernel is for m3 and final: m2 runs the CPU path"),
     (["m2", "--profile"], "error: --profile is for m3 and final: m2 runs the CPU path"),
+    (["m2", "--ncu"], "error: --ncu is for m3 and final: m2 runs the CPU path"),
     (["m3", "--kernel", "99"], "error: --kernel 99: unknown kernel '99'; choose auto, fast"),
 ])
 def test_usage_error_is_the_usage_then_one_line_naming_what_was_wrong(argv, error, capsys):

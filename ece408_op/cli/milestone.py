@@ -51,6 +51,7 @@ class Args:
     kernel: str = None     # --kernel: the GPU kernel version, as given
     team: str = None       # --team DIR: the team project to run (a path string)
     help: bool = False     # -h/--help: print the usage, run nothing
+    ncu: bool = False      # --ncu: re-run under Nsight Compute, then the kernels' metrics (kernels/ncu.py)
     use_team: bool = False  # a team's forward runs the custom layers (set by run_milestone)
 
     @property
@@ -107,6 +108,8 @@ OPTIONS = (
     Option(("--kernel",), _kernel_help, "kernel", "N", milestones=GPU, check=_check_kernel),
     Option(("--profile",), "print a table of the kernels and copies, then where the run's wall time went",
            "profile", milestones=GPU),
+    Option(("--ncu",), "re-run under Nsight Compute (ncu --clock-control none), then each kernel's time, DRAM "
+           "bandwidth, FP32 FLOP rate and occupancy", "ncu", milestones=GPU),
     Option(("--team",), "run the team project in DIR (default: this folder when it holds a team project)",
            "team", "DIR", milestones=CUSTOM),
     Option(("--debug",), "tracebacks instead of one-line errors (also ECE408_DEBUG=1)"),
@@ -296,6 +299,18 @@ def _gpu_preflight(args):
     return device
 
 
+def ncu_argv(milestone_name, argv):
+    """The command --ncu profiles: this milestone in a fresh interpreter (the same flags), without --ncu."""
+    import sys
+    return [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", "ece408_op", milestone_name,
+            *(item for item in argv if item != "--ncu")]
+
+
+def _under_ncu(milestone_name, argv, console):
+    from ..kernels import ncu
+    return ncu.profile(ncu_argv(milestone_name, argv), say=console.say)
+
+
 def main(milestone_name, argv, prog=None):
     """A milestone's command line: exit status 0, or a one-line error and a non-zero status."""
     milestone = MILESTONES[milestone_name]
@@ -310,6 +325,8 @@ def main(milestone_name, argv, prog=None):
         if args.help:
             console.say(usage(script, milestone_name))
             return 0
+        if args.ncu:
+            return _under_ncu(milestone_name, argv, console)
         from ..mx.op import quiet_callback_tracebacks
         with quiet_callback_tracebacks():
             run_milestone(milestone, args, console, clock)

@@ -48,7 +48,7 @@
 //                added by a tree in shared memory (the course's input-channel reduction)
 //   v15 atomics  like v14, but the partial sums added by atomicAdd into y (zeroed first)
 //   v16 fp16     like v13 in half precision: x and the weights converted to half, two outputs per thread
-//                in one half2 accumulator (__hfma2); its error has its own model; never a default
+//                in one f16x2 accumulator (fma.rn.f16x2); its error has its own model; never a default
 //   v17 cublas   like v5, but the GEMM is cuBLAS's (cublasSgemmStridedBatched, FP32, through ctypes);
 //                refused in one line where libcublas is not found; never a default
 //   v18 fft      not the direct sum: FFT overlap-add with cuFFT (tiles of x zero-padded to F x F, R2C,
@@ -1563,50 +1563,67 @@ conv_forward_v15(float* __restrict__ y, const float* __restrict__ x, int B)
 
 // ------------------------------------------------------------------ v16 fp16
 // v13 in half precision: x converted to half (round to nearest) by a pre-pass, each weight stored in its
-// 4-byte constant-bank slot as the half2 pair (k, k); a thread computes two adjacent outputs in one half2
-// accumulator, one __hfma2 per tap (half the FMA instructions of v13). Products and sums are rounded
+// 4-byte constant-bank slot as the pair (k, k); a thread computes two adjacent outputs in one f16x2
+// accumulator, one paired FMA per tap (half the FMA instructions of v13). Products and sums are rounded
 // to 11 significant bits (u = 2^-11, 8192x float32's) and |partial sums| must stay below 65504: its
 // error is measured against its own model (conv/bounds.py), never the float32 bound. Opt-in only.
+// Halves are kept as their bits (unsigned short; a pair as unsigned int, low half first) and computed
+// with the PTX instructions that cuda_fp16.h's __float2half_rn, __hfma2 and __half2float compile to:
+// including that header would make PyCUDA run nvcc's preprocessor on every module load (to hash it).
 // Grid: (tiles of the output plane, M, min(B, 65535)), block (TILE/2, TILE).
 #if WANTED(16)
-#include <cuda_fp16.h>
+__device__ __forceinline__ unsigned short f32_to_f16(float v)
+{
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
 
-extern "C" __global__ void half_input(__half* __restrict__ xh, const float* __restrict__ x, long long n)
+__device__ __forceinline__ float f16_to_f32(unsigned short h)
+{
+    float v;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
+    return v;
+}
+
+__device__ __forceinline__ unsigned fma_f16x2(unsigned a, unsigned b, unsigned c)
+{
+    unsigned d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+extern "C" __global__ void half_input(unsigned short* __restrict__ xh, const float* __restrict__ x, long long n)
 {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        xh[i] = __float2half_rn(x[i]);
+        xh[i] = f32_to_f16(x[i]);
 }
 
-extern "C" __global__ void half_weights(__half2* __restrict__ kh, const float* __restrict__ k, int n)
+extern "C" __global__ void half_weights(unsigned* __restrict__ kh, const float* __restrict__ k, int n)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) kh[i] = __float2half2_rn(k[i]);
-}
-
-__device__ __forceinline__ __half2 bank_half2(int slot)
-{
-    const float bits = c_weights[slot];
-    __half2 pair;
-    memcpy(&pair, &bits, sizeof pair);
-    return pair;
+    if (i < n) {
+        const unsigned h = f32_to_f16(k[i]);
+        kh[i] = h | (h << 16);
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(TILE * TILE / 2)
-conv_forward_v16(float* __restrict__ y, const __half* __restrict__ x, int B)
+conv_forward_v16(float* __restrict__ y, const unsigned short* __restrict__ x, int B)
 {
-    __shared__ __half tile[V4_SPAN * V4_SPAN];
+    __shared__ unsigned short tile[V4_SPAN * V4_SPAN];
     const int tiles_w = (CONV_WO + TILE - 1) / TILE;
     const int h0 = (blockIdx.x / tiles_w) * TILE, w0 = (blockIdx.x % tiles_w) * TILE;
     const int m = blockIdx.y, ty = threadIdx.y, tx = threadIdx.x, t = ty * (TILE / 2) + tx;
     const int h = h0 + ty, w = w0 + 2 * tx;
     for (long long b = blockIdx.z; b < B; b += gridDim.z) {
-        __half2 acc = __float2half2_rn(0.f);
+        unsigned acc = 0;                                   // two half zeros
 #pragma unroll 1
         for (int c = 0; c < CONV_C; ++c) {
-            const __half* xc = x + (b * CONV_C + c) * (CONV_H * CONV_W);
+            const unsigned short* xc = x + (b * CONV_C + c) * (CONV_H * CONV_W);
             for (int i = t; i < V4_SPAN * V4_SPAN; i += TILE * TILE / 2) {
                 const int hh = h0 + i / V4_SPAN, ww = w0 + i % V4_SPAN;
-                tile[i] = (hh < CONV_H && ww < CONV_W) ? xc[hh * CONV_W + ww] : __ushort_as_half(0);
+                tile[i] = (hh < CONV_H && ww < CONV_W) ? xc[hh * CONV_W + ww] : (unsigned short)0;
             }
             __syncthreads();
             const int kbase = m * CONV_CKK + c * CONV_KK;
@@ -1614,14 +1631,14 @@ conv_forward_v16(float* __restrict__ y, const __half* __restrict__ x, int B)
             for (int p = 0; p < CONV_K; ++p)
 #pragma unroll
                 for (int q = 0; q < CONV_K; ++q) {
-                    const __half* s = tile + (ty + p) * V4_SPAN + 2 * tx + q;
-                    acc = __hfma2(__halves2half2(s[0], s[1]), bank_half2(kbase + p * CONV_K + q), acc);
+                    const unsigned short* s = tile + (ty + p) * V4_SPAN + 2 * tx + q;
+                    acc = fma_f16x2(s[0] | ((unsigned)s[1] << 16), __float_as_uint(c_weights[kbase + p * CONV_K + q]), acc);
                 }
             __syncthreads();
         }
         float* out = y + ((b * CONV_M + m) * CONV_HO + h) * CONV_WO + w;
-        if (h < CONV_HO && w < CONV_WO) out[0] = __low2float(acc);
-        if (h < CONV_HO && w + 1 < CONV_WO) out[1] = __high2float(acc);
+        if (h < CONV_HO && w < CONV_WO) out[0] = f16_to_f32((unsigned short)(acc & 0xffffu));
+        if (h < CONV_HO && w + 1 < CONV_WO) out[1] = f16_to_f32((unsigned short)(acc >> 16));
     }
 }
 #endif  // WANTED(16)

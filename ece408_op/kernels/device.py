@@ -140,11 +140,12 @@ class GpuDevice:
             self._pinned[name] = self.cuda.pagelocked_empty(max(int(count), 1), np.float32)
         return self._pinned[name][:count]
 
-    def stream(self, name):
+    def stream(self, name, flags=0):
         """A CUDA stream kept for reuse: created and destroyed with this context current (a
-        stream collected on a thread without the context is leaked, with PyCUDA's warning)."""
+        stream collected on a thread without the context is leaked, with PyCUDA's warning).
+        ``flags`` 1 (CU_STREAM_NON_BLOCKING): no implicit ordering with the legacy null stream."""
         if name not in self._streams:
-            self._streams[name] = self.cuda.Stream()
+            self._streams[name] = self.cuda.Stream(flags)
         return self._streams[name]
 
     def events(self, name, count):

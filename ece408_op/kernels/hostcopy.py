@@ -26,6 +26,13 @@ faults on the way: three passes over 1.15 GB and two sets of faults. Here:
   driver pins and maps every page on every call.
 * mode ``direct``: the launcher's own host path, for comparison.
 
+* ``ECE408_STREAMS=N`` (unset by default): the course's streams (m3's copy path in its later
+  terms): x and y through page-locked staging buffers, the batch in N chunks of whole images, chunk
+  i's copy in on one stream while chunk i - 1's kernels run and chunk i - 2's y leaves on another,
+  then the host copies each chunk into the caller's memory as it lands (``_streamed``). N = 1 is the
+  same path with nothing overlapped, the baseline the overlap is measured against. Team kernels
+  (``entry``) keep the other modes.
+
 ``ECE408_HOST_COPY`` picks the mode (default ``ring``); ``ECE408_HUGEPAGES=0`` leaves the
 output's pages at the system's default size; ``records`` keeps the timings of every
 call (wall time, copies in and out, the kernel call and its Op Time, bytes), which
@@ -49,6 +56,9 @@ from ..errors import GpuError
 from .device import GpuDevice, cuda_error_line
 
 MODE_ENV = "ECE408_HOST_COPY"
+STREAMS_ENV = "ECE408_STREAMS"         # N: the streams path in N chunks of the batch (unset: MODE_ENV's copy)
+MAX_STREAM_CHUNKS = 64
+NON_BLOCKING = 1                       # CU_STREAM_NON_BLOCKING: no implicit ordering with the null stream
 HUGEPAGES_ENV = "ECE408_HUGEPAGES"     # 0: do not ask for transparent huge pages on the output
 MODES = ("ring", "registered", "direct")
 PAGE = mmap.PAGESIZE
@@ -157,6 +167,9 @@ class Record:
     op_time: float = 0.0         # the course's Op Time
     copy_out: float = 0.0        # y back into the caller's memory
     notes: list = field(default_factory=list)
+    streams: int = 0             # ECE408_STREAMS's chunks (0: not the streams path); then, on the GPU's clock:
+    kernels: float = 0.0         # the chunks' kernels, added up (what Op Time is without copies in between)
+    gpu_pipeline: float = 0.0    # from the first copy in starting to the last copy out ending
 
 
 records = deque(maxlen=4096)
@@ -177,6 +190,17 @@ def records_since(start):
 def record_count():
     with _records_lock:
         return len(records)
+
+
+def stream_chunks():
+    """None (``ECE408_STREAMS`` unset: the copy mode's path), else its number of chunks."""
+    text = os.environ.get(STREAMS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= MAX_STREAM_CHUNKS:
+        raise GpuError(f"{STREAMS_ENV}={text!r}: give a number of chunks from 1 to {MAX_STREAM_CHUNKS} "
+                       "(1: the streams path with nothing overlapped), or unset it")
+    return int(text)
 
 
 def host_copy_mode():
@@ -403,10 +427,17 @@ def forward_into(out, x, k, bias=None, spec=None, version=None, fused=False, dev
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = np.ascontiguousarray(k, dtype=np.float32)
     bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    chunks = stream_chunks()
     record = Record("fused" if fused else "conv", mode, x.nbytes, out.nbytes)
     if not (out.dtype == np.float32 and out.flags.c_contiguous):
         raise GpuError("forward_into writes C-contiguous float32 memory only")
-    if mode == "direct":
+    if chunks is not None and entry is not None:
+        record.notes.append(f"{STREAMS_ENV} ignored: a team's forward copies as {mode} does")
+    if chunks is not None and entry is None:
+        record.mode, record.streams = f"streams ({chunks})", chunks
+        if x.shape[0] > 0:
+            record.op_time = _streamed(record, out, x, k, bias, spec, version, fused, device)
+    elif mode == "direct":
         record.op_time = _direct(out, x, k, bias, spec, version, fused, device)
     elif x.shape[0] > 0:
         record.op_time = _piped(record, out, x, k, bias, spec, version, fused, device, entry)
@@ -460,6 +491,97 @@ def _piped(record, out, x, k, bias, spec, version, fused, device, entry=None):
     if os.environ.get(HUGEPAGES_ENV, "1").strip() == "0":
         record.notes.append(f"{HUGEPAGES_ENV}=0")
     return record.op_time
+
+
+def _layer_plan(dev, x, k, bias, spec, version, fused):
+    """The plan the device-pointer entry points would run for this layer (inside ``dev.active()``)."""
+    from .launch import _with_bias, fused_plan_for, plan_for
+    from .shape import ConvShape
+    from .versions import choose_version
+    spec = _with_bias(spec, k, bias)
+    shape = ConvShape.of(x.shape, k.shape, spec)
+    if fused:
+        return fused_plan_for(dev, shape, version)
+    return plan_for(dev, shape, choose_version(version, shape, dev.name))
+
+
+def _streamed(record, out, x, k, bias, spec, version, fused, device):
+    """The streams path (module doc): chunks of whole images, so that chunk i's pointers are the whole
+    batch's at image b0 and every kernel sees the addresses (and alignment) it sees in one launch.
+    Kernels run on the null stream (one after another, sharing the plan's workspaces); the copies on
+    two non-blocking streams, ordered with them by events: chunk i's kernels are launched once its copy
+    in has landed (the host waits on that event while the GPU runs chunk i - 1), its copy out waits on
+    the event after its kernels. Op Time, on the GPU's clock: from the start of the first chunk's
+    kernels to the end of the last chunk's, the course's "from the last copy before the first kernel
+    to the first copy after the last" where copies run between kernels (with N = 1, the kernels
+    alone); ``record.kernels`` is the kernels' own time added up, ``record.gpu_pipeline`` the whole
+    pipeline's."""
+    dev, batch, chunks = GpuDevice.get(device), len(x), record.streams
+    cuda = dev.cuda
+    edges = sorted({round(i * batch / chunks) for i in range(chunks + 1)})
+    parts = list(zip(edges[:-1], edges[1:]))
+    x_image, y_image = x.nbytes // batch, out.nbytes // batch
+    with dev.active():
+        tasks = []
+        try:
+            plan = _layer_plan(dev, x, k, bias, spec, version, fused)
+            xd, yd = int(dev.buffer("hostcopy-x", x.nbytes)), int(dev.buffer("hostcopy-y", out.nbytes))
+            kd = dev.buffer("hostcopy-k", k.nbytes)
+            cuda.memcpy_htod(kd, k)
+            bd = 0
+            if bias is not None:
+                bd = dev.buffer("hostcopy-bias", bias.nbytes)
+                cuda.memcpy_htod(bd, bias)
+            xs = dev.pinned("streams-x", x.size).view(np.uint8)
+            ys = dev.pinned("streams-y", out.size).view(np.uint8)
+            t = time.perf_counter()
+            staged = [copy_bytes(address(xs) + b0 * x_image, address(x) + b0 * x_image, (b1 - b0) * x_image)
+                      for b0, b1 in parts]
+            tasks += [f for chunk in staged for f in chunk]
+            if not plan.warm:                   # first-launch costs out of the timing (as plan.forward does)
+                plan.launch(yd, xd, int(kd), int(bd), parts[0][1] - parts[0][0])
+                dev.synchronize()
+                plan.warm = True
+            s_in, s_out = dev.stream("streams-in", NON_BLOCKING), dev.stream("streams-out", NON_BLOCKING)
+            n = len(parts)
+            events = dev.events("streams", 4 * n + 1)
+            first, landed, began, ended, left = events[0], events[1:n + 1], events[n + 1:2 * n + 1], \
+                events[2 * n + 1:3 * n + 1], events[3 * n + 1:]
+            first.record(s_in)
+            for i in range(n + 1):
+                if i < n:                       # chunk i in (staged by the pool) ...
+                    b0, b1 = parts[i]
+                    wait_all(staged[i])
+                    cuda.memcpy_htod_async(xd + b0 * x_image, xs[b0 * x_image:b1 * x_image], s_in)
+                    landed[i].record(s_in)
+                if i > 0:                       # ... while chunk i - 1's kernels wait for theirs, then run
+                    b0, b1 = parts[i - 1]
+                    landed[i - 1].synchronize()
+                    began[i - 1].record()
+                    plan.launch(yd + b0 * y_image, xd + b0 * x_image, int(kd), int(bd), b1 - b0)
+                    ended[i - 1].record()
+                    s_out.wait_for_event(ended[i - 1])
+                    cuda.memcpy_dtoh_async(ys[b0 * y_image:b1 * y_image], yd + b0 * y_image, s_out)
+                    left[i - 1].record(s_out)
+            record.kernel_call = time.perf_counter() - t     # (x's staging and copies in are inside it)
+            t = time.perf_counter()
+            for i, (b0, b1) in enumerate(parts):
+                left[i].synchronize()
+                tasks += copy_bytes(address(out) + b0 * y_image, address(ys) + b0 * y_image, (b1 - b0) * y_image,
+                                    fault_first=True)
+            wait_all(tasks)
+            record.copy_out = time.perf_counter() - t
+            record.kernels = sum(began[i].time_till(ended[i]) for i in range(n)) / 1e3
+            record.gpu_pipeline = first.time_till(left[-1]) / 1e3
+            record.notes.append(f"streams: {n} chunks, kernels {record.kernels * 1e3:.3f} ms, GPU pipeline "
+                                f"{record.gpu_pipeline * 1e3:.2f} ms")
+            return began[0].time_till(ended[-1]) / 1e3
+        except cuda.Error as exc:
+            raise GpuError(f"streams ({chunks}) failed: {cuda_error_line(exc)}") from exc
+        finally:
+            for future in tasks:
+                if not future.cancel():
+                    future.exception()
 
 
 def measure_link(device=None, nbytes=256 << 20, repeats=5):

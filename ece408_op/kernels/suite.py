@@ -114,28 +114,36 @@ class Case:
         self.x_bytes = 4 * self.x.numel()
         self._references = {}
 
-    def reference(self, fused):
-        """(float64 reference, bound) of the sampled images, computed once per case."""
-        if fused not in self._references:
-            self._references[fused] = (fused_reference_and_bound if fused else reference_and_bound)(
-                self.x_host, self.k_host, None, self.spec)
-        return self._references[fused]
+    def reference(self, fused, version=None):
+        """(float64 reference, bound) of the sampled images, computed once per case; ``version``: one
+        with its own error model (v16, v18) is held to that model's bound instead of float32's."""
+        own = version if version is not None and version.own_error_model and not fused else None
+        key = (fused, own.number if own else None)
+        if key not in self._references:
+            compute = own.reference_and_bound if own else fused_reference_and_bound if fused else reference_and_bound
+            self._references[key] = compute(self.x_host, self.k_host, None, self.spec)
+        return self._references[key]
 
     def conv_conv(self):
         return self.torch.nn.functional.conv2d(self.x, self.k, None, self.layer.stride, self.layer.pad)
 
-    def measure(self, fn, out, fused=False, timed=None):
+    def measure(self, fn, out, fused=False, timed=None, version=None):
         """Poison ``out``, run ``fn`` once and validate the sampled images, then time ``timed``
-        (default ``fn``; cuDNN's entries validate through a copy into ``out`` and are timed alone)."""
+        (default ``fn``; cuDNN's entries validate through a copy into ``out`` and are timed alone).
+        ``version`` with its own error model: valid against that model, and its error against the
+        float32 bound is kept too (``worst_error_vs_float32``)."""
         out.fill_(float("nan"))
         fn()
         self.torch.cuda.synchronize()
         got = out[self.sample.tolist()].cpu().numpy().astype(np.float64)
-        ref, bound = self.reference(fused)
+        ref, bound = self.reference(fused, version)
         err = np.abs(got - ref)
         entry = time_events(self.torch, timed or fn, self.repeats, warmup=2, flush=self.flush)
         entry.update(valid=bool((err <= bound).all()), worst_error_vs_bound=float(np.nanmax(err / np.maximum(bound, 1e-30))),
                      rel_error=float(np.linalg.norm(np.nan_to_num(got - ref, nan=1e30)) / max(np.linalg.norm(ref), 1e-30)))
+        if version is not None and version.own_error_model and not fused:
+            bound32 = self.reference(fused)[1]
+            entry["worst_error_vs_float32"] = float(np.nanmax(err / np.maximum(bound32, 1e-30)))
         return entry
 
     def launcher(self, plan, out):
@@ -164,7 +172,7 @@ def _versions_for(layer, shape, batch, default):
     numbers = set(FAST) | {default}
     if layer.course and batch == LADDER_BATCH:
         numbers = set(VERSIONS)
-    return [n for n in sorted(numbers) if VERSIONS[n].unsupported(shape) is None]
+    return [n for n in sorted(numbers) if VERSIONS[n].unsupported(shape) is None and VERSIONS[n].available() is None]
 
 
 def run_case(torch, layer, batch, repeats, flush, copy_bw, peak, log):
@@ -188,7 +196,7 @@ def run_case(torch, layer, batch, repeats, flush, copy_bw, peak, log):
     y_bytes = 4 * case.y.numel()
     default = _default_now(shape, dev.name)
     for number in _versions_for(layer, shape, batch, default):
-        add(VERSIONS[number].label, case.measure(case.ours(number), case.y), "conv", y_bytes)
+        add(VERSIONS[number].label, case.measure(case.ours(number), case.y, version=VERSIONS[number]), "conv", y_bytes)
     add("cudnn", case.measure(lambda: case.y.copy_(case.conv_conv()), case.y, timed=case.conv_conv), "conv", y_bytes)
     if layer.fused:
         p_bytes = 4 * case.pooled.numel()
