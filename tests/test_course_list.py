@@ -174,7 +174,7 @@ NCU_CSV = '''==PROF== Connected to process 4242
 def _ncu_csv():
     def values(*numbers):
         return ",".join(f'"{n}"' for n in numbers)
-    return NCU_CSV.format(metrics=",".join(f'"{m}"' for m in ncu.METRICS), units=values("nsecond", *["byte/second"] + ["inst/second"] * 4 + ["%"]),
+    return NCU_CSV.format(metrics=",".join(f'"{m}"' for m in ncu.METRICS), units=values("ns", *["byte/s"] + ["inst/s"] * 4 + ["%"]),
                           v7a=values("400000", "2,900,000,000,000", "1.5e13", "0", "0", "0", "61.5"),
                           v7b=values("600000", "2,700,000,000,000", "1.3e13", "0", "0", "0", "58.5"),
                           im2col=values("100000", "1e12", "0", "0", "0", "0", "n/a"))
@@ -191,10 +191,11 @@ def test_ncu_command_and_table():
     assert v7["fp32_GFLOP_per_s"] == pytest.approx(2 * 1.38e4) and v7["occupancy_pct"] == pytest.approx(59.7)
     assert im2col["occupancy_pct"] is None
     text = ncu.table(rows).splitlines()
-    assert text[0].split()[:3] == ["kernel", "calls", "mean"] and text[1].startswith("conv_forward_v7")
+    assert text[0].split()[:4] == ["kernel", "grid", "calls", "mean"] and text[1].startswith("conv_forward_v7")
+    assert text[1].split()[1:4] == ["(5625,1,1)", "2", "0.500"]
     assert ncu.parse("==PROF== Disconnected\n") == []
-    assert [ncu.unit_scale(u) for u in ("usecond", "msecond", "Gbyte/second", "byte/second", "%", "")] == \
-        [1e-6, 1e-3, 1e9, 1, 1, 1]
+    assert [ncu.unit_scale(u) for u in ("us", "msecond", "Gbyte/s", "byte/s", "inst/s", "%", "")] == \
+        [1e-6, 1e-3, 1e9, 1, 1, 1, 1]
 
 
 def test_ncu_missing_is_one_line(monkeypatch):

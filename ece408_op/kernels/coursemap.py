@@ -172,3 +172,20 @@ def run(batch=10000, repeats=20, out="bench-gpu", streams=True, log=print):
     log(markdown(result))
     bad = [r for r in result["kernels"] if r.get("valid") is False] + [r for r in result.get("streams", []) if not r["valid"]]
     return 1 if bad else 0
+
+
+def ncu_target():
+    """What docs/bench/ncu_course_list.txt profiles: v3, v13, v4, v16, v17, v18 once each (a warm-up and a
+    timed launch) on ece408-high's layer, then v13-v16 on 2019 conv2's, at 1,000 images:
+    ``python -m ece408_op.kernels.ncu -- python -m ece408_op.kernels.coursemap``."""
+    from .launch import conv2d_forward_gpu
+    rng = np.random.default_rng(0)
+    for (c, hw, m), numbers in (((1, 28, 50), (3, 13, 4, 16, 17, 18)), ((12, 33, 24), (13, 14, 15, 16))):
+        x = rng.random((1000, c, hw, hw), dtype=np.float32)
+        k = (rng.standard_normal((m, c, 5, 5)) / np.sqrt(c * 25)).astype(np.float32)
+        for number in numbers:
+            conv2d_forward_gpu(x, k, version=number)
+
+
+if __name__ == "__main__":
+    ncu_target()

@@ -71,11 +71,10 @@ PREFIXES = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 
 
 
 def unit_scale(unit):
-    """The factor to base units of ncu's unit name: 'nsecond' 1e-9, 'usecond' 1e-6, 'Gbyte/second' 1e9,
-    'byte/second', 'inst/second', '%', '' 1."""
-    unit = (unit or "").strip()
-    head = unit.split("/", 1)[0]
-    if len(head) > 1 and head[0] in PREFIXES and head[1:] in ("second", "byte", "inst", "cycle"):
+    """The factor to base units of ncu's unit name: 'ns' (ncu 2025 with --print-units base) and 'nsecond'
+    1e-9, 'us' 1e-6, 'Gbyte/s' 1e9; 'byte/s', 'inst/s', '%', '' 1."""
+    head = (unit or "").strip().split("/", 1)[0]
+    if len(head) > 1 and head[0] in PREFIXES and head[1:] in ("s", "second", "B", "byte", "inst", "cycle"):
         return PREFIXES[head[0]]
     return 1.0
 
@@ -94,7 +93,8 @@ def parse(text):
             if not scales:                              # the units row (then ==PROF== lines, if any)
                 scales = {metric: unit_scale(record.get(metric)) for metric in METRICS}
             continue
-        row = {"kernel": record.get("Kernel Name", "?")}
+        row = {"kernel": record.get("Kernel Name", "?"), "block": record.get("Block Size", ""),
+               "grid": record.get("Grid Size", "")}
         for metric, column in METRICS.items():
             value = _number(record.get(metric))
             row[column] = None if value is None else value * scales.get(metric, 1.0)
@@ -103,13 +103,13 @@ def parse(text):
 
 
 def summary(rows):
-    """Per kernel name, in order of first launch: launches, total and mean time, and the time-weighted
-    means of the rates and the occupancy."""
+    """Per kernel and launch shape (name, block, grid: one layer's launches of one kernel), in order of
+    first launch: launches, total and mean time, and the time-weighted means of the rates and occupancy."""
     kernels = {}
     for row in rows:
-        kernels.setdefault(row["kernel"], []).append(row)
+        kernels.setdefault((row["kernel"], row.get("block", ""), row.get("grid", "")), []).append(row)
     out = []
-    for name, launches in kernels.items():
+    for (name, block, grid), launches in kernels.items():
         times = [r["duration_s"] or 0.0 for r in launches]
         total = sum(times) or 1e-30
 
@@ -117,7 +117,7 @@ def summary(rows):
             pairs = [(r[column], t) for r, t in zip(launches, times) if r[column] is not None]
             return sum(v * t for v, t in pairs) / sum(t for _, t in pairs) if pairs and sum(t for _, t in pairs) else None
         flops = [mean(c) for c in ("ffma_per_s", "fadd_per_s", "fmul_per_s")]
-        out.append({"kernel": name, "launches": len(launches), "total_s": sum(times), "mean_s": total / len(launches),
+        out.append({"kernel": name, "block": block, "grid": grid, "launches": len(launches), "total_s": sum(times), "mean_s": total / len(launches),
                     "dram_GB_per_s": None if mean("dram_bytes_per_s") is None else mean("dram_bytes_per_s") / 1e9,
                     "fp32_GFLOP_per_s": None if flops[0] is None else (2 * flops[0] + (flops[1] or 0) + (flops[2] or 0)) / 1e9,
                     "hfma_G_per_s": None if mean("hfma_per_s") is None else mean("hfma_per_s") / 1e9,
@@ -129,10 +129,11 @@ def table(rows):
     """``summary(rows)`` as text, one line per kernel."""
     def show(value, fmt):
         return format(value, fmt) if value is not None else "-"
-    lines = [f"{'kernel':40s} {'calls':>5s} {'mean ms':>9s} {'DRAM GB/s':>10s} {'FP32 GFLOP/s':>13s} "
+    lines = [f"{'kernel':32s} {'grid':>18s} {'calls':>5s} {'mean ms':>9s} {'DRAM GB/s':>10s} {'FP32 GFLOP/s':>13s} "
              f"{'HFMA G/s':>9s} {'occupancy %':>12s}"]
     for s in summary(rows):
-        lines.append(f"{s['kernel'][:40]:40s} {s['launches']:5d} {s['mean_s'] * 1e3:9.3f} {show(s['dram_GB_per_s'], '10.0f')} "
+        lines.append(f"{s['kernel'][:32]:32s} {s['grid'].replace(' ', '')[:18]:>18s} {s['launches']:5d} "
+                     f"{s['mean_s'] * 1e3:9.3f} {show(s['dram_GB_per_s'], '10.0f')} "
                      f"{show(s['fp32_GFLOP_per_s'], '13.0f')} {show(s['hfma_G_per_s'], '9.0f')} "
                      f"{show(s['occupancy_pct'], '12.1f')}")
     return "\n".join(lines)
