@@ -1,5 +1,5 @@
-"""The course's optimisation list without a GPU (issue 24): v13-v18 in the version table (never a
-default), the error models of v16 (FP16) and v18 (FFT) and that they can fail, the cuBLAS/cuFFT
+"""The course's optimisation list without a GPU (issue 24): v14-v19 in the version table (never a
+default), the error models of v17 (FP16) and v19 (FFT) and that they can fail, the cuBLAS/cuFFT
 loaders' one-line refusal, ECE408_STREAMS, and the Nsight Compute wrapper (--ncu)."""
 import re
 import shutil
@@ -15,7 +15,7 @@ from ece408_op.kernels import hostcopy, libraries, ncu, suite, versions
 
 S = kernels.ConvShape
 COURSE = [layer.shape() for layer in suite.LAYERS if layer.course]
-NEW = (13, 14, 15, 16, 17, 18)
+NEW = (14, 15, 16, 17, 18, 19)
 
 
 def test_new_versions_are_never_defaults_and_parse_by_name():
@@ -28,42 +28,42 @@ def test_new_versions_are_never_defaults_and_parse_by_name():
         assert kernels.default_version(shape, "NVIDIA H100 80GB HBM3") not in NEW
     rows = [{"layer": "L", "shape": "K", "batch": 1, "entry": f"v{n} {kernels.VERSIONS[n].name}", "kind": "conv",
              "median_s": 1e-6 * n, "valid": True} for n in (*NEW, 7)]
-    assert suite.choose_defaults({"layers": [{"name": "L"}], "rows": rows}) == {"K": 7}   # v13 fastest, not chosen
+    assert suite.choose_defaults({"layers": [{"name": "L"}], "rows": rows}) == {"K": 7}   # v14 fastest, not chosen
 
 
 def test_own_error_models_are_declared_where_the_float32_bound_does_not_hold():
-    assert [n for n, v in kernels.VERSIONS.items() if v.own_error_model] == [16, 18]
-    assert all(not kernels.VERSIONS[n].exact for n in (16, 18))
+    assert [n for n, v in kernels.VERSIONS.items() if v.own_error_model] == [17, 19]
+    assert all(not kernels.VERSIONS[n].exact for n in (17, 19))
 
 
 @pytest.mark.parametrize("shape", [S(1, 28, 28, 50, 5), S(6, 30, 30, 16, 5), S(12, 33, 33, 24, 5), S(1, 70, 70, 12, 5)],
                          ids=str)
 def test_channel_slices_and_fft_sizes(shape):
-    v14, v18 = kernels.VERSIONS[14], kernels.VERSIONS[18]
-    slices = v14.slices(shape)
+    v15, v19 = kernels.VERSIONS[14], kernels.VERSIONS[18]
+    slices = v15.slices(shape)
     assert slices & (slices - 1) == 0 and slices <= min(shape.C, 4) and slices * 2 > min(shape.C, 4)
-    size = v18.size(shape)
-    th, tw = v18.tiles(shape, size)
+    size = v19.size(shape)
+    th, tw = v19.tiles(shape, size)
     edge = size - shape.K + 1
     assert edge * th >= shape.H and edge * (th - 1) < shape.H and tw == th       # tiles cover x, none wasted
-    for other in v18.SIZES:                                                     # no other size does less work
+    for other in v19.SIZES:                                                     # no other size does less work
         if other >= shape.K:
-            assert np.prod(v18.tiles(shape, other)) * other ** 2 >= th * tw * size ** 2
+            assert np.prod(v19.tiles(shape, other)) * other ** 2 >= th * tw * size ** 2
     defines = kernels.module_defines(shape)
-    assert defines["V14_CZ"] == slices and defines["V18_F"] == size
+    assert defines["V15_CZ"] == slices and defines["V19_F"] == size
 
 
 def test_new_versions_refuse_in_one_line_what_they_cannot_run():
     big = S(64, 32, 32, 128, 5)                      # weights beyond the constant bank
-    for number in (13, 14, 15, 16):
+    for number in (14, 15, 16, 17):
         assert "constant memory" in kernels.VERSIONS[number].unsupported(big)
     stride2 = S(8, 20, 20, 8, 3, 3, 2, 2)
-    for number in (13, 14, 15, 16, 18):
+    for number in (14, 15, 16, 17, 19):
         assert "stride" in kernels.VERSIONS[number].unsupported(stride2)
-    assert kernels.VERSIONS[17].unsupported(stride2) is None                # general, like v5
-    with pytest.raises(ValueError, match="V18_F must be one of"):
+    assert kernels.VERSIONS[18].unsupported(stride2) is None                # general, like v5
+    with pytest.raises(ValueError, match="V19_F must be one of"):
         # bad input: a transform size the FFT version does not build
-        kernels.module_defines(S(1, 28, 28, 50, 5), {"V18_F": 48})
+        kernels.module_defines(S(1, 28, 28, 50, 5), {"V19_F": 48})
 
 
 def _fp16_direct(x, k):
@@ -90,7 +90,7 @@ def test_fp16_model_holds_for_half_arithmetic_and_catches_a_wrong_window(shape):
     k = (rng.standard_normal((m, c, kk, kk)) * 0.01).astype(np.float32)
     errors = bounds.fp16_errors(_fp16_direct(x, k), x, k)
     assert errors["vs_bound"] <= 1 and errors["rms_vs_model"] <= 1, errors
-    assert errors["vs_float32"] > 1                              # why v16 has a model of its own
+    assert errors["vs_float32"] > 1                              # why v17 has a model of its own
     ref = reference_and_bound(x, k)[0]
     shifted = np.roll(ref, 1, axis=3).astype(np.float32)         # each output from its neighbour's window
     wrong = bounds.fp16_errors(shifted, x, k)
@@ -103,7 +103,7 @@ def test_fft_model_holds_for_a_float32_transform_and_catches_a_wrong_window(shap
     rng = np.random.default_rng(sum(shape))
     x = rng.random((b, c, h, w), dtype=np.float32)
     k = rng.standard_normal((m, c, kk, kk)).astype(np.float32)
-    size = kernels.VERSIONS[18].size(S(c, h, w, m, kk))
+    size = kernels.VERSIONS[19].size(S(c, h, w, m, kk))
     ref = reference_and_bound(x, k)[0]
     rounded = (ref + ref * rng.uniform(-1, 1, ref.shape) * 2.0 ** -20).astype(np.float32)   # 16 ulps each
     assert bounds.fft_errors(rounded, x, k, size=size)["vs_bound"] <= 1
@@ -121,8 +121,8 @@ def no_libraries(monkeypatch):
     monkeypatch.setattr(libraries, "_instances", {})
 
 
-@pytest.mark.parametrize("stem, call, label", [("libcublas", libraries.cublas, "v17 cublas"),
-                                               ("libcufft", libraries.cufft, "v18 fft")])
+@pytest.mark.parametrize("stem, call, label", [("libcublas", libraries.cublas, "v18 cublas"),
+                                               ("libcufft", libraries.cufft, "v19 fft")])
 def test_a_missing_library_is_one_line_naming_where_it_was_looked_for(no_libraries, stem, call, label):
     # bad input: a machine without cuBLAS / cuFFT
     with pytest.raises(GpuError) as info:
@@ -130,7 +130,7 @@ def test_a_missing_library_is_one_line_naming_where_it_was_looked_for(no_librari
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"kernel {label} cannot run here: {stem}.so not found")
     assert "/usr/local/cuda/lib64" in message and "site-packages/nvidia/*/lib" in message
-    assert kernels.VERSIONS[17 if stem == "libcublas" else 18].available() == message.split("here: ", 1)[1]
+    assert kernels.VERSIONS[18 if stem == "libcublas" else 19].available() == message.split("here: ", 1)[1]
 
 
 def test_library_search_order_is_the_toolkit_then_the_wheels(tmp_path, monkeypatch):
@@ -211,20 +211,20 @@ def test_ncu_missing_is_one_line(monkeypatch):
 def test_milestone_ncu_reruns_itself_without_the_flag():
     from ece408_op.cli.milestone import ncu_argv, parse_args
     assert parse_args(["100", "--ncu"], "m3", "m3").ncu
-    argv = ncu_argv("m3", ["100", "--ncu", "--kernel", "13"])
-    assert argv[-5:] == ["ece408_op", "m3", "100", "--kernel", "13"] and "--ncu" not in argv
+    argv = ncu_argv("m3", ["100", "--ncu", "--kernel", "14"])
+    assert argv[-5:] == ["ece408_op", "m3", "100", "--kernel", "14"] and "--ncu" not in argv
 
 
 CUOBJDUMP, NVCC = shutil.which("cuobjdump"), shutil.which("nvcc")
 
 
 @pytest.mark.skipif(CUOBJDUMP is None or NVCC is None, reason="nvcc or cuobjdump not on PATH")
-def test_v16_computes_in_paired_half_fmas(tmp_path):
+def test_v17_computes_in_paired_half_fmas(tmp_path):
     shape = S(1, 28, 28, 50, 5)
-    defines = versions.plan_defines(16, kernels.VERSIONS[16].inner(shape))
-    cubin = tmp_path / "v16.cubin"
+    defines = versions.plan_defines(17, kernels.VERSIONS[17].inner(shape))
+    cubin = tmp_path / "v17.cubin"
     subprocess.run([NVCC, "-arch=sm_90", "-cubin", *[f"-D{k}={v}" for k, v in sorted(defines.items())],
                     "-o", str(cubin), str(kernels.SOURCE)], check=True, capture_output=True)
-    sass = subprocess.run([CUOBJDUMP, "-sass", "-fun", "conv_forward_v16", str(cubin)], check=True,
+    sass = subprocess.run([CUOBJDUMP, "-sass", "-fun", "conv_forward_v17", str(cubin)], check=True,
                           capture_output=True, text=True).stdout
     assert len(re.findall(r"\bHFMA2\b", sass)) >= 25 and not re.findall(r"\bFFMA\b", sass)

@@ -51,17 +51,17 @@ def _version_id(number):
 
 
 def _require_available(version):
-    """Skip where a version's library (v17 cuBLAS, v18 cuFFT) is not on this machine."""
+    """Skip where a version's library (v18 cuBLAS, v19 cuFFT) is not on this machine."""
     why = kernels.VERSIONS[version].available()
     if why:
         pytest.skip(why)
 
 
 def check_own_model(version, y, x, k, bias=None, spec=None, what="kernel"):
-    """v16 (FP16) and v18 (FFT) against their error models (conv/bounds.py): elementwise within the model's
+    """v17 (FP16) and v19 (FFT) against their error models (conv/bounds.py): elementwise within the model's
     bound, and for FP16 the RMS error within the random-walk model as well."""
     from ece408_op.conv import bounds
-    if version == 16:
+    if version == 17:
         errors = bounds.fp16_errors(y, x, k, bias, spec)
         assert errors["rms_vs_model"] <= 1.0, f"{what}: RMS error {errors['rms_vs_model']:.2f}x the FP16 model"
     else:
@@ -251,7 +251,7 @@ ACCURACY = [
 ]
 
 
-@pytest.mark.parametrize("version", [8, 17] + [n for n, v in sorted(kernels.VERSIONS.items())
+@pytest.mark.parametrize("version", [8, 18] + [n for n, v in sorted(kernels.VERSIONS.items())
                                                 if not v.exact and not v.own_error_model], ids=_version_id)
 @pytest.mark.parametrize("scale", [1.0, 1e6])
 @pytest.mark.parametrize("layer", ACCURACY, ids=lambda g: "C%dM%d" % (g[1], g[4]) if isinstance(g, tuple) else str(g))

@@ -1,9 +1,9 @@
-"""Error models of the two GPU versions that do not keep the float32 bound: v16 (FP16 storage and
-arithmetic) and v18 (FFT overlap-add). Each returns the float64 reference and an elementwise bound
+"""Error models of the two GPU versions that do not keep the float32 bound: v17 (FP16 storage and
+arithmetic) and v19 (FFT overlap-add). Each returns the float64 reference and an elementwise bound
 its results must meet; ``*_errors`` give the measured figures the docs quote (error / own bound,
 error / float32 bound, and for FP16 the RMS error against the random-walk model).
 
-FP16 (v16): x and k rounded to half (unit roundoff u16 = 2^-11, 8192 x float32's), then n = C*K*K
+FP16 (v17): x and k rounded to half (unit roundoff u16 = 2^-11, 8192 x float32's), then n = C*K*K
 fused multiply-adds into a half accumulator, each rounding once. The classic worst case is
 |error| <= gamma_(n+2) * sum |x k| (two input roundings and n accumulation roundings, Higham's
 gamma_n = n u / (1 - n u), taken as 1.1 n u), plus what subnormal halves lose in absolute terms
@@ -12,7 +12,7 @@ rounding errors add like a random walk, about u16 * sqrt(n) * |sum|: the tests a
 error against u16 * sqrt(n + 2) * RMS(sum |x k|), which a wrong index or window misses by 7x or more
 (a NumPy simulation of the kernel's order measured 0.02-0.64 of it on the test shapes).
 
-FFT (v18): a convolution by transforms of size F x F is accurate norm-wise, not elementwise: each
+FFT (v19): a convolution by transforms of size F x F is accurate norm-wise, not elementwise: each
 output carries rounding of the energy of the whole tile it comes from. Model: |error| <= u32 *
 (2 log2 F + C) * sum over c of ||x_bc||_2 ||k_mc||_2 (whole images; log2 F^2 for the transform
 pairs, C for the sum over channels), plus the float32 bound (the bias, added after). A NumPy float32

@@ -30,8 +30,8 @@ the benchmark runs next to PyTorch/cuDNN. Files:
     profile.py        the nvprof-style table of --profile
     bench.py          every version against cuDNN and the memory floor; the v7 sweep
     suite.py          the benchmark suite: every shape and batch, ratio tables, plots, defaults.json
-    libraries.py      cuBLAS and cuFFT through ctypes (v17, v18), found where CUDA's loaders look
-    coursemap.py      the course's optimisation list measured: v13-v18 and ECE408_STREAMS (docs/course-map.md)
+    libraries.py      cuBLAS and cuFFT through ctypes (v18, v19), found where CUDA's loaders look
+    coursemap.py      the course's optimisation list measured: v14-v19 and ECE408_STREAMS (docs/course-map.md)
     ncu.py            Nsight Compute over a command (--ncu): each kernel's time, bandwidth, FLOP rate, occupancy
 
 CUDA is used through the device's primary context, pushed and popped around every use,

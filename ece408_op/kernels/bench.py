@@ -3,7 +3,7 @@
     python -m ece408_op bench gpu [--batch 10000] [--repeats 30] [--out DIR]
     python -m ece408_op bench gpu --sweep [--apply]     # v7's tuning sweep (tuning.json)
     python -m ece408_op bench gpu --suite [--apply]     # every layer and batch (suite.py; defaults.json)
-    python -m ece408_op bench gpu --course-map          # the course's list: v13-v18, streams (coursemap.py)
+    python -m ece408_op bench gpu --course-map          # the course's list: v14-v19, streams (coursemap.py)
 
 Runs without MXNet (PyTorch, PyCUDA and NumPy only). cuDNN is "just another
 version": every entry is validated against the float64 NumPy reference on a
@@ -61,7 +61,7 @@ def time_events(torch, fn, repeats, warmup=3, flush=None):
 
 def validate(y, x, k, sample, version=None):
     """Max error of y against the float64 reference on the sampled images, and the bound it must meet
-    (``version``'s own error model where it has one: v16, v18)."""
+    (``version``'s own error model where it has one: v17, v19)."""
     ref, bound = (version.reference_and_bound if version is not None else reference_and_bound)(x[sample], k)
     err = np.abs(y[sample].astype(np.float64) - ref)
     return bool((err <= bound).all()), float((err / np.maximum(bound, 1e-30)).max())
@@ -290,7 +290,7 @@ def main(argv=None):
     parser.add_argument("--tiles", nargs="?", const="all",
                         help="with --suite: first sweep tile sizes (of 'all', or e.g. '9,10,fused')")
     parser.add_argument("--course-map", action="store_true",
-                        help="the course's optimisation list instead: v13-v18 against the versions they improve on the "
+                        help="the course's optimisation list instead: v14-v19 against the versions they improve on the "
                              "course layers, and ECE408_STREAMS (coursemap.py; --batch, --repeats, --out)")
     parser.add_argument("--no-streams", action="store_true", help="with --course-map: the kernels only")
     parser.add_argument("--apply", action="store_true",

@@ -41,17 +41,17 @@
 //                GEMMs that v8 or v9 computes; never a default (its error follows 6x6 tiles, not each
 //                output's window). H100, ResNet-18's 3x3 stride-1 layers at B=64: 0.167-0.247 ms
 //                (v9 0.319-0.446), 0.38-0.92x cuDNN fp32
-//   v13 restrict like v3, but the layer's sizes compile-time constants: `#pragma unroll` flattens the
+//   v14 restrict like v3, but the layer's sizes compile-time constants: `#pragma unroll` flattens the
 //                K x K loop (weights at fixed constant-bank offsets), x through the read-only path
-//                (const __restrict__, __ldg); v4 is v13 plus register blocking (MB filters per thread)
-//   v14 tree     like v13, but the input channels split among the block's z-slices, their partial sums
+//                (const __restrict__, __ldg); v4 is v14 plus register blocking (MB filters per thread)
+//   v15 tree     like v14, but the input channels split among the block's z-slices, their partial sums
 //                added by a tree in shared memory (the course's input-channel reduction)
-//   v15 atomics  like v14, but the partial sums added by atomicAdd into y (zeroed first)
-//   v16 fp16     like v13 in half precision: x and the weights converted to half, two outputs per thread
+//   v16 atomics  like v15, but the partial sums added by atomicAdd into y (zeroed first)
+//   v17 fp16     like v14 in half precision: x and the weights converted to half, two outputs per thread
 //                in one f16x2 accumulator (fma.rn.f16x2); its error has its own model; never a default
-//   v17 cublas   like v5, but the GEMM is cuBLAS's (cublasSgemmStridedBatched, FP32, through ctypes);
+//   v18 cublas   like v5, but the GEMM is cuBLAS's (cublasSgemmStridedBatched, FP32, through ctypes);
 //                refused in one line where libcublas is not found; never a default
-//   v18 fft      not the direct sum: FFT overlap-add with cuFFT (tiles of x zero-padded to F x F, R2C,
+//   v19 fft      not the direct sum: FFT overlap-add with cuFFT (tiles of x zero-padded to F x F, R2C,
 //                a product summed over channels per frequency, C2R, the tile outputs added into y);
 //                norm-wise error, its own model; refused where libcufft is not found; never a default
 //   fused        not a convolution version: conv + bias + tanh + 2x2 max-pool in one pass (v7's
@@ -255,8 +255,8 @@ extern "C" __global__ void conv_forward_v3(float* __restrict__ y, const float* _
 // M is not a multiple of MB, the last group reads past the M filters (still inside the bank, which
 // the capability check ensures) and does not store those results.
 #define V4_SPAN (TILE + CONV_K - 1)
-#if WANTED(4) || WANTED(13)
-// MB_ filters per thread: v4 with MB, v13 (the step before it: sizes and unrolling only) with 1.
+#if WANTED(4) || WANTED(14)
+// MB_ filters per thread: v4 with MB, v14 (the step before it: sizes and unrolling only) with 1.
 template <int MB_>
 __device__ __forceinline__ void register_tiles(float* __restrict__ y, const float* __restrict__ x, int B)
 {
@@ -300,7 +300,7 @@ __device__ __forceinline__ void register_tiles(float* __restrict__ y, const floa
         }
     }
 }
-#endif  // WANTED(4) || WANTED(13)
+#endif  // WANTED(4) || WANTED(14)
 
 #if WANTED(4)
 extern "C" __global__ void __launch_bounds__(TILE * TILE)
@@ -366,7 +366,7 @@ __device__ __forceinline__ void gemm_tile(float* __restrict__ y, const float* __
 }
 
 // cols[i][g][r][s] = x[b0 + i], group g, unrolled; one thread per element.
-#if WANTED(5) || WANTED(17)
+#if WANTED(5) || WANTED(18)
 extern "C" __global__ void im2col_v5(float* __restrict__ cols, const float* __restrict__ x,
                                      long long b0, int n)
 {
@@ -1470,36 +1470,36 @@ extern "C" __global__ void add_into(float* __restrict__ y, const float* __restri
         y[i] += t[i];
 }
 
-// ================================================================== v13-v18: the rest of the course's list
+// ================================================================== v14-v19: the rest of the course's list
 // The optimisations the course's later project pages (2021-2025) gave points for and the ladder above
 // does not show as a step of its own; docs/course-map.md maps every item of that list to a version.
 
-// ------------------------------------------------------------------ v13 restrict/unroll
+// ------------------------------------------------------------------ v14 restrict/unroll
 // v3's tiling with the layer's sizes as compile-time constants, so that `#pragma unroll` flattens the
 // K x K loop (the weights become constant-bank operands at fixed offsets) and x is read through the
 // read-only path (const __restrict__, __ldg); one filter per thread. v4 is this plus register blocking.
-#if WANTED(13)
+#if WANTED(14)
 extern "C" __global__ void __launch_bounds__(TILE * TILE)
-conv_forward_v13(float* __restrict__ y, const float* __restrict__ x, int B)
+conv_forward_v14(float* __restrict__ y, const float* __restrict__ x, int B)
 {
     register_tiles<1>(y, x, B);
 }
-#endif  // WANTED(13)
+#endif  // WANTED(14)
 
-// ------------------------------------------------------------------ v14 tree, v15 atomics: channels in parallel
-// v13 with the input channels split among V14_CZ slices of the block (threadIdx.z): slice z sums the
+// ------------------------------------------------------------------ v15 tree, v16 atomics: channels in parallel
+// v14 with the input channels split among V15_CZ slices of the block (threadIdx.z): slice z sums the
 // channels z, z + CZ, ... of its output tile from its own shared tile, then the CZ partial sums are
-// added by a tree in shared memory (v14) or by atomicAdd into y, zeroed first by the launcher (v15).
-// Grid: (tiles of the output plane, M, min(B, 65535)), block (TILE, TILE, V14_CZ).
-#ifndef V14_CZ
-#define V14_CZ 1           // v14, v15: channel slices per block, a power of two (the largest <= min(C, 4))
+// added by a tree in shared memory (v15) or by atomicAdd into y, zeroed first by the launcher (v16).
+// Grid: (tiles of the output plane, M, min(B, 65535)), block (TILE, TILE, V15_CZ).
+#ifndef V15_CZ
+#define V15_CZ 1           // v15, v16: channel slices per block, a power of two (the largest <= min(C, 4))
 #endif
-#if WANTED(14) || WANTED(15)
+#if WANTED(15) || WANTED(16)
 template <bool ATOMIC>
 __device__ __forceinline__ void channel_slices(float* __restrict__ y, const float* __restrict__ x, int B)
 {
-    __shared__ float tile[V14_CZ][V4_SPAN * V4_SPAN];
-    __shared__ float part[ATOMIC ? 1 : V14_CZ][TILE * TILE];
+    __shared__ float tile[V15_CZ][V4_SPAN * V4_SPAN];
+    __shared__ float part[ATOMIC ? 1 : V15_CZ][TILE * TILE];
     const int tiles_w = (CONV_WO + TILE - 1) / TILE;
     const int h0 = (blockIdx.x / tiles_w) * TILE, w0 = (blockIdx.x % tiles_w) * TILE;
     const int m = blockIdx.y, z = threadIdx.z, ty = threadIdx.y, tx = threadIdx.x, t = ty * TILE + tx;
@@ -1508,7 +1508,7 @@ __device__ __forceinline__ void channel_slices(float* __restrict__ y, const floa
     for (long long b = blockIdx.z; b < B; b += gridDim.z) {
         float acc = 0.f;
 #pragma unroll 1
-        for (int c0 = 0; c0 < CONV_C; c0 += V14_CZ) {      // every slice takes every trip (the barriers)
+        for (int c0 = 0; c0 < CONV_C; c0 += V15_CZ) {      // every slice takes every trip (the barriers)
             const int c = c0 + z;
             if (c < CONV_C) {
                 const float* xc = x + (b * CONV_C + c) * (CONV_H * CONV_W);
@@ -1535,7 +1535,7 @@ __device__ __forceinline__ void channel_slices(float* __restrict__ y, const floa
             part[z][t] = acc;
             __syncthreads();
 #pragma unroll
-            for (int s = V14_CZ / 2; s > 0; s >>= 1) {     // the tree: slice z adds slice z + s
+            for (int s = V15_CZ / 2; s > 0; s >>= 1) {     // the tree: slice z adds slice z + s
                 if (z < s) part[z][t] += part[z + s][t];
                 __syncthreads();
             }
@@ -1543,35 +1543,35 @@ __device__ __forceinline__ void channel_slices(float* __restrict__ y, const floa
         }
     }
 }
-#endif  // WANTED(14) || WANTED(15)
+#endif  // WANTED(15) || WANTED(16)
 
-#if WANTED(14)
-extern "C" __global__ void __launch_bounds__(TILE * TILE * V14_CZ)
-conv_forward_v14(float* __restrict__ y, const float* __restrict__ x, int B)
+#if WANTED(15)
+extern "C" __global__ void __launch_bounds__(TILE * TILE * V15_CZ)
+conv_forward_v15(float* __restrict__ y, const float* __restrict__ x, int B)
 {
     channel_slices<false>(y, x, B);
 }
-#endif  // WANTED(14)
+#endif  // WANTED(15)
 
-#if WANTED(15)
-extern "C" __global__ void __launch_bounds__(TILE * TILE * V14_CZ)
-conv_forward_v15(float* __restrict__ y, const float* __restrict__ x, int B)
+#if WANTED(16)
+extern "C" __global__ void __launch_bounds__(TILE * TILE * V15_CZ)
+conv_forward_v16(float* __restrict__ y, const float* __restrict__ x, int B)
 {
     channel_slices<true>(y, x, B);
 }
-#endif  // WANTED(15)
+#endif  // WANTED(16)
 
-// ------------------------------------------------------------------ v16 fp16
-// v13 in half precision: x converted to half (round to nearest) by a pre-pass, each weight stored in its
+// ------------------------------------------------------------------ v17 fp16
+// v14 in half precision: x converted to half (round to nearest) by a pre-pass, each weight stored in its
 // 4-byte constant-bank slot as the pair (k, k); a thread computes two adjacent outputs in one f16x2
-// accumulator, one paired FMA per tap (half the FMA instructions of v13). Products and sums are rounded
+// accumulator, one paired FMA per tap (half the FMA instructions of v14). Products and sums are rounded
 // to 11 significant bits (u = 2^-11, 8192x float32's) and |partial sums| must stay below 65504: its
 // error is measured against its own model (conv/bounds.py), never the float32 bound. Opt-in only.
 // Halves are kept as their bits (unsigned short; a pair as unsigned int, low half first) and computed
 // with the PTX instructions that cuda_fp16.h's __float2half_rn, __hfma2 and __half2float compile to:
 // including that header would make PyCUDA run nvcc's preprocessor on every module load (to hash it).
 // Grid: (tiles of the output plane, M, min(B, 65535)), block (TILE/2, TILE).
-#if WANTED(16)
+#if WANTED(17)
 __device__ __forceinline__ unsigned short f32_to_f16(float v)
 {
     unsigned short h;
@@ -1609,7 +1609,7 @@ extern "C" __global__ void half_weights(unsigned* __restrict__ kh, const float* 
 }
 
 extern "C" __global__ void __launch_bounds__(TILE * TILE / 2)
-conv_forward_v16(float* __restrict__ y, const unsigned short* __restrict__ x, int B)
+conv_forward_v17(float* __restrict__ y, const unsigned short* __restrict__ x, int B)
 {
     __shared__ unsigned short tile[V4_SPAN * V4_SPAN];
     const int tiles_w = (CONV_WO + TILE - 1) / TILE;
@@ -1641,42 +1641,42 @@ conv_forward_v16(float* __restrict__ y, const unsigned short* __restrict__ x, in
         if (h < CONV_HO && w + 1 < CONV_WO) out[1] = f16_to_f32((unsigned short)(acc >> 16));
     }
 }
-#endif  // WANTED(16)
+#endif  // WANTED(17)
 
-// ------------------------------------------------------------------ v17 cublas
+// ------------------------------------------------------------------ v18 cublas
 // v5 with its GEMM replaced by cuBLAS (cublasSgemmStridedBatched, FP32, called by the launcher through
 // ctypes): im2col_v5 above unrolls a chunk of images, one strided-batched SGEMM per group multiplies
 // them (batch = images), add_bias adds the bias. No kernel of its own here.
 
-// ------------------------------------------------------------------ v18 fft: overlap-add with cuFFT
-// Not the direct sum: x is cut into FFT_T x FFT_T tiles, each zero-padded to V18_F x V18_F (F = T + K - 1,
+// ------------------------------------------------------------------ v19 fft: overlap-add with cuFFT
+// Not the direct sum: x is cut into FFT_T x FFT_T tiles, each zero-padded to V19_F x V19_F (F = T + K - 1,
 // so the tile's full linear convolution with the flipped filter fits the transform without wrapping);
 // cuFFT (called by the launcher) transforms the tiles and the filters (R2C), fft_multiply sums the
 // products over the channels at each frequency, cuFFT transforms back (C2R), and fft_overlap_add adds
 // the overlapping tile outputs into y (at most 2 x 2 per output), scaled by 1 / F^2. Its rounding error
 // is norm-wise (each output carries error of its tiles' whole energy), measured against its own model.
-#ifndef V18_F
-#define V18_F 32           // v18: transform size; tiles of x are V18_F - K + 1 square
+#ifndef V19_F
+#define V19_F 32           // v19: transform size; tiles of x are V19_F - K + 1 square
 #endif
-#ifndef V18_CHUNK_MB
-#define V18_CHUNK_MB 1024  // v18: workspace per chunk of images in MB (read by the launcher, not here)
+#ifndef V19_CHUNK_MB
+#define V19_CHUNK_MB 1024  // v19: workspace per chunk of images in MB (read by the launcher, not here)
 #endif
-#define FFT_T (V18_F - CONV_K + 1)
+#define FFT_T (V19_F - CONV_K + 1)
 #define FFT_TH ((CONV_H + FFT_T - 1) / FFT_T)
 #define FFT_TW ((CONV_W + FFT_T - 1) / FFT_T)
 #define FFT_NT (FFT_TH * FFT_TW)
-#define FFT_NF (V18_F * (V18_F / 2 + 1))   // complex points of one real F x F transform
+#define FFT_NF (V19_F * (V19_F / 2 + 1))   // complex points of one real F x F transform
 
-#if WANTED(18)
+#if WANTED(19)
 // xt[b][c][t] (F x F each): tile t of image b's channel c, zero outside the tile and outside x.
 extern "C" __global__ void fft_tiles(float* __restrict__ xt, const float* __restrict__ x, int n)
 {
-    const long long total = (long long)n * CONV_C * FFT_NT * V18_F * V18_F;
+    const long long total = (long long)n * CONV_C * FFT_NT * V19_F * V19_F;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
-        const int j = (int)(e % V18_F);
-        long long r = e / V18_F;
-        const int i = (int)(r % V18_F);
-        r /= V18_F;
+        const int j = (int)(e % V19_F);
+        long long r = e / V19_F;
+        const int i = (int)(r % V19_F);
+        r /= V19_F;
         const int t = (int)(r % FFT_NT);
         const long long bc = r / FFT_NT;               // b * C + c
         const int row = (t / FFT_TW) * FFT_T + i, col = (t % FFT_TW) * FFT_T + j;
@@ -1688,10 +1688,10 @@ extern "C" __global__ void fft_tiles(float* __restrict__ xt, const float* __rest
 // correlation) and zero-padded.
 extern "C" __global__ void fft_weights(float* __restrict__ kt, const float* __restrict__ k)
 {
-    const long long total = (long long)CONV_M * CONV_C * V18_F * V18_F;
+    const long long total = (long long)CONV_M * CONV_C * V19_F * V19_F;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
-        const int j = (int)(e % V18_F), i = (int)(e / V18_F % V18_F);
-        const long long mc = e / (V18_F * V18_F);      // m * C + c
+        const int j = (int)(e % V19_F), i = (int)(e / V19_F % V19_F);
+        const long long mc = e / (V19_F * V19_F);      // m * C + c
         kt[e] = (i < CONV_K && j < CONV_K) ? __ldg(&k[(mc * CONV_K + CONV_K - 1 - i) * CONV_K + CONV_K - 1 - j]) : 0.f;
     }
 }
@@ -1735,8 +1735,8 @@ extern "C" __global__ void fft_overlap_add(float* __restrict__ y, const float* _
         float s = 0.f;
         for (int ty = h / FFT_T; ty <= ty1; ++ty)
             for (int tx = w / FFT_T; tx <= tx1; ++tx)
-                s += __ldg(&z[((bm * FFT_NT + ty * FFT_TW + tx) * V18_F + u - ty * FFT_T) * V18_F + v - tx * FFT_T]);
-        y[e] = s * (1.f / (V18_F * V18_F));
+                s += __ldg(&z[((bm * FFT_NT + ty * FFT_TW + tx) * V19_F + u - ty * FFT_T) * V19_F + v - tx * FFT_T]);
+        y[e] = s * (1.f / (V19_F * V19_F));
     }
 }
-#endif  // WANTED(18)
+#endif  // WANTED(19)

@@ -5,8 +5,8 @@ m3's copy path against its unoverlapped form.
     python -m ece408_op bench gpu --course-map [--batch 10000] [--repeats 20] [--out DIR]
 
 Writes ``course_map.json`` and ``course_map.md`` in DIR. Kernels: the suite's cases (``suite.Case``: x
-and k drawn on the device, every entry validated on sampled images against the float64 reference, v16
-and v18 against their own error models, then timed: warm-up, L2 flushed before each repeat, CUDA
+and k drawn on the device, every entry validated on sampled images against the float64 reference, v17
+and v19 against their own error models, then timed: warm-up, L2 flushed before each repeat, CUDA
 events, median). Streams: ``hostcopy.forward_into`` on host arrays into memory already faulted in (so
 that the page faults of fresh memory, which dominate a first call, do not hide the copies), with
 ``ECE408_STREAMS`` = 1, 2, 4, 8, 16 and unset (the default ring copy), median of the repeats.
@@ -26,9 +26,9 @@ from .versions import VERSIONS, default_version, plan_defines
 
 COURSE = ("ece408-high", "2018-conv1", "2018-conv2", "2019-conv1", "2019-conv2")
 # (version, the version it improves, the course's item); "default": the layer's default version
-STEPS = ((13, 3, "__restrict__ and loop unrolling"), (4, 13, "register blocking on top (the existing v4)"),
-         (14, 13, "input-channel reduction: tree"), (15, 13, "input-channel reduction: atomics"),
-         (16, 13, "FP16 arithmetic"), (17, 5, "cuBLAS GEMM (after im2col)"), (18, "default", "FFT overlap-add"))
+STEPS = ((14, 3, "__restrict__ and loop unrolling"), (4, 14, "register blocking on top (the existing v4)"),
+         (15, 14, "input-channel reduction: tree"), (16, 14, "input-channel reduction: atomics"),
+         (17, 14, "FP16 arithmetic"), (18, 5, "cuBLAS GEMM (after im2col)"), (19, "default", "FFT overlap-add"))
 STREAM_CHUNKS = (1, 2, 4, 8, 16)
 
 
@@ -124,7 +124,7 @@ def markdown(result):
     defaults = {r["layer"]: r["version"] for r in result["kernels"] if r.get("default")}
     lines = [f"Measured on {result['device']}, {result['date']}: batch {result['batch']}, median of "
              f"{result['repeats']} (L2 flushed before each), CUDA events; every entry validated on sampled images "
-             "(v16, v18 against their own error models). ratio = version / the version it improves (< 1: faster).", "",
+             "(v17, v19 against their own error models). ratio = version / the version it improves (< 1: faster).", "",
              "| step | improves | " + " | ".join(COURSE) + " |", "| --- | --- | " + " | ".join("---" for _ in COURSE) + " |"]
     for number, base, item in STEPS:
         cells = []
@@ -175,12 +175,12 @@ def run(batch=10000, repeats=20, out="bench-gpu", streams=True, log=print):
 
 
 def ncu_target():
-    """What docs/bench/ncu_course_list.txt profiles: v3, v13, v4, v16, v17, v18 once each (a warm-up and a
-    timed launch) on ece408-high's layer, then v13-v16 on 2019 conv2's, at 1,000 images:
+    """What docs/bench/ncu_course_list.txt profiles: v3, v14, v4, v17, v18, v19 once each (a warm-up and a
+    timed launch) on ece408-high's layer, then v14-v17 on 2019 conv2's, at 1,000 images:
     ``python -m ece408_op.kernels.ncu -- python -m ece408_op.kernels.coursemap``."""
     from .launch import conv2d_forward_gpu
     rng = np.random.default_rng(0)
-    for (c, hw, m), numbers in (((1, 28, 50), (3, 13, 4, 16, 17, 18)), ((12, 33, 24), (13, 14, 15, 16))):
+    for (c, hw, m), numbers in (((1, 28, 50), (3, 14, 4, 17, 18, 19)), ((12, 33, 24), (14, 15, 16, 17))):
         x = rng.random((1000, c, hw, hw), dtype=np.float32)
         k = (rng.standard_normal((m, c, 5, 5)) / np.sqrt(c * 25)).astype(np.float32)
         for number in numbers:

@@ -1,4 +1,4 @@
-"""cuBLAS and cuFFT for v17 and v18, through ctypes (no Python binding needed), found where CUDA's
+"""cuBLAS and cuFFT for v18 and v19, through ctypes (no Python binding needed), found where CUDA's
 own loaders look: the toolkit's lib64 (``$CUDA_HOME``, ``$CUDA_PATH``, /usr/local/cuda), the NVIDIA
 wheels' ``nvidia/*/lib`` folders under site-packages (PyTorch's cuBLAS and cuFFT), then ``ldconfig``.
 
@@ -155,7 +155,7 @@ class Cufft:
 _instances = {}
 
 
-def cublas(label="v17 cublas"):
+def cublas(label="v18 cublas"):
     """The process's cuBLAS wrapper, or a one-line GpuError 'kernel <label> cannot run here: ...'."""
     with _lock:
         if "cublas" not in _instances:
@@ -163,7 +163,7 @@ def cublas(label="v17 cublas"):
         return _instances["cublas"]
 
 
-def cufft(label="v18 fft"):
+def cufft(label="v19 fft"):
     with _lock:
         if "cufft" not in _instances:
             _instances["cufft"] = Cufft(label)

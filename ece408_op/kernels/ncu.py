@@ -5,7 +5,7 @@ command launches, by name, with its time, achieved DRAM bandwidth, FP32 FLOP rat
     python -m ece408_op.kernels.ncu [--kernels REGEX] [--csv FILE] -- COMMAND [ARGS...]
 
 The ladder's kernels keep C names (``extern "C"``: conv_forward_v7, im2col_v5, fft_multiply, ...),
-so ncu shows them as written; cuBLAS's and cuFFT's (v17, v18) appear under their libraries' names.
+so ncu shows them as written; cuBLAS's and cuFFT's (v18, v19) appear under their libraries' names.
 ncu runs with ``--clock-control none`` (the clocks as the benchmarks see them; ncu would otherwise lock
 them to base), ``--page raw --csv --print-units base`` into a log file, which ``parse`` reads back. Under
 ncu every kernel is replayed once per group of counters and the process is serialised: the command's own
@@ -28,7 +28,7 @@ import tempfile
 from ..errors import GpuError
 
 # metric -> column; the FLOP rate is 2 x FFMA + FADD + FMUL thread instructions per second (FP32 only:
-# v16's FP16 FMAs and the tensor-core products of v9, v11 and cuBLAS are not counted in it)
+# v17's FP16 FMAs and the tensor-core products of v9, v11 and cuBLAS are not counted in it)
 METRICS = {
     "gpu__time_duration.sum": "duration_s",
     "dram__bytes.sum.per_second": "dram_bytes_per_s",

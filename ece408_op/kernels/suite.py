@@ -116,7 +116,7 @@ class Case:
 
     def reference(self, fused, version=None):
         """(float64 reference, bound) of the sampled images, computed once per case; ``version``: one
-        with its own error model (v16, v18) is held to that model's bound instead of float32's."""
+        with its own error model (v17, v19) is held to that model's bound instead of float32's."""
         own = version if version is not None and version.own_error_model and not fused else None
         key = (fused, own.number if own else None)
         if key not in self._references:

@@ -52,7 +52,7 @@ class Version:
     tuning_keys = ()          # the tuning overrides it takes (see module_defines)
     exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
     defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
-    own_error_model = False   # checked against its own error model (v16 FP16, v18 FFT), not the float32 bound
+    own_error_model = False   # checked against its own error model (v17 FP16, v19 FFT), not the float32 bound
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -93,7 +93,7 @@ class Version:
         raise NotImplementedError
 
     def available(self):
-        """None if this machine has what the version calls besides its kernels (v17, v18: cuBLAS,
+        """None if this machine has what the version calls besides its kernels (v18, v19: cuBLAS,
         cuFFT), else why not; checked where it runs, not by ``unsupported`` (a property of the layer)."""
         return None
 
@@ -615,20 +615,20 @@ class Winograd(Version):
                 grid=(math.ceil(n * s.M * tt / 256), 1))
 
 
-# ------------------------------------------------------------------ v13-v18: the rest of the course's list
-# (docs/course-map.md). None is ever a default: v13-v15 are steps of the ladder, slower than the defaults
-# on every course layer; v16 and v18 do not keep the float32 bound; v17 depends on a library.
+# ------------------------------------------------------------------ v14-v19: the rest of the course's list
+# (docs/course-map.md). None is ever a default: v14-v16 are steps of the ladder, slower than the defaults
+# on every course layer; v17 and v19 do not keep the float32 bound; v18 depends on a library.
 
 def _plane_grid(s, batch):
-    """v13-v16: (tiles of the output plane, M filters, images up to grid z's limit)."""
+    """v14-v17: (tiles of the output plane, M filters, images up to grid z's limit)."""
     tile = Shared.TILE
     return (math.ceil(s.HO / tile) * math.ceil(s.WO / tile), s.M, min(batch, 65535))
 
 
 class RestrictUnroll(Register):
-    """v13: v3's tiles with compile-time sizes and unrolled loops, one filter per thread (v4 without
+    """v14: v3's tiles with compile-time sizes and unrolled loops, one filter per thread (v4 without
     its register blocking): the course's "__restrict__ and loop unrolling" as a step of its own."""
-    number, name, kernels = 13, "restrict", ("conv_forward_v13",)
+    number, name, kernels = 14, "restrict", ("conv_forward_v14",)
     defaultable = False
     MB = 1                    # (its capability check; the module's MB define stays v4's)
 
@@ -642,9 +642,9 @@ class RestrictUnroll(Register):
 
 
 class ChannelTree(Version):
-    """v14: v13 with the input channels split among V14_CZ slices of each block, their partial sums
+    """v15: v14 with the input channels split among V15_CZ slices of each block, their partial sums
     added by a tree in shared memory (the course's input-channel reduction)."""
-    number, name, kernels = 14, "tree", ("conv_forward_v14",)
+    number, name, kernels = 15, "tree", ("conv_forward_v15",)
     constant_weights = True
     defaultable = False
     MAX_SLICES = 4            # 4 x 16 x 16 = 1024 threads per block
@@ -657,17 +657,17 @@ class ChannelTree(Version):
         return _const_weights_reason(inner.M * inner.CKK)
 
     def defines(self, inner, tuning_overrides=None):
-        return {"TILE": Shared.TILE, "V14_CZ": self.slices(inner)}
+        return {"TILE": Shared.TILE, "V15_CZ": self.slices(inner)}
 
     def launch(self, plan, y, x, k, bias, batch):
         tile = plan.defines["TILE"]
-        plan.kernels[0](np.uintp(y), np.uintp(x), np.int32(batch), block=(tile, tile, plan.defines["V14_CZ"]),
+        plan.kernels[0](np.uintp(y), np.uintp(x), np.int32(batch), block=(tile, tile, plan.defines["V15_CZ"]),
                         grid=_plane_grid(plan.inner, batch))
 
 
 class ChannelAtomics(ChannelTree):
-    """v15: v14 with the partial sums added by atomicAdd into y, which the launch zeroes first."""
-    number, name, kernels = 15, "atomics", ("conv_forward_v15",)
+    """v16: v15 with the partial sums added by atomicAdd into y, which the launch zeroes first."""
+    number, name, kernels = 16, "atomics", ("conv_forward_v16",)
 
     def launch(self, plan, y, x, k, bias, batch):
         plan.device.cuda.memset_d32(y, 0, plan.inner.outputs(batch))
@@ -675,10 +675,10 @@ class ChannelAtomics(ChannelTree):
 
 
 class Half(Version):
-    """v16: v13 in half precision (storage and arithmetic): pre-passes convert x to half and each
+    """v17: v14 in half precision (storage and arithmetic): pre-passes convert x to half and each
     weight to a half2 pair (k, k) in its constant-bank slot; two outputs per thread in one half2
     accumulator. Its error is checked against conv/bounds.py's FP16 model, never the float32 bound."""
-    number, name, kernels = 16, "fp16", ("conv_forward_v16", "half_input", "half_weights")
+    number, name, kernels = 17, "fp16", ("conv_forward_v17", "half_input", "half_weights")
     constant_weights = True   # the launch overwrites the float weights _prepare copied with their half2 pairs
     exact = False
     defaultable = False
@@ -708,9 +708,9 @@ class Half(Version):
 
 
 class Cublas(Im2col):
-    """v17: v5 with cuBLAS's GEMM (cublasSgemmStridedBatched in FP32, libraries.py): per chunk of
+    """v18: v5 with cuBLAS's GEMM (cublasSgemmStridedBatched in FP32, libraries.py): per chunk of
     unrolled images and per group, one strided-batched product over the images, then the bias."""
-    number, name, kernels = 17, "cublas", ("im2col_v5", "add_bias")
+    number, name, kernels = 18, "cublas", ("im2col_v5", "add_bias")
     defaultable = False
 
     def available(self):
@@ -734,16 +734,16 @@ class Cublas(Im2col):
 
 
 class Fft(Version):
-    """v18: FFT overlap-add with cuFFT (libraries.py): x in V18_F - K + 1 square tiles, each padded to
-    V18_F x V18_F; R2C of the tiles and of the flipped filters, the products summed over channels per
+    """v19: FFT overlap-add with cuFFT (libraries.py): x in V19_F - K + 1 square tiles, each padded to
+    V19_F x V19_F; R2C of the tiles and of the flipped filters, the products summed over channels per
     frequency, C2R, the overlapping tile outputs added into y; a chunk of images at a time (at most
-    V18_CHUNK_MB of workspace). Checked against conv/bounds.py's FFT model (norm-wise), never a default."""
-    number, name = 18, "fft"
+    V19_CHUNK_MB of workspace). Checked against conv/bounds.py's FFT model (norm-wise), never a default."""
+    number, name = 19, "fft"
     kernels = ("fft_tiles", "fft_weights", "fft_multiply", "fft_overlap_add")
     exact = False
     defaultable = False
     own_error_model = True
-    tuning_keys = ("V18_F", "V18_CHUNK_MB")
+    tuning_keys = ("V19_F", "V19_CHUNK_MB")
     SIZES = (8, 16, 32, 64, 128)
     CHUNK_MB = 1024
 
@@ -758,14 +758,14 @@ class Fft(Version):
         return min(fits, key=lambda f: (math.prod(self.tiles(inner, f)) * f * f, f)) if fits else self.SIZES[-1]
 
     def values(self, inner, tuning_overrides=None):
-        values = {"V18_F": self.size(inner), "V18_CHUNK_MB": self.CHUNK_MB, **self.own(tuning_overrides)}
+        values = {"V19_F": self.size(inner), "V19_CHUNK_MB": self.CHUNK_MB, **self.own(tuning_overrides)}
         values = {key: int(value) for key, value in values.items()}
-        if values["V18_F"] not in self.SIZES:
-            raise ValueError(f"V18_F must be one of {', '.join(map(str, self.SIZES))}, not {values['V18_F']}")
+        if values["V19_F"] not in self.SIZES:
+            raise ValueError(f"V19_F must be one of {', '.join(map(str, self.SIZES))}, not {values['V19_F']}")
         return values
 
     def limits(self, inner, tuning_overrides=None):
-        size = self.values(inner, tuning_overrides)["V18_F"]
+        size = self.values(inner, tuning_overrides)["V19_F"]
         if size < inner.K:
             return f"a {inner.K}x{inner.K} kernel does not fit its {size}x{size} transforms"
         return None
@@ -787,7 +787,7 @@ class Fft(Version):
 
     def launch(self, plan, y, x, k, bias, batch):
         s, d, dev = plan.inner, plan.defines, plan.device
-        fft, size = libraries.cufft(self.label), d["V18_F"]
+        fft, size = libraries.cufft(self.label), d["V19_F"]
         nt, nf, area = math.prod(self.tiles(s, size)), size * (size // 2 + 1), size * size
         tiles, weights, multiply, overlap_add = plan.kernels
 
@@ -797,7 +797,7 @@ class Fft(Version):
         kh = int(dev.buffer("fft filter spectra", s.M * s.C * nf * 8))
         weights(np.uintp(kt), np.uintp(k), block=(256, 1, 1), grid=grid(s.M * s.C * area))
         fft.r2c(fft.plan(dev.index, size, fft.R2C, s.M * s.C), kt, kh)
-        chunk = max(1, min(batch, (d["V18_CHUNK_MB"] << 20) // self.workspace_per_image(s, size)))
+        chunk = max(1, min(batch, (d["V19_CHUNK_MB"] << 20) // self.workspace_per_image(s, size)))
         xt = int(dev.buffer("fft x tiles", chunk * s.C * nt * area * 4))
         xh = int(dev.buffer("fft x spectra", chunk * s.C * nt * nf * 8))
         yh = int(dev.buffer("fft y spectra", chunk * s.M * nt * nf * 8))
