@@ -114,6 +114,22 @@ def test_two_teams_at_once_neither_reads_nor_writes_the_other(tmp_path):
     assert secret in out_a.stdout.rsplit("\n* ", 1)[0].splitlines()[-1]   # its result as it wrote it
 
 
+def test_one_team_leaves_nothing_for_the_next(tmp_path):
+    marker = "LEFT-" + os.urandom(6).hex()
+    plant = (f"for p in ('/build/x', '/tmp/x', '/dev/shm/x', '/var/tmp/x', '/run/x', '/src/x', '/x'):\n"
+             "    try:\n        open(p, 'w').write('" + marker + "')\n        print('PLANTED', p)\n"
+             "    except OSError as e:\n        print('refused', p, e.strerror)\n")
+    first = team(tmp_path / "a", ["python /src/plant.py"], **{"plant.py": plant})
+    out = dev(first)
+    assert out.returncode == 0, out.stderr
+    assert "refused /var/tmp/x" in out.stdout and "refused /src/x" in out.stdout and "refused /x" in out.stdout
+    look = ('/bin/bash -c "grep -rls ' + marker + ' /build /tmp /dev /var /run 2>/dev/null; echo looked"')
+    second = dev(team(tmp_path / "b", [look]))
+    assert second.returncode == 0 and "looked" in second.stdout
+    found = second.stdout.split("\n", 1)[1].split("looked")[0].strip()     # files holding the marker
+    assert found == "", found
+
+
 def test_a_setsid_child_does_not_outlive_its_team(tmp_path):
     first = team(tmp_path / "a", ['/bin/bash -c "setsid sleep 4011 </dev/null >/dev/null 2>&1 & sleep 0.3; echo left"'])
     out = dev(first)
