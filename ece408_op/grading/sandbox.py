@@ -337,7 +337,11 @@ class Sandbox:
 
 
 def _prlimit(limits):
-    return ["prlimit", f"--as=unlimited", f"--nproc={limits.processes}", f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
+    """The limits of a command as rlimits, and death with the runner from its very start (bwrap's
+    own --die-with-parent is set only once bwrap has begun: a runner killed before that moment
+    would leave it running)."""
+    death = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+    return death + ["prlimit", f"--as=unlimited", f"--nproc={limits.processes}", f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
             f"--fsize={limits.file_size}", "--core=0", f"--nofile=4096"]
 
 
