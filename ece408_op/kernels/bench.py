@@ -16,7 +16,6 @@ measured in the same run (a copy reads and writes each byte).
 import argparse
 import csv
 import json
-import os
 import statistics
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from ..conv.reference import reference_and_bound
 from . import tuning
-from .device import GpuDevice
+from .device import GpuDevice, precompile
 from .launch import plan_for
 from .shape import ConvShape
 from .versions import VERSIONS, Strip, module_defines, plan_defines
@@ -156,21 +155,8 @@ def sweep_configs(grid=SWEEP_GRID):
 
 
 def _precompile(bench, configs):
-    """Build every config's module on all cores (nvcc runs outside the GIL) into PyCUDA's disk cache."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pycuda.compiler import compile as nvcc_compile
-
-    from .device import SOURCE
-
-    source = SOURCE.read_text()
-
-    def build(config):
-        defines = sorted(plan_defines(7, bench.shape, config).items())
-        nvcc_compile(source, options=[f"-D{k}={v}" for k, v in defines], no_extern_c=True,
-                     arch=bench.device.arch)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(build, configs))
+    """Build every config's module on all cores (nvcc runs outside the GIL) into the cubin cache."""
+    precompile([plan_defines(7, bench.shape, config) for config in configs], bench.device.arch)
 
 
 def sweep(batch, C, H, W, M, K, repeats=20, seed=408):

@@ -697,37 +697,79 @@ def shape_key(shape):
 
 
 def load_defaults():
-    """The measured defaults table: {device name: {"shapes": {shape key: version}, ...}}."""
+    """The measured defaults table: {device name: {"shapes": {shape key: version}, ...}}, read from disk."""
     if not DEFAULTS_FILE.exists():
         return {}
     return json.loads(DEFAULTS_FILE.read_text(encoding="utf-8"))
 
 
+_measured = {}
+
+
+def measured_defaults():
+    """``load_defaults()`` read once per process and file (``reload_defaults`` forgets it)."""
+    if DEFAULTS_FILE not in _measured:
+        _measured[DEFAULTS_FILE] = load_defaults()
+    return _measured[DEFAULTS_FILE]
+
+
+def reload_defaults():
+    _measured.clear()
+
+
+def measured_version(shape, device_name):
+    """The version defaults.json names for ``shape`` on this device, where it is still defaultable and
+    runs the layer; else None."""
+    if device_name is None:
+        return None
+    measured = measured_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
+    if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None:
+        return measured
+    return None
+
+
+def fallback_version(shape):
+    """The first of PREFERENCE that runs ``shape`` and suits it."""
+    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
+    return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
+
+
 def default_version(shape, device_name=None):
     """The version measured fastest for ``shape`` on this device (defaults.json), else the first of
     PREFERENCE that runs ``shape`` and suits it."""
-    if device_name is not None:
-        measured = load_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
-        if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None:
-            return measured
-    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
-    return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
+    return measured_version(shape, device_name) or fallback_version(shape)
+
+
+def _requested(requested):
+    """The request as a version number, FAST or None (auto), $ECE408_KERNEL standing in for auto."""
+    if requested is None or str(requested).strip().lower() in ("", "auto"):
+        requested = os.environ.get(KERNEL_ENV)
+    return parse_version(requested)
 
 
 def choose_version(requested, shape, device_name=None):
     """Resolve 'auto'/None (then $ECE408_KERNEL) and 'fast' (for a whole network: v12 on its 3x3 stride-1
     layers, the default on the others) and check support; returns a version number."""
-    if requested is None or str(requested).strip().lower() in ("", "auto"):
-        requested = os.environ.get(KERNEL_ENV)
-    number = parse_version(requested)
-    if number == FAST:
-        return 12 if VERSIONS[12].unsupported(shape) is None else default_version(shape, device_name)
-    if number is None:
-        return default_version(shape, device_name)
+    return resolve_version(requested, shape, device_name)[0]
+
+
+def resolve_version(requested, shape, device_name=None, tune=None):
+    """(version, tuning overrides or None) to run ``shape``: an explicit request (checked), else 'fast''s
+    v12 where it runs, else the measured table (defaults.json), else ``tune(shape)`` (the autotuner's
+    (version, overrides), or None), else the fallback order."""
+    number = _requested(requested)
+    if number == FAST and VERSIONS[12].unsupported(shape) is None:
+        return 12, None
+    if number in (None, FAST):
+        measured = measured_version(shape, device_name)
+        if measured is not None:
+            return measured, None
+        tuned = tune(shape) if tune is not None else None
+        return tuned if tuned is not None else (fallback_version(shape), None)
     reason = VERSIONS[number].unsupported(shape)
     if reason:
         raise ShapeError(f"kernel {VERSIONS[number].label} cannot run this layer: {reason}; use kernel=auto")
-    return number
+    return number, None
 
 
 def _read_cost(C, H, W, K):
