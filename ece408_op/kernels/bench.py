@@ -39,8 +39,10 @@ def _torch():
     return torch
 
 
-def time_events(torch, fn, repeats, warmup=3, flush=None):
-    """Median/min/max seconds of ``fn`` between CUDA events, L2 flushed before each repeat."""
+def time_events(torch, fn, repeats, warmup=3, flush=None, calls=1):
+    """Median/min/max seconds of ``fn`` between CUDA events, L2 flushed before each repeat (``flush``: a
+    tensor to zero); ``calls`` > 1: each repeat times that many consecutive calls and counts their mean
+    (back to back, as in a network)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -49,10 +51,11 @@ def time_events(torch, fn, repeats, warmup=3, flush=None):
             flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / calls)
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
             "repeats": repeats}
 

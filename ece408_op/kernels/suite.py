@@ -528,8 +528,9 @@ def tiles_markdown(tiles):
     return "\n".join(lines) + "\n"
 
 
-def suite_modules(quick=False, layers=None):
-    """The #define sets of every module the suite and the tile sweep load (of ``layers``: names, default all)."""
+def suite_modules(quick=False, layers=None, tiles=True):
+    """The #define sets of every module the suite (and with ``tiles`` the tile sweep) loads (of ``layers``:
+    names, default all)."""
     from .versions import plan_defines
     sets = []
     for layer in LAYERS:
@@ -541,7 +542,7 @@ def suite_modules(quick=False, layers=None):
         if VERSIONS[12].unsupported(shape) is None:          # v12's GEMMs: a plan of v8 or v9 of their own
             number, overrides = VERSIONS[12].gemm_tuning(shape)
             sets += [plan_defines(number, VERSIONS[12].gemm_shape(shape), overrides)]
-        if layer.name in TILE_LAYERS:
+        if tiles and layer.name in TILE_LAYERS:
             sets += [defines for _, _, defines in tile_configs(layer)]
     return sets
 
@@ -550,7 +551,8 @@ def main(args):
     """``bench gpu --suite``: run, save JSON/CSV/plots/Markdown, print the summary; 1 if any entry is invalid."""
     layers = args.layers.split(",") if args.layers else None
     dev = GpuDevice.get()
-    print(f"precompiled {precompile(suite_modules(layers=layers), dev.arch)} modules", flush=True)
+    print(f"precompiled {precompile(suite_modules(layers=layers, tiles=bool(args.tiles)), dev.arch)} modules",
+          flush=True)
     if args.tiles:
         owners = None if args.tiles == "all" else args.tiles.split(",")
         tiles = sweep_tiles(args.repeats, layers or TILE_LAYERS, owners=owners)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..kernels.bench import time_events
 from .nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
 
 
@@ -44,35 +45,11 @@ class Timer:
 
     def flushed(self, fn):
         """Median seconds of ``fn`` between CUDA events, L2 flushed before each repeat."""
-        torch = self.torch
-        for _ in range(2):
-            fn()
-        times = []
-        for _ in range(self.repeats):
-            self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(times)
+        return time_events(self.torch, fn, self.repeats, warmup=2, flush=self.flush)["median_s"]
 
     def back_to_back(self, fn, calls=10):
         """Median over the repeats of the mean seconds per call of ``calls`` consecutive calls (no flush)."""
-        torch = self.torch
-        for _ in range(2):
-            fn()
-        times = []
-        for _ in range(max(3, self.repeats // 2)):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / calls)
-        return statistics.median(times)
+        return time_events(self.torch, fn, max(3, self.repeats // 2), warmup=2, calls=calls)["median_s"]
 
 
 def _host_us(fn, calls=1000, rounds=5, sync=None):
