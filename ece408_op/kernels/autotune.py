@@ -8,7 +8,7 @@ starts tuned.
     ECE408_AUTOTUNE=0            no tuning: the table, then the fallback order (versions.PREFERENCE)
     ECE408_AUTOTUNE_SECONDS=1.0  timing budget per layer (candidates not reached keep untimed)
 
-Which versions: v7-v11 (``TUNED``). The course ladder's v1-v6 are left out: on every layer the suite
+Which versions: v7-v11 and v13 (``TUNED``). The course ladder's v1-v6 are left out: on every layer the suite
 measured, one of v7-v11 runs it at least twice as fast (docs/kernel-notes.md), and each would cost a
 module build. v12 (Winograd) is never a default (``Version.defaultable``), so never tuned in.
 
@@ -36,13 +36,14 @@ SECONDS_ENV = "ECE408_AUTOTUNE_SECONDS"
 BUDGET_S = 1.0                 # timing budget per layer (compiles not counted: they are cached on disk)
 NOTE_S = 1.0                   # a tuning longer than this prints one line
 REPEATS = (3, 15)              # timed repeats per candidate: at least, at most
-TUNED = (9, 8, 11, 7, 10)      # the order they are timed in (most often fastest first, for the budget)
+TUNED = (13, 9, 8, 11, 7, 10)  # the order they are timed in (most often fastest first, for the budget)
 # Tile choices per version besides its default tile (from the tile sweeps, docs/bench/tiles*.md): v9's
 # winners on ResNet-18's layers and the 1x1/Winograd GEMM shapes, v8's two common tiles.
 TILES = {
     9: [{}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}, {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
         {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4}],
     8: [{}, {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 8}, {"V8_BP": 64, "V8_BF": 64, "V8_TP": 4, "V8_TF": 4}],
+    13: [{}, {"V13_VEC": 2}],
 }
 SCRATCH = ("autotune x", "autotune k", "autotune bias", "autotune y")
 

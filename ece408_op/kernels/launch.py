@@ -85,7 +85,7 @@ class ConvPlan(_TimedPlan):
     def launch(self, y, x, k, bias, batch):
         """Queue the layer's kernels (device pointers as ints, bias 0 for none); no synchronisation."""
         s = self.shape
-        x = _prepare(self, x, k, batch)
+        x = _prepare(self, x, k, batch, bias)
         self.version.launch(self, y, x, k, bias if self.inner.BIAS else 0, batch)
         if self.add_bias is not None:
             count = s.outputs(batch)
@@ -101,9 +101,10 @@ class ConvPlan(_TimedPlan):
             self.device.synchronize()
 
 
-def _prepare(plan, x, k, batch):
+def _prepare(plan, x, k, batch, bias=0):
     """Before a course-style kernel: pad x into a workspace (returns the x to read) and copy the
-    weights into the constant bank (part of the forward, as in the course)."""
+    weights into the constant bank (part of the forward, as in the course), and after them the bias
+    where the version adds it from there (v7: ``Strip.inner`` keeps the bias)."""
     s, inner = plan.shape, plan.inner
     if plan.pad_input is not None:
         planes = batch * s.C
@@ -113,6 +114,8 @@ def _prepare(plan, x, k, batch):
         x = padded
     if plan.weights_symbol is not None:       # on the launch stream, in order with the kernels
         cudadrv.memcpy_dtod_async(plan.weights_symbol, k, s.M * s.CKK * 4)
+        if plan.inner.BIAS and bias:
+            cudadrv.memcpy_dtod_async(plan.weights_symbol + s.M * s.CKK * 4, bias, s.M * 4)
     return x
 
 

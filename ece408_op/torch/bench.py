@@ -43,12 +43,21 @@ class Timer:
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
 
+    def spin(self):
+        """Keep the SMs busy for ~20 ms first: after the host-only work between measurements (the float64
+        check) the clocks have dropped, and a few warm-up calls of a small layer do not raise them."""
+        sleep = getattr(self.torch.cuda, "_sleep", None)
+        if sleep is not None:
+            sleep(40_000_000)
+
     def flushed(self, fn):
         """Median seconds of ``fn`` between CUDA events, L2 flushed before each repeat."""
+        self.spin()
         return time_events(self.torch, fn, self.repeats, warmup=2, flush=self.flush)["median_s"]
 
     def back_to_back(self, fn, calls=10):
         """Median over the repeats of the mean seconds per call of ``calls`` consecutive calls (no flush)."""
+        self.spin()
         return time_events(self.torch, fn, max(3, self.repeats // 2), warmup=2, calls=calls)["median_s"]
 
 
