@@ -385,7 +385,7 @@ def test_depthwise_matches_reference(gpu, layer, overrides):
         bias_d = gpuarray.to_gpu(bias) if bias is not None else None
         yd = gpuarray.empty(spec.output_shape(x.shape), np.float32)
         yd.fill(np.nan)
-        plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), int(bias_d.gpudata) if bias_d else 0, len(x))
+        plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), int(bias_d.gpudata) if bias_d is not None else 0, len(x))
         y = yd.get()
     images = _sample(len(x), 13)
     ref, bound = reference_and_bound(x[images], k, bias, spec)

@@ -43,21 +43,28 @@ def time_events(torch, fn, repeats, warmup=3, flush=None, calls=1):
     """Median/min/max seconds of ``fn`` between CUDA events, L2 flushed before each repeat (``flush``: a
     tensor to zero); ``calls`` > 1: each repeat times that many consecutive calls and counts their mean
     (back to back, as in a network)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if flush is not None:
-            flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
+    return time_interleaved(torch, [fn], repeats, warmup, flush, calls)[0]
+
+
+def time_interleaved(torch, fns, repeats, warmup=3, flush=None, calls=1):
+    """``time_events`` of several callables measured in turn within each repeat (a, b, a, b, ...), so that
+    clocks, temperature and the host's state drift over all of them alike; one result dict per callable."""
+    for fn in fns:
+        for _ in range(warmup):
             fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "repeats": repeats}
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, out in zip(fns, times):
+            if flush is not None:
+                flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3 / calls)
+    return [{"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t), "repeats": repeats} for t in times]
 
 
 def validate(y, x, k, sample):

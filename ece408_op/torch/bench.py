@@ -11,7 +11,8 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet, no torchvision).
    MobileNetV2 (batch 64): the Conv2d module's forward (``ece408_op.torch``: the version from
    defaults.json, else autotuned) against nn.Conv2d's (cuDNN fp32, TF32 off), whole call, each
    repeat after an L2 flush ("flushed") and as a run of calls without one ("back to back", as in a
-   network: the mean of 10 consecutive calls, median of the repeats); the kernels alone beside them
+   network: the mean of 10 consecutive calls, median of the repeats), the entries taking turns
+   within each repeat (``kernels.bench.time_interleaved``); the kernels alone beside them
    (the layer's recorded launches replayed: no checks, no allocation, no look-up).
    Each layer's output is checked against the float64 reference (NumPy, conv.reference) on one image.
 3. The autotuner's choice against a re-measurement of every candidate (median of 20, back to back) on
@@ -22,6 +23,7 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet, no torchvision).
 Writes network.json, network.csv (per layer), network.md (the tables) and network.png.
 """
 import argparse
+import copy
 import csv
 import datetime
 import json
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..kernels.bench import time_events
+from ..kernels.bench import time_interleaved
 from .nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
 
 
@@ -50,15 +52,18 @@ class Timer:
         if sleep is not None:
             sleep(40_000_000)
 
-    def flushed(self, fn):
-        """Median seconds of ``fn`` between CUDA events, L2 flushed before each repeat."""
+    def flushed(self, *fns):
+        """Median seconds of each of ``fns`` between CUDA events, L2 flushed before each call, the callables
+        taking turns within each repeat."""
         self.spin()
-        return time_events(self.torch, fn, self.repeats, warmup=2, flush=self.flush)["median_s"]
+        return [r["median_s"] for r in time_interleaved(self.torch, fns, self.repeats, warmup=2, flush=self.flush)]
 
-    def back_to_back(self, fn, calls=10):
-        """Median over the repeats of the mean seconds per call of ``calls`` consecutive calls (no flush)."""
+    def back_to_back(self, *fns, calls=10):
+        """Median over the repeats of the mean seconds per call of ``calls`` consecutive calls (no flush),
+        for each of ``fns`` in turn within each repeat."""
         self.spin()
-        return time_events(self.torch, fn, max(3, self.repeats // 2), warmup=2, calls=calls)["median_s"]
+        return [r["median_s"] for r in time_interleaved(self.torch, fns, max(3, self.repeats // 2), warmup=2,
+                                                        calls=calls)]
 
 
 def _host_us(fn, calls=1000, rounds=5, sync=None):
@@ -164,16 +169,15 @@ def layer_rows(torch, name, timer, log):
 
             def kernel(recording=recording, addresses=addresses):
                 recording.replay(addresses, stream)
+            fns = (lambda: ours(x), lambda: conv(x), kernel)
+            flushed, b2b = timer.flushed(*fns), timer.back_to_back(*fns)
             row = {"network": name, "layer": names[0], "count": len(names), "names": names,
                    "what": describe(conv, shape), "batch": batch, "version": plan.version.label,
                    "overrides": plan.tuning_overrides, "resolve_s": resolve_s, "valid": valid,
                    "worst_error_vs_bound": worst,
-                   "ours_call_flushed_s": timer.flushed(lambda: ours(x)),
-                   "cudnn_call_flushed_s": timer.flushed(lambda: conv(x)),
-                   "ours_call_b2b_s": timer.back_to_back(lambda: ours(x)),
-                   "cudnn_call_b2b_s": timer.back_to_back(lambda: conv(x)),
-                   "ours_kernel_flushed_s": timer.flushed(kernel),
-                   "ours_kernel_b2b_s": timer.back_to_back(kernel)}
+                   "ours_call_flushed_s": flushed[0], "cudnn_call_flushed_s": flushed[1],
+                   "ours_call_b2b_s": b2b[0], "cudnn_call_b2b_s": b2b[1],
+                   "ours_kernel_flushed_s": flushed[2], "ours_kernel_b2b_s": b2b[2]}
         row["call_flushed_x"] = row["ours_call_flushed_s"] / row["cudnn_call_flushed_s"]
         row["call_b2b_x"] = row["ours_call_b2b_s"] / row["cudnn_call_b2b_s"]
         row["kernel_flushed_x"] = row["ours_kernel_flushed_s"] / row["cudnn_call_flushed_s"]
@@ -244,10 +248,10 @@ def network_rows(torch, names, timer, log):
             want = model.double()(x.double())
             model.float()
             cudnn_out = model(x)
-            cudnn_s = timer.back_to_back(lambda: model(x), calls=3)
-            report = swap_convolutions(model)
-            ours_out = model(x)
-            ours_s = timer.back_to_back(lambda: model(x), calls=3)
+            swapped = copy.deepcopy(model)
+            report = swap_convolutions(swapped)
+            ours_out = swapped(x)
+            ours_s, cudnn_s = timer.back_to_back(lambda: swapped(x), lambda: model(x), calls=3)
         scale = float(want.abs().max())
         row = {"network": name, "batch": batch, "convolutions": len(report.swapped),
                "ours_s": ours_s, "cudnn_s": cudnn_s, "ratio": ours_s / cudnn_s,
@@ -259,7 +263,7 @@ def network_rows(torch, names, timer, log):
             f"against cuDNN {cudnn_s * 1e3:.2f} ms = {row['ratio']:.2f}x; max error / max |y|: ours "
             f"{row['ours_rel_error']:.1e}, cuDNN {row['cudnn_rel_error']:.1e}")
         rows.append(row)
-        del model
+        del model, swapped
         torch.cuda.empty_cache()
     return rows
 
