@@ -130,6 +130,14 @@ def test_bad_inputs_raise_as_pytorch_does(make_input, error, match):
         conv(make_input())
 
 
+def test_an_empty_batch_and_an_unbatched_input():
+    conv = Conv2d(3, 5, 3, padding=1).eval()
+    with torch.no_grad():
+        assert conv(torch.rand(0, 3, 8, 8)).shape == (0, 5, 8, 8)
+        one = torch.rand(3, 8, 8)
+        assert torch.allclose(conv(one), conv(one[None])[0])
+
+
 def test_only_float32():
     # bad input: a float64 module and input
     conv = Conv2d(3, 5, 3).double().eval()
@@ -210,6 +218,13 @@ def test_explicit_kernels(cuda, version):
         assert np.abs(y.cpu().numpy() - ref).max() <= 1e-5 * np.abs(ref).max()
     else:
         _check(y, ref, bound, what=f"kernel {version}")
+
+
+def test_cuda_empty_batch(cuda):
+    conv = Conv2d(3, 5, 3).to(cuda).eval()
+    with torch.inference_mode():
+        y = conv(torch.rand(0, 3, 9, 9, device=cuda))
+    assert y.shape == (0, 5, 7, 7) and y.device == cuda
 
 
 def test_no_copies_one_allocation_per_call(cuda):

@@ -207,9 +207,11 @@ class _Launch:
             values = list(values)
             for i, b, offset in self.slots:
                 values[i] = addresses[b] + offset
-        self.packer.pack_into(held.params, 0, *values)
-        held.size.value = self.packer.size
-        result = _lib.cuLaunchKernel(self.kernel.handle, *self.dims, self.shared, stream, None, held.extra)
+        packer = self.packer
+        packer.pack_into(held.params, 0, *values)
+        held.size.value = packer.size
+        gx, gy, gz, bx, by, bz = self.dims
+        result = _lib.cuLaunchKernel(self.kernel.handle, gx, gy, gz, bx, by, bz, self.shared, stream, None, held.extra)
         if result:
             check(result, f"launching {self.kernel.name}")
 
