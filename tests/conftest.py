@@ -9,6 +9,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
+# The tests choose their kernels explicitly or take the table/fallback order: no autotuning (timing
+# and module builds) unless a test turns it on (tests/test_autotune.py, tests/test_gpu_hotpath.py).
+# Compiled modules stay in one folder even where a test moves $XDG_CACHE_HOME.
+os.environ.setdefault("ECE408_AUTOTUNE", "0")
+if not os.environ.get("ECE408_CUBIN_CACHE"):
+    from ece408_op.kernels.device import cubin_cache_dir
+    os.environ["ECE408_CUBIN_CACHE"] = str(cubin_cache_dir())
+
 
 def require_mxnet(module="ece408_op.mx.op"):
     """Import an MXNet-dependent module of ours, or skip (module level too) where MXNet is unusable

@@ -14,9 +14,10 @@ ALLOWED = {
     "kernels": {"conv", "kernels"},
     "data": {"data"},
     "mx": {"conv", "kernels", "data", "mx"},
+    "torch": {"conv", "kernels", "torch"},      # the PyTorch front-end: no MXNet (needs PyTorch)
     "grading": {"grading"},                    # runs the milestones as subprocesses: no MXNet
     "selftest": {"conv", "kernels", "data", "mx", "selftest"},
-    "cli": {"conv", "kernels", "data", "mx", "grading", "selftest", "cli"},
+    "cli": {"conv", "kernels", "data", "mx", "grading", "selftest", "torch", "cli"},
 }
 BASE = {"errors", ""}
 MXNET_FREE = ("conv", "kernels", "data", "grading", "selftest", "cli")    # selftest and cli import mx lazily

@@ -135,11 +135,39 @@ def memory_command(argv):
 def gpu_command(argv):
     missing = [name for module, name in (("torch", "PyTorch"), ("pycuda", "PyCUDA"))
                if importlib.util.find_spec(module) is None]
-    if missing and not set(HELP) & set(argv):
+    if missing and not set(HELP) & set(argv) and "--precompile" not in argv:   # precompiling needs nvcc only
         raise Ece408Error(f"bench gpu needs {' and '.join(missing)} (cuDNN through PyTorch is the baseline, "
                           "the kernels run through PyCUDA): pip install -e '.[bench]' on a machine with a CUDA GPU")
+    argv = [a for a in argv if a != "--debug"]
+    if "--network" in argv:
+        from ..torch.bench import main as network_main
+        return network_main(argv)
+    if "--precompile" in argv:
+        return precompile_command(argv)
     from ..kernels.bench import main as gpu_main
-    return gpu_main([a for a in argv if a != "--debug"])
+    return gpu_main(argv)
+
+
+def precompile_command(argv):
+    """``bench gpu --precompile``: no GPU needed; build into the cubin cache every module the suite (with
+    its tiles), the network benchmark and their autotuning load (the network layers need PyTorch)."""
+    from ..kernels import suite
+    from ..kernels.device import cubin_cache_dir, precompile
+    parser = ArgumentParser(prog="ece408_op bench gpu --precompile", description=precompile_command.__doc__)
+    parser.add_argument("--precompile", action="store_true")
+    parser.add_argument("--arch", default="sm_90", help="the GPU architecture (default sm_90: H100, H200)")
+    parser.add_argument("--device-name", default="NVIDIA H100 80GB HBM3",
+                        help="the device whose defaults.json entries the network layers follow")
+    parser.add_argument("--no-suite", action="store_true", help="only the network benchmark's modules")
+    args = parser.parse_args(argv)
+    sets = [] if args.no_suite else suite.suite_modules()
+    try:
+        from ..torch.bench import precompile_modules
+        sets += precompile_modules(device_name=args.device_name)
+    except ImportError as exc:
+        print(f"network layers skipped: {exc}")
+    print(f"{precompile(sets, args.arch)} modules for {args.arch} in {cubin_cache_dir()}")
+    return 0
 
 
 # benchmark -> (function, its arguments, one line for ``python -m ece408_op --help``)
@@ -150,7 +178,8 @@ BENCHMARKS = {
                  "the fixed cost of one call: ece408_conv, an empty CustomOp, the built-in"),
     "zoo": (zoo_command, "[--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] [--json FILE]",
             "model-zoo networks, the original against every convolution swapped"),
-    "gpu": (gpu_command, "[--batch N] [--repeats N] [--out DIR] [--sweep [--apply]] [--suite ...]",
+    "gpu": (gpu_command, "[--batch N] [--repeats N] [--out DIR] [--sweep [--apply]] [--suite ...] | --network "
+                         "[--nets NAME,...] | --precompile [--arch sm_90]",
             "every GPU kernel version against cuDNN (PyTorch and PyCUDA, no MXNet)"),
     "memory": (memory_command, "[--mb N] [--json FILE]", "how fast this machine maps fresh host memory"),
 }
