@@ -341,8 +341,9 @@ def _prlimit(limits):
     own --die-with-parent is set only once bwrap has begun: a runner killed before that moment
     would leave it running)."""
     death = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
-    return death + ["prlimit", f"--as=unlimited", f"--nproc={limits.processes}", f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
-            f"--fsize={limits.file_size}", "--core=0", f"--nofile=4096"]
+    return death + ["prlimit", "--as=unlimited", f"--nproc={limits.processes}",
+                    f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}", f"--fsize={limits.file_size}",
+                    "--core=0", "--nofile=4096"]
 
 
 ATTACH = 'for f in $ECE408_CGROUP; do echo $$ > "$f" || exit 126; done; unset ECE408_CGROUP; exec "$@"'
@@ -354,10 +355,9 @@ class HostSandbox(Sandbox):
     engine = "host"
     isolated = False
 
-    def __init__(self, *args, scratch=None, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.uid = os.getuid()
-        self.scratch = scratch
 
     def launch(self, step, name):
         mounts = {m.target: m.source for m in step.mounts}
@@ -372,11 +372,12 @@ class HostSandbox(Sandbox):
 
 
 def _host_path(word, mounts):
-    """``word`` with a mount target (/src, /build...) standing for its host folder."""
+    """``word`` with each mount target (/src, /build...) standing as a whole path component for
+    its host folder (``/src/*``, ``"cp -r /src/* /build"``, ``--out=/build``; not ``/usr/src``)."""
+    import re
     for target in sorted(mounts, key=len, reverse=True):
-        if word == target or word.startswith(target + "/"):
-            return mounts[target] + word[len(target):]
-        word = word.replace(f" {target}/", f" {mounts[target]}/").replace(f"={target}/", f"={mounts[target]}/")
+        pattern = r"(?<![\w.~/-])" + re.escape(target) + r"(?![\w.-])"
+        word = re.sub(pattern, lambda m, host=mounts[target]: host, word)
     return word
 
 
