@@ -116,7 +116,7 @@ def test_two_teams_at_once_neither_reads_nor_writes_the_other(tmp_path):
 
 def test_one_team_leaves_nothing_for_the_next(tmp_path):
     marker = "LEFT-" + os.urandom(6).hex()
-    plant = (f"for p in ('/build/x', '/tmp/x', '/dev/shm/x', '/var/tmp/x', '/run/x', '/src/x', '/x'):\n"
+    plant = ("for p in ('/build/x', '/tmp/x', '/dev/shm/x', '/var/tmp/x', '/run/x', '/src/x', '/x'):\n"
              "    try:\n        open(p, 'w').write('" + marker + "')\n        print('PLANTED', p)\n"
              "    except OSError as e:\n        print('refused', p, e.strerror)\n")
     first = team(tmp_path / "a", ["python /src/plant.py"], **{"plant.py": plant})

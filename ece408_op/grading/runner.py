@@ -46,7 +46,7 @@ from . import channel
 from . import transcript as tx
 from .config import load_config, split_command
 from .names import printable, team_name
-from .sandbox import Limits, Mount, SandboxError, Step, choose_engine, clean_stale, open_sandbox
+from .sandbox import Limits, Mount, Step, choose_engine, clean_stale, open_sandbox
 from .scratch import Scratch, copy_submission
 from .store import Record
 

@@ -23,8 +23,6 @@ Engines:
   host        only when asked for by name: no isolation at all; marked "not isolated" in the
               transcript and the record.
 """
-import json
-import math
 import os
 import random
 import shutil

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..errors import GpuError
-from ..team.plan import BUFFERS, STREAMS, ConstantStep, KernelStep, PlanError
+from ..team.plan import STREAMS, ConstantStep, PlanError
 from .device import cuda_error_line
 
 WORKSPACE_SHARE = 0.5          # of the device's free memory, at most, for a plan's workspaces
