@@ -1,6 +1,12 @@
 """CPU fast path for any ConvSpec: padding, stride, dilation, rectangular kernels, groups
 (depthwise included), bias; float32.
 
+Every layer whose output planes hold at least one block of positions runs on the direct kernels
+compiled by Numba (``direct.py``). This file's im2col + OpenBLAS tiles are the fallback, with these
+reasons: Numba is not installed or is disabled (``ECE408_NUMBA=0``), or the output planes are
+smaller than one register block (16-32 positions: a 1x1 or 3x3 output, where the im2col products
+are a few microseconds anyway).
+
 A layer is cut into tiles (a block of images, or a block of output rows of one image), each
 sized so that its working set stays in cache and its matrix products stay fast (``PANEL_BYTES``);
 runs of tiles go to the shared thread pool with BLAS single-threaded inside it
@@ -24,6 +30,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import ShapeError
+from . import direct
 from .parallel import pool_size, run_parallel
 from .spec import ConvSpec
 
@@ -128,6 +135,8 @@ def conv2d_forward_cpu(x, k, bias=None, spec=None, out=None, accumulate=False):
     batch = x.shape[0]
     if batch == 0 or out.size == 0:
         return out
+    if direct.unsupported(plan.x_shape, tuple(k.shape), spec) is None:
+        return direct.conv2d_forward_direct(x, k, bias, spec, out, accumulate)
     tile = _depthwise_tile if plan.kind == "depthwise" else _gemm_tile
 
     def unit(tiles):

@@ -1,0 +1,57 @@
+"""The direct path's plain-loop kernels (imported only where Numba is: ``direct.helpers()``): the
+phase-plane re-layout of x, the weights' re-layout, and the fused layer's bias + tanh + 2x2 max-pool."""
+import numpy as np
+from numba import prange
+
+from . import numba_env
+
+njit = numba_env.njit
+
+
+@njit(parallel=True, nogil=True)
+def relayout(xs, x, SH, SW, PH, PW, Hq, Wq):
+    """xs[b, ((c*SH + rh)*SW + rw)*Hq*Wq + hq*Wq + wq] = xpad[b, c, hq*SH + rh, wq*SW + rw] (zero in the
+    padding and past the input); each image's tail past its planes (read by blocks ending a row) zeroed."""
+    B, C, H, W = x.shape
+    plane = Hq * Wq
+    total = C * SH * SW * plane
+    for unit in prange(B * C * SH):
+        b = unit // (C * SH)
+        c = (unit // SH) % C
+        rh = unit % SH
+        for rw in range(SW):
+            start = ((c * SH + rh) * SW + rw) * plane
+            for hq in range(Hq):
+                h = hq * SH + rh - PH
+                row = xs[b, start + hq * Wq:start + hq * Wq + Wq]
+                if h < 0 or h >= H:
+                    row[:] = 0
+                    continue
+                src = x[b, c, h]
+                if SW == 1:
+                    row[:PW] = 0
+                    row[PW:PW + W] = src
+                    row[PW + W:] = 0
+                else:
+                    for wq in range(Wq):
+                        w = wq * SW + rw - PW
+                        row[wq] = src[w] if 0 <= w < W else np.float32(0)
+        if c == C - 1 and rh == SH - 1:
+            xs[b, total:] = 0
+
+
+@njit(nogil=True)
+def weight_layout(wt, k, G, MB):
+    """wt[g, mb, t*MB + m] = k[g*Mg + mb*MB + m, c, p, q] with t = (c, p, q); 0 past the group's filters."""
+    M, Cg, KH, KW = k.shape
+    Mg = M // G
+    nmb = wt.shape[1]
+    for g in range(G):
+        for mb in range(nmb):
+            for m in range(MB):
+                f = mb * MB + m
+                for c in range(Cg):
+                    for p in range(KH):
+                        for q in range(KW):
+                            t = (c * KH + p) * KW + q
+                            wt[g, mb, t * MB + m] = k[g * Mg + f, c, p, q] if f < Mg else np.float32(0)
