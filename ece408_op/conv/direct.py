@@ -39,7 +39,7 @@ from .parallel import pool_size
 
 FASTMATH = '{"contract", "nnan", "ninf", "nsz", "arcp", "afn"}'     # everything but reassociation
 CHUNK_TARGET = 4            # position chunks: about this many work units per thread at least
-CHUNK_BLOCKS_MAX = 64       # at most this many blocks of positions per unit (a chunk's x stays in L2)
+CHUNK_BYTES = 256 << 10     # the input rows one chunk of positions reads, all channels: kept in L2 (512 KB)
 _kernels = {}
 _kernels_lock = threading.Lock()
 
@@ -53,7 +53,7 @@ def available():
 def kernel_source(mb, wb):
     """Python source of the (MB, WB) kernel (see the module docstring, step 3)."""
     c = [f"U{n} = np.uint64({n})" for n in range(max(mb, wb) + 1)]
-    lines = ["import numpy as np", "from numba import prange", "from ece408_op.conv import numba_env", ""] + c + [
+    lines = ["import numpy as np", "from ece408_op.conv import numba_env", "from numba import prange", ""] + c + [
         "",
         "",
         f"@numba_env.njit(parallel=True, fastmath={FASTMATH}, nogil=True)",
@@ -95,33 +95,29 @@ def kernel_source(mb, wb):
     lines += ["                    s += UMB"]
     lines += [f"                acc[{m}, {j}] = a_{m}_{j}" for m in range(mb) for j in range(wb)]
     lines += [
-        f"                lane0 = k * {wb} - v0             # lanes the block before stored (the last block overlaps it)",
-        "                v = v0 + lane0",
+        f"                lane = k * {wb} - v0               # lanes the block before stored (the last block overlaps it)",
+        "                v = v0 + lane",
         "                i = v // Wq",
         "                j = v - i * Wq",
-        f"                if j + {wb} - lane0 <= WO:         # all in one row: contiguous stores",
+        f"                while lane < {wb}:                 # row segments of the block, contiguous stores",
+        "                    if j >= WO:                    # positions past a row's last output: not outputs",
+        "                        lane += Wq - j",
+        "                        i += 1",
+        "                        j = 0",
+        "                        continue",
+        f"                    n = min({wb} - lane, WO - j)",
         "                    for m in range(mcount):",
         "                        bb = bias[m0 + m]",
-        "                        ys = yv[b, m0 + m, i * WO + j:]",
-        "                        am = acc[m]",
+        "                        ys = yv[b, m0 + m, i * WO + j:i * WO + j + n]",
+        "                        am = acc[m, lane:lane + n]",
         "                        if add:",
-        f"                            for lane in range(lane0, {wb}):",
-        "                                ys[lane - lane0] += am[lane] + bb",
+        "                            for e in range(n):",
+        "                                ys[e] += am[e] + bb",
         "                        else:",
-        f"                            for lane in range(lane0, {wb}):",
-        "                                ys[lane - lane0] = am[lane] + bb",
-        "                else:",
-        f"                    for lane in range(lane0, {wb}):",
-        "                        if j < WO:",
-        "                            for m in range(mcount):",
-        "                                if add:",
-        "                                    yv[b, m0 + m, i * WO + j] += acc[m, lane] + bias[m0 + m]",
-        "                                else:",
-        "                                    yv[b, m0 + m, i * WO + j] = acc[m, lane] + bias[m0 + m]",
-        "                        j += 1",
-        "                        if j == Wq:",
-        "                            j = 0",
-        "                            i += 1",
+        "                            for e in range(n):",
+        "                                ys[e] = am[e] + bb",
+        "                    lane += n",
+        "                    j += n",
     ]
     return "\n".join(lines) + "\n"
 
@@ -147,19 +143,21 @@ def helpers():
 
 # ---------------------------------------------------------------- plans
 
-# MB (filters per block) -> WB (positions per block): measured on the ResNet 3x3 layer, one thread:
-# (4, 16) 45 GFLOP/s, (3, 32) 53, (2, 32) 47, (6, 16) 39 (spills), (4, 24) 27 (a 24-wide block packs badly)
-TILES = {4: 16, 3: 32, 2: 32, 1: 32}
+# MB (filters per block) -> WB (positions per block). Measured here (2026-11-23, one thread, CPU time,
+# useful GFLOP/s on the ResNet 3x3 layer B1 / the 2019 conv2 layer B100): (4, 16) 66 / 59, (6, 16) 55 / 57,
+# (12, 8) 44 / 43, (8, 8) 44 / 39, (2, 48) 31 / 28, (3, 32) 26 / 25 (12 x 4 accumulators: spills);
+# (4, 24) 27 in a first prototype (a 24-wide block packs badly).
+TILES = {6: 16, 4: 16, 3: 16, 2: 32, 1: 32}
 
 
 def tile_for(filters_per_group):
-    """(MB, WB) for a group of ``filters_per_group`` filters: 4 filters a block unless 3 divides the
-    count and 4 does not (M = 6: no padded filters), fewer where the group has fewer."""
+    """(MB, WB) for a group of ``filters_per_group`` filters: 4 filters a block, 6 where 6 divides the
+    count and 4 does not (2018 conv1's M = 6: no padded filters), all of them where the group has fewer."""
     mg = filters_per_group
     if mg < 4:
         mb = mg
-    elif mg % 4 and mg % 3 == 0:
-        mb = 3
+    elif mg % 4 and mg % 6 == 0:
+        mb = 6
     else:
         mb = 4
     return mb, TILES[mb]
@@ -179,6 +177,7 @@ class DirectPlan:
     hq: int
     wq: int
     direct: bool              # x read as it is (1x1, stride 1, no padding)
+    depthwise: bool           # one input channel per group: the ``depthwise`` loop kernel
     toff: np.ndarray
 
     @property
@@ -214,7 +213,7 @@ def plan_for(x_shape, k_shape, spec):
     toff = np.array([((cc * sh + (p * dh) % sh) * sw + (q * dw) % sw) * plane + ((p * dh) // sh) * wq
                      + (q * dw) // sw for cc in range(cg) for p in range(kh) for q in range(kw)], np.uint64)
     return DirectPlan(tuple(x_shape), tuple(k_shape), y_shape, (sh, sw), (ph, pw), (dh, dw), groups, mb, wb,
-                      hq, wq, direct, toff)
+                      hq, wq, direct, cg == 1 and groups > 1, toff)
 
 
 _local = threading.local()
@@ -234,7 +233,12 @@ def chunks_for(plan, batch, threads):
     _, _, ho, wo = plan.y_shape
     blocks = -(-((ho - 1) * plan.wq + wo) // plan.wb)
     units = batch * plan.groups
-    want = max(1, -(-CHUNK_TARGET * threads // units), -(-blocks // CHUNK_BLOCKS_MAX))
+    cg, kh = plan.k_shape[1], plan.k_shape[2]
+    row_bytes = cg * plan.stride[0] * plan.stride[1] * plan.wq * 4          # one row of every plane
+    halo = (kh - 1) * plan.dilate[0] // plan.stride[0]
+    rows = max(1, CHUNK_BYTES // row_bytes - halo)                          # output rows a chunk may hold
+    per_chunk = max(1, rows * plan.wq // plan.wb)
+    want = max(1, -(-CHUNK_TARGET * threads // units), -(-blocks // per_chunk))
     return min(blocks, want)
 
 
@@ -245,17 +249,21 @@ def conv2d_forward_direct(x, k, bias, spec, out, accumulate=False, threads=None)
     threads = numba_env.set_threads(threads or pool_size())
     loops = helpers()
     m, cg, kh, kw = k.shape
-    nmb = -(-(m // plan.groups) // plan.mb)
-    wt = _scratch("weights", (plan.groups, nmb, cg * kh * kw * plan.mb))
-    _call(loops.weight_layout, wt, k, plan.groups, plan.mb)
     if plan.direct:
         xs = x.reshape(batch, -1)
     else:
         xs = _scratch("planes", (batch, plan.xs_len))
         _call(loops.relayout, xs, x, *plan.stride, *plan.pad, plan.hq, plan.wq)
     bias_vec = bias if bias is not None and bias.flags.writeable else _bias(m, bias)
-    fn = kernel(plan.mb, plan.wb)
     _, _, ho, wo = plan.y_shape
+    cplane = cg * plan.stride[0] * plan.stride[1] * plan.hq * plan.wq
+    if plan.depthwise:
+        _call(loops.depthwise, out, xs, k, plan.toff, bias_vec, bool(accumulate), cplane, plan.wq, ho, wo)
+        return out
+    nmb = -(-(m // plan.groups) // plan.mb)
+    wt = _scratch("weights", (plan.groups, nmb, cg * kh * kw * plan.mb))
+    _call(loops.weight_layout, wt, k, plan.groups, plan.mb)
+    fn = kernel(plan.mb, plan.wb)
     _call(fn, out, xs, wt, plan.toff, bias_vec, bool(accumulate), cg * plan.stride[0] * plan.stride[1]
                    * plan.hq * plan.wq, plan.wq, ho, wo, m // plan.groups, plan.groups,
                    chunks_for(plan, batch, threads))
@@ -282,3 +290,24 @@ def _call(fn, *args):
     return fn(*args)
 
 
+
+
+# Layers that compile every kernel the course models use, and every tile of TILES: (x shape, attributes).
+WARM_LAYERS = [((1, 1, 12, 12), dict(num_filter=4, kernel=5)),              # MB 4 (M = 50, 16, 12, 24)
+               ((1, 2, 12, 12), dict(num_filter=6, kernel=5)),              # MB 3 (2018 conv1's M = 6)
+               ((1, 2, 12, 12), dict(num_filter=2, kernel=3, stride=2, pad=1)),   # MB 2, a strided re-layout
+               ((1, 2, 12, 12), dict(num_filter=1, kernel=1)),              # MB 1, x read as it is
+               ((1, 4, 12, 12), dict(num_filter=4, kernel=3, pad=1, num_group=4))]   # depthwise
+
+
+def warm_up_kernels():
+    """Compile (or load from the cache) every kernel of the direct path; returns the layers run."""
+    from .spec import ConvSpec
+    done = []
+    for x_shape, attrs in WARM_LAYERS:
+        spec = ConvSpec.from_attrs(**{k: str(v) for k, v in attrs.items()})
+        x = np.ones(x_shape, np.float32)
+        k = np.ones(spec.weight_shape(x_shape[1]), np.float32)
+        conv2d_forward_direct(x, k, None, spec, np.empty(spec.output_shape(x_shape), np.float32))
+        done.append((x_shape, spec))
+    return done

@@ -1,9 +1,11 @@
 """The direct path's plain-loop kernels (imported only where Numba is: ``direct.helpers()``): the
 phase-plane re-layout of x, the weights' re-layout, and the fused layer's bias + tanh + 2x2 max-pool."""
 import numpy as np
-from numba import prange
 
 from . import numba_env
+
+numba_env.load()                        # NUMBA_SLP_VECTORIZE set before Numba's first import
+from numba import prange  # noqa: E402
 
 njit = numba_env.njit
 
@@ -55,3 +57,36 @@ def weight_layout(wt, k, G, MB):
                         for q in range(KW):
                             t = (c * KH + p) * KW + q
                             wt[g, mb, t * MB + m] = k[g * Mg + f, c, p, q] if f < Mg else np.float32(0)
+
+
+@njit(parallel=True, fastmath={"contract", "nnan", "ninf", "nsz", "arcp", "afn"}, nogil=True)
+def depthwise(y, xs, k, toff, bias, add, Cplane, Wq, HO, WO):
+    """Depthwise (one input channel per group, ``mult`` filters each): y[b, f, i, j] (=|+=) bias[f] +
+    sum over taps t of k[f, t] * xs[b, c*Cplane + toff[t] + i*Wq + j], c = f // mult; one output row
+    accumulated in a buffer, the loop over its columns vectorised (a tap is one multiply-add per
+    output: memory-bound, no register blocking to gain)."""
+    B, M = y.shape[0], y.shape[1]
+    C = xs.shape[1] // Cplane if Cplane else 1
+    mult = M // C
+    T = toff.shape[0]
+    kf = k.reshape(M, T)
+    for unit in prange(B * M):
+        b = unit // M
+        f = unit % M
+        xb = xs[b, (f // mult) * Cplane:]
+        row = np.empty(WO, np.float32)
+        bb = bias[f]
+        for i in range(HO):
+            row[:] = bb
+            for t in range(T):
+                w = kf[f, t]
+                start = toff[t] + i * Wq
+                xr = xb[start:start + WO]
+                for j in range(WO):
+                    row[j] += w * xr[j]
+            yr = y[b, f, i]
+            if add:
+                for j in range(WO):
+                    yr[j] += row[j]
+            else:
+                yr[:] = row

@@ -19,8 +19,9 @@ What it takes care of:
   (a read-only home, a container's user without one) is not an error: the kernels are compiled in
   memory, every run, after a one-line note.
 * **First-compile note.** ``call`` compiles a function for its arguments' types before running it;
-  if that takes longer than ``NOTE_AFTER_S`` (a real compilation, not a cache load: those take a few
-  ms) it prints one line on stderr, once per process.
+  where Numba's cache index does not hold that signature (so it really compiles) it first prints one
+  line on stderr, once per process (where the index cannot be read: if compiling lasts longer than
+  ``NOTE_AFTER_S``).
 * **Generated sources.** ``load_source`` imports generated kernel source (register-blocked kernels
   are generated per tile size) from a file in the cache folder, so that Numba can cache it like any
   module (in memory where the folder cannot be written).
@@ -38,7 +39,8 @@ from pathlib import Path
 SLP_ENV = "NUMBA_SLP_VECTORIZE"
 CACHE_ENV = "ECE408_NUMBA_CACHE"
 DISABLE_ENV = "ECE408_NUMBA"
-NOTE_AFTER_S = 0.3            # a compilation that lasts longer gets the note (cache loads take 3-10 ms)
+NOTE_AFTER_S = 1.5            # where the cache index cannot be read: a compilation lasting longer gets the note
+                              # (a real one takes 2-15 s; a parallel function's first cache load up to 0.6 s)
 _state = {"loaded": False, "numba": None, "reason": None, "folder": None, "folder_note": None,
           "noted": False, "warned": set()}
 _lock = threading.RLock()
@@ -77,7 +79,7 @@ def load():
             except Exception as exc:          # noqa: BLE001  not installed, or an incompatible NumPy
                 _state["reason"] = f"Numba is not importable ({type(exc).__name__}: {exc})"
             else:
-                if not config.SLP_VECTORIZE:
+                if not getattr(config, "SLP_VECTORIZE", 1):        # older Numba: no such switch, SLP on
                     if os.environ.get(SLP_ENV, "").strip() == "0":
                         _say(f"{SLP_ENV}=0 is set: the CPU kernels will run several times slower", "slp")
                     else:
@@ -107,7 +109,7 @@ def _key(numba):
     import llvmlite.binding as llvm
     from numba.core import config
     llvm_version = ".".join(map(str, llvm.llvm_version_info))
-    return (f"slp{int(bool(config.SLP_VECTORIZE))}-numba{numba.__version__}-llvmlite{llvmlite.__version__}"
+    return (f"slp{int(bool(getattr(config, 'SLP_VECTORIZE', 1)))}-numba{numba.__version__}-llvmlite{llvmlite.__version__}"
             f"-llvm{llvm_version}-{config.CPU_NAME or llvm.get_host_cpu_name()}")
 
 
@@ -205,6 +207,18 @@ def _note_first_compile(what):
              + (f"cached in {where})" if where is not None else "not cached)"))
 
 
+def _in_cache(dispatcher, signature):
+    """Whether Numba's cache index holds ``signature`` (None: cannot tell; Numba's private API)."""
+    if cache_folder() is None:
+        return False
+    try:
+        cache = dispatcher._cache
+        key = cache._index_key(signature, dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:            # noqa: BLE001  another Numba version: fall back to the timer
+        return None
+
+
 def compile_for(dispatcher, args, what="the CPU kernels"):
     """Compile (or load from the cache) ``dispatcher`` for ``args``' types, printing the one-line note
     if that takes longer than ``NOTE_AFTER_S``; a no-op once compiled in this process."""
@@ -213,8 +227,12 @@ def compile_for(dispatcher, args, what="the CPU kernels"):
     if signature in dispatcher.overloads:
         return
     if _state["folder_note"]:
-        _say(_state["folder_note"], "folder")
-    timer = threading.Timer(NOTE_AFTER_S, _note_first_compile, (what,))
+        _say(_state["folder_note"], "folder")      # says it compiles, every run: no second note
+        _state["noted"] = True
+    cached = _in_cache(dispatcher, signature)
+    if cached is False:
+        _note_first_compile(what)
+    timer = threading.Timer(NOTE_AFTER_S if cached is None else 1e9, _note_first_compile, (what,))
     timer.daemon = True
     timer.start()
     try:

@@ -42,9 +42,12 @@ COURSE_LAYERS = {           # name -> (B, C, H, W, M, Convolution attributes)
 }
 NETWORK_LAYERS = {
     "ResNet 3x3 (pad 1)": (8, 64, 56, 56, 64, dict(kernel=(3, 3), pad=(1, 1))),
+    "ResNet 3x3/2 (pad 1)": (8, 64, 56, 56, 128, dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1))),
     "VGG first (pad 1)": (4, 3, 224, 224, 64, dict(kernel=(3, 3), pad=(1, 1))),
     "1x1 (C=256)": (8, 256, 56, 56, 64, dict(kernel=(1, 1))),
     "ResNet stem 7x7/2 (pad 3)": (4, 3, 224, 224, 64, dict(kernel=(7, 7), stride=(2, 2), pad=(3, 3))),
+    "dilated 3x3 (DeepLab, dilate 2)": (4, 256, 33, 33, 256, dict(kernel=(3, 3), pad=(2, 2), dilate=(2, 2))),
+    "depthwise 3x3 (MobileNet)": (8, 128, 56, 56, 128, dict(kernel=(3, 3), pad=(1, 1), num_group=128)),
 }
 LAYERS = {**COURSE_LAYERS, **NETWORK_LAYERS}
 
@@ -85,7 +88,7 @@ def bench_layer(shape, repeats=5, seed=408):
         ours = [seconds for seconds, _ in op_times.since(start)][1:]
     result = {key: _summary(values) for key, values in times.items()}
     result["op_time"] = _summary(ours)
-    result["layer"] = {"B": b, "C": c, "H": h, "W": w, "M": m, **{k: list(v) for k, v in attrs.items()}}
+    result["layer"] = {"B": b, "C": c, "H": h, "W": w, "M": m, **{k: list(v) if isinstance(v, tuple) else v for k, v in attrs.items()}}
     result["ratio_call"] = result["custom_call"]["median_s"] / result["builtin"]["median_s"]
     result["ratio_op_time"] = result["op_time"]["median_s"] / result["builtin"]["median_s"]
     return result
