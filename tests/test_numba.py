@@ -35,7 +35,9 @@ LAYERS = [
     (2, 32, 7, 7, 20, dict(kernel=3, pad=1, no_bias=False)),           # 7x7: blocks over several rows
     (2, 24, 9, 9, 2, dict(kernel=1)),                                  # x read as it is, MB 2
     (3, 3, 10, 12, 1, dict(kernel=3)),                                 # MB 1
-    (130, 1, 28, 28, 50, dict(kernel=5)),                              # many images
+    (130, 1, 28, 28, 50, dict(kernel=5)),                              # many images, rows kernel (8, 8)
+    (3, 1, 31, 30, 11, dict(kernel=5, no_bias=False)),                  # rows kernel (4, 16), overlapping blocks
+    (2, 2, 20, 17, 6, dict(kernel="(3, 4)", pad=1)),                   # rows kernel (6, 16), padding
 ]
 
 
@@ -71,6 +73,17 @@ def test_one_thread_and_many_chunks_give_the_same_result(rng, monkeypatch):
     monkeypatch.setattr(direct, "CHUNK_BYTES", 1)                       # a chunk per block of positions
     many = direct.conv2d_forward_direct(x, k, bias, spec, np.empty_like(one), threads=2)
     assert np.array_equal(one, many)
+
+
+def test_rows_kernel_serves_layers_of_few_taps_and_flat_the_rest(rng):
+    course = direct.plan_for((2, 1, 28, 28), (50, 1, 5, 5), ConvSpec.from_attrs(num_filter=50, kernel=5))
+    assert course.row_tile == (8, 8)                       # 56 padded filters x 24 columns: the fewest
+    later = direct.plan_for((2, 1, 70, 70), (12, 1, 5, 5), ConvSpec.from_attrs(num_filter=12, kernel=5))
+    assert later.row_tile == (4, 16)
+    many_taps = direct.plan_for((2, 6, 30, 30), (16, 6, 5, 5), ConvSpec.from_attrs(num_filter=16, kernel=5))
+    assert many_taps.row_tile is None
+    narrow = direct.plan_for((2, 1, 9, 9), (4, 1, 3, 3), ConvSpec.from_attrs(num_filter=4, kernel=3))
+    assert narrow.row_tile is None                         # a 7-wide output: no row block fits
 
 
 def test_tiles_follow_the_filter_count():

@@ -7,7 +7,7 @@ import json
 from ..errors import UsageError
 from .errors import ArgumentParser, run
 
-USAGE = ("usage: ece408_op bench cpu [--layers NAME ...] [--repeats N] [--json FILE]\n"
+USAGE = ("usage: ece408_op bench cpu [--layers NAME ...] [--repeats N] [--json FILE] [--png FILE]\n"
          "       ece408_op bench overhead [--rounds N] [--json FILE]\n"
          "       ece408_op bench memory [--mb N] [--json FILE]\n"
          "       ece408_op bench gpu [--batch N ...] [--repeats N] [--out DIR] [--sweep [--apply]]\n"
@@ -42,20 +42,30 @@ def _write_json(path, result):
 
 def cpu_command(argv):
     _mxnet_with_all_cores()
-    from ..mx.bench import LAYERS, bench_cpu, cpu_table
+    from ..mx.bench import CPU_TABLE_HEAD, LAYERS, bench_cpu, cpu_png, cpu_row, machine
     parser = ArgumentParser(prog="ece408_op bench cpu",
                             description="ece408_conv (CPU) against MXNet's built-in Convolution, same run, "
                                         "same threads: whole calls and Op Time, course and real-network layers.")
     parser.add_argument("--layers", nargs="+", choices=list(LAYERS), metavar="NAME",
                         help=f"default: all of {', '.join(LAYERS)}")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--png", help="draw the ratios to the built-in here (needs matplotlib)")
     args = _parse(parser, argv)
-    result = bench_cpu(args.layers, args.repeats)
-    m = result["machine"]
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(f"--png needs matplotlib ({exc}); pip install matplotlib") from exc
+    m = machine()
     print(f"{m['cpus']} CPUs, MXNet OMP_NUM_THREADS={m['OMP_NUM_THREADS']}, ece408_conv threads={m['ece408_threads']}, "
-          f"median of {args.repeats} after a warm-up")
-    print(cpu_table(result))
+          f"median of {args.repeats} after a warm-up; one row per layer as it finishes", flush=True)
+    print("\n".join(CPU_TABLE_HEAD), flush=True)
+    result = bench_cpu(args.layers, args.repeats, progress=lambda name, r: print(cpu_row(name, r), flush=True))
     _write_json(args.json, result)
+    if args.png:
+        cpu_png(result, args.png)
     return 0
 
 

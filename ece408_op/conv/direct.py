@@ -50,22 +50,22 @@ def available():
 
 # ---------------------------------------------------------------- generated kernels
 
-def kernel_source(mb, wb):
-    """Python source of the (MB, WB) kernel (see the module docstring, step 3)."""
-    c = [f"U{n} = np.uint64({n})" for n in range(max(mb, wb) + 1)]
-    lines = ["import numpy as np", "from ece408_op.conv import numba_env", "from numba import prange", ""] + c + [
-        "",
-        "",
+def _header(name, mb, wb, rows):
+    """The generated function's start, up to the top of its loop over blocks (``k``)."""
+    extra = "" if rows else "add, "
+    return [
         f"@numba_env.njit(parallel=True, fastmath={FASTMATH}, nogil=True)",
-        f"def conv_{mb}_{wb}(y, xs, wt, toff, bias, add, Cplane, Wq, HO, WO, Mg, G, chunks):",
-        f'    """y[b, g*Mg + m, i, j] (=|+=) bias + sum over taps of wt * xs: blocks of {mb} filters x {wb}',
-        '    positions (one work unit: an image, a group, a chunk of position blocks)."""',
+        f"def {name}(y, xs, wt, toff, bias, {extra}Cplane, Wq, HO, WO, Mg, G, chunks):",
+        f'    """y[b, g*Mg + m, i, j] {"=" if rows else "(=|+=)"} bias + sum over taps of wt * xs: blocks of {mb} '
+        f'filters x {wb} positions',
+        f'    ({"within a row" if rows else "flat"}; one work unit: an image, a group, a chunk of blocks)."""',
         "    B = y.shape[0]",
         "    nmb = wt.shape[1]",
         "    T = toff.shape[0]",
         "    HW = HO * WO",
         "    vmax = (HO - 1) * Wq + WO",
-        f"    nblk = (vmax + {wb - 1}) // {wb}",
+        f"    nj = (WO + {wb - 1}) // {wb}" if rows else "    nj = 1",
+        "    nblk = HO * nj" if rows else f"    nblk = (vmax + {wb - 1}) // {wb}",
         "    per = (nblk + chunks - 1) // chunks",
         f"    UMB = np.uint64({mb})",
         "    yv = y.reshape(B, y.shape[1], HW)",
@@ -82,10 +82,12 @@ def kernel_source(mb, wb):
         f"            m0 = g * Mg + mb * {mb}",
         f"            mcount = min({mb}, Mg - mb * {mb})",
         "            for k in range(k0, k1):",
-        f"                v0 = min(k * {wb}, vmax - {wb})",
-        "                base = gbase + np.uint64(v0)",
     ]
-    lines += [f"                a_{m}_{j} = np.float32(0)" for m in range(mb) for j in range(wb)]
+
+
+def _accumulate(mb, wb):
+    """The register block: MB x WB scalar accumulators over every tap (base: the block's first input)."""
+    lines = [f"                a_{m}_{j} = np.float32(0)" for m in range(mb) for j in range(wb)]
     lines += ["                s = U0",
               "                for t in range(T):",
               "                    o = base + toff[t]"]
@@ -93,6 +95,20 @@ def kernel_source(mb, wb):
     lines += [f"                    w_{m} = wb[s + U{m}]" for m in range(mb)]
     lines += [f"                    a_{m}_{j} += w_{m} * x_{j}" for m in range(mb) for j in range(wb)]
     lines += ["                    s += UMB"]
+    return lines
+
+
+def kernel_source(mb, wb):
+    """Python source of the (MB, WB) kernels (see the module docstring, step 3): ``flat_MB_WB`` (blocks
+    of consecutive virtual positions, any layer, req 'write' or 'add') and ``rows_MB_WB`` (blocks inside
+    output rows, the last one of a row overlapping the one before: every store a contiguous one; for
+    layers with few taps, where the flat kernel's row-crossing stores cost as much as the taps)."""
+    c = [f"U{n} = np.uint64({n})" for n in range(max(mb, wb) + 1)]
+    lines = ["import numpy as np", "from ece408_op.conv import numba_env", "from numba import prange", ""] + c + ["", ""]
+    lines += _header(f"flat_{mb}_{wb}", mb, wb, rows=False)
+    lines += [f"                v0 = min(k * {wb}, vmax - {wb})",
+              "                base = gbase + np.uint64(v0)"]
+    lines += _accumulate(mb, wb)
     lines += [f"                acc[{m}, {j}] = a_{m}_{j}" for m in range(mb) for j in range(wb)]
     lines += [
         f"                lane = k * {wb} - v0               # lanes the block before stored (the last block overlaps it)",
@@ -118,19 +134,31 @@ def kernel_source(mb, wb):
         "                                ys[e] = am[e] + bb",
         "                    lane += n",
         "                    j += n",
+        "",
+        "",
     ]
+    lines += _header(f"rows_{mb}_{wb}", mb, wb, rows=True)
+    lines += ["                i = k // nj",
+              f"                j0 = min((k - i * nj) * {wb}, WO - {wb})",
+              "                base = gbase + np.uint64(i * Wq + j0)"]
+    lines += _accumulate(mb, wb)
+    for m in range(mb):
+        lines += [f"                if {m} < mcount:",
+                  f"                    bb = bias[m0 + {m}]",
+                  f"                    ys = yv[b, m0 + {m}, i * WO + j0:i * WO + j0 + {wb}]"]
+        lines += [f"                    ys[{j}] = a_{m}_{j} + bb" for j in range(wb)]
     return "\n".join(lines) + "\n"
 
 
-def kernel(mb, wb):
-    """The compiled (MB, WB) kernel's dispatcher (generated and imported once per process)."""
+def kernel(mb, wb, rows=False):
+    """The compiled (MB, WB) kernel's dispatcher, ``rows_`` or ``flat_`` (generated and imported once
+    per process; each compiled on its first call)."""
     key = (mb, wb)
     if key not in _kernels:
         with _kernels_lock:
             if key not in _kernels:
-                module = numba_env.load_source(f"conv_{mb}_{wb}", kernel_source(mb, wb))
-                _kernels[key] = getattr(module, f"conv_{mb}_{wb}")
-    return _kernels[key]
+                _kernels[key] = numba_env.load_source(f"conv_{mb}_{wb}", kernel_source(mb, wb))
+    return getattr(_kernels[key], f"{'rows' if rows else 'flat'}_{mb}_{wb}")
 
 
 # ---------------------------------------------------------------- the layout kernels
@@ -163,6 +191,23 @@ def tile_for(filters_per_group):
     return mb, TILES[mb]
 
 
+# The rows kernels serve layers of at most ROWS_MAX_TAPS taps (C=1 K=5: 25), where the flat kernel's
+# row-crossing stores cost as much as the taps. Measured here (2026-11-23, one thread, CPU time, useful
+# GFLOP/s, 100 images): 2017's layer (M=50, 24x24 out) flat (4, 16) 30, rows (8, 8) 48, rows (4, 16) 34;
+# 2019 conv1 (M=12, 66x66) flat 35, rows (4, 16) 44, rows (8, 8) 37; 2018 conv2 (C=6, 150 taps) flat 53,
+# rows (4, 16) 47. Among ROW_TILES the one computing the fewest padded filters x padded columns wins.
+ROWS_MAX_TAPS = 32
+ROW_TILES = ((8, 8), (4, 16), (6, 16))
+
+
+def row_tile_for(filters_per_group, wo):
+    """The rows kernel's (MB, WB) for a group's filter count and output width (None: none fits)."""
+    fits = [(mb, wb) for mb, wb in ROW_TILES if wb <= wo]
+    if not fits:
+        return None
+    return min(fits, key=lambda t: (-(-filters_per_group // t[0]) * t[0]) * (-(-wo // t[1]) * t[1]))
+
+
 @dataclass(frozen=True)
 class DirectPlan:
     x_shape: tuple
@@ -178,6 +223,7 @@ class DirectPlan:
     wq: int
     direct: bool              # x read as it is (1x1, stride 1, no padding)
     depthwise: bool           # one input channel per group: the ``depthwise`` loop kernel
+    row_tile: tuple           # (MB, WB) of the rows kernel where it serves the layer (req 'write'), else None
     toff: np.ndarray
 
     @property
@@ -213,7 +259,8 @@ def plan_for(x_shape, k_shape, spec):
     toff = np.array([((cc * sh + (p * dh) % sh) * sw + (q * dw) % sw) * plane + ((p * dh) // sh) * wq
                      + (q * dw) // sw for cc in range(cg) for p in range(kh) for q in range(kw)], np.uint64)
     return DirectPlan(tuple(x_shape), tuple(k_shape), y_shape, (sh, sw), (ph, pw), (dh, dw), groups, mb, wb,
-                      hq, wq, direct, cg == 1 and groups > 1, toff)
+                      hq, wq, direct, cg == 1 and groups > 1,
+                      row_tile_for(m // groups, y_shape[3]) if cg * kh * kw <= ROWS_MAX_TAPS else None, toff)
 
 
 _local = threading.local()
@@ -228,16 +275,17 @@ def _scratch(name, shape):
     return buffer[:size].reshape(shape)
 
 
-def chunks_for(plan, batch, threads):
+def chunks_for(plan, batch, threads, wb=None, rows=False):
     """Position chunks per (image, group): enough units for every thread, a chunk's input in cache."""
     _, _, ho, wo = plan.y_shape
-    blocks = -(-((ho - 1) * plan.wq + wo) // plan.wb)
+    wb = wb or plan.wb
+    blocks = ho * -(-wo // wb) if rows else -(-((ho - 1) * plan.wq + wo) // wb)
     units = batch * plan.groups
     cg, kh = plan.k_shape[1], plan.k_shape[2]
     row_bytes = cg * plan.stride[0] * plan.stride[1] * plan.wq * 4          # one row of every plane
     halo = (kh - 1) * plan.dilate[0] // plan.stride[0]
-    rows = max(1, CHUNK_BYTES // row_bytes - halo)                          # output rows a chunk may hold
-    per_chunk = max(1, rows * plan.wq // plan.wb)
+    out_rows = max(1, CHUNK_BYTES // row_bytes - halo)                      # output rows a chunk may hold
+    per_chunk = max(1, out_rows * (-(-wo // wb) if rows else plan.wq // wb))
     want = max(1, -(-CHUNK_TARGET * threads // units), -(-blocks // per_chunk))
     return min(blocks, want)
 
@@ -260,13 +308,18 @@ def conv2d_forward_direct(x, k, bias, spec, out, accumulate=False, threads=None)
     if plan.depthwise:
         _call(loops.depthwise, out, xs, k, plan.toff, bias_vec, bool(accumulate), cplane, plan.wq, ho, wo)
         return out
-    nmb = -(-(m // plan.groups) // plan.mb)
-    wt = _scratch("weights", (plan.groups, nmb, cg * kh * kw * plan.mb))
-    _call(loops.weight_layout, wt, k, plan.groups, plan.mb)
-    fn = kernel(plan.mb, plan.wb)
-    _call(fn, out, xs, wt, plan.toff, bias_vec, bool(accumulate), cg * plan.stride[0] * plan.stride[1]
-                   * plan.hq * plan.wq, plan.wq, ho, wo, m // plan.groups, plan.groups,
-                   chunks_for(plan, batch, threads))
+    rows = plan.row_tile is not None and not accumulate
+    mb, wb = plan.row_tile if rows else (plan.mb, plan.wb)
+    nmb = -(-(m // plan.groups) // mb)
+    wt = _scratch("weights", (plan.groups, nmb, cg * kh * kw * mb))
+    _call(loops.weight_layout, wt, k, plan.groups, mb)
+    chunks = chunks_for(plan, batch, threads, wb, rows)
+    if rows:
+        _call(kernel(mb, wb, rows=True), out, xs, wt, plan.toff, bias_vec, cplane, plan.wq, ho, wo,
+              m // plan.groups, plan.groups, chunks)
+    else:
+        _call(kernel(mb, wb), out, xs, wt, plan.toff, bias_vec, bool(accumulate), cplane, plan.wq, ho, wo,
+              m // plan.groups, plan.groups, chunks)
     return out
 
 
