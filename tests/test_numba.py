@@ -34,6 +34,8 @@ LAYERS = [
     (2, 6, 13, 13, 12, dict(kernel=3, pad=1, stride=2, num_group=6)),            # depthwise x2, strided
     (2, 32, 7, 7, 20, dict(kernel=3, pad=1, no_bias=False)),           # 7x7: blocks over several rows
     (2, 24, 9, 9, 2, dict(kernel=1)),                                  # x read as it is, MB 2
+    (2, 16, 15, 14, 12, dict(kernel=1, stride=2, no_bias=False)),      # strided 1x1: one phase plane
+    (1, 3, 19, 23, 5, dict(kernel=3, stride="(2, 3)", pad="(0, 2)")),  # uneven strides and padding
     (3, 3, 10, 12, 1, dict(kernel=3)),                                 # MB 1
     (130, 1, 28, 28, 50, dict(kernel=5)),                              # many images, rows kernel (8, 8)
     (3, 1, 31, 30, 11, dict(kernel=5, no_bias=False)),                  # rows kernel (4, 16), overlapping blocks

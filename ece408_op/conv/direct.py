@@ -292,6 +292,10 @@ def chunks_for(plan, batch, threads, wb=None, rows=False):
 
 def conv2d_forward_direct(x, k, bias, spec, out, accumulate=False, threads=None):
     """out (=|+=) conv(x, k) + bias with the compiled kernels; x, k, out C-contiguous float32."""
+    if k.shape[2:] == (1, 1) and spec.pad == (0, 0) and spec.stride != (1, 1):
+        # a strided 1x1 reads one phase plane of SH*SW: that plane alone, as a 1x1 stride-1 layer's x
+        x = np.ascontiguousarray(x[:, :, ::spec.stride[0], ::spec.stride[1]])
+        spec = spec.with_(stride=(1, 1))
     plan = plan_for(tuple(x.shape), tuple(k.shape), spec)
     batch = x.shape[0]
     threads = numba_env.set_threads(threads or pool_size())

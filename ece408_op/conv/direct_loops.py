@@ -35,9 +35,12 @@ def relayout(xs, x, SH, SW, PH, PW, Hq, Wq):
                     row[PW:PW + W] = src
                     row[PW + W:] = 0
                 else:
-                    for wq in range(Wq):
-                        w = wq * SW + rw - PW
-                        row[wq] = src[w] if 0 <= w < W else np.float32(0)
+                    lo = min(Wq, max(0, (PW - rw + SW - 1) // SW))      # first column inside the input
+                    hi = max(lo, min(Wq, (W + PW - rw + SW - 1) // SW))  # past the last one
+                    row[:lo] = 0
+                    for wq in range(lo, hi):
+                        row[wq] = src[wq * SW + rw - PW]
+                    row[hi:] = 0
         if c == C - 1 and rh == SH - 1:
             xs[b, total:] = 0
 
