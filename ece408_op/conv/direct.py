@@ -22,7 +22,8 @@ How a layer runs (``DirectPlan``):
    with reassociation LLVM vectorises the tap loop itself (a horizontal reduction per accumulator)
    and spills (measured 1-4 GFLOP/s instead of 45 per core).
 4. Work units (image, group, chunk of positions) run under ``prange``; each unit loops over its
-   channel blocks outside its position blocks, so a chunk's input stays in cache across them.
+   filter blocks inside its position blocks, so a block's inputs stay in L1 across them (measured:
+   the 1x1 C=256 layer 32 -> 46 GFLOP/s per core against the other order), and a chunk's in L2.
 
 Tiles: ``tile_for`` (a small table: MB from the group's filter count, WB from MB). Kernels are
 generated per (MB, WB) and compiled once per machine (``numba_env``: cache folder, first-compile
@@ -77,11 +78,11 @@ def _header(name, mb, wb, rows):
         "        xb = xs[b]",
         "        gbase = np.uint64(g * Cplane)",
         f"        acc = np.empty(({mb}, {wb}), np.float32)",
-        "        for mb in range(nmb):",
-        "            wb = wt[g, mb]",
-        f"            m0 = g * Mg + mb * {mb}",
-        f"            mcount = min({mb}, Mg - mb * {mb})",
-        "            for k in range(k0, k1):",
+        "        for k in range(k0, k1):",
+        "            for mb in range(nmb):         # a block's inputs stay in L1 across the filter blocks",
+        "                wb = wt[g, mb]",
+        f"                m0 = g * Mg + mb * {mb}",
+        f"                mcount = min({mb}, Mg - mb * {mb})",
     ]
 
 
@@ -109,6 +110,20 @@ def kernel_source(mb, wb):
     lines += [f"                v0 = min(k * {wb}, vmax - {wb})",
               "                base = gbase + np.uint64(v0)"]
     lines += _accumulate(mb, wb)
+    lines += ["                i = v0 // Wq",
+              "                j = v0 - i * Wq",
+              f"                if (Wq == WO or j + {wb} <= WO) and (not add or v0 == k * {wb}):",
+              "                    # the block's outputs are contiguous in y: stores from the registers (a block",
+              "                    # overlapping the one before stores its outputs again, the same values)"]
+    for m in range(mb):
+        lines += [f"                    if {m} < mcount:",
+                  f"                        bb = bias[m0 + {m}]",
+                  f"                        ys = yv[b, m0 + {m}, i * WO + j:i * WO + j + {wb}]",
+                  "                        if add:"]
+        lines += [f"                            ys[{j}] += a_{m}_{j} + bb" for j in range(wb)]
+        lines += ["                        else:"]
+        lines += [f"                            ys[{j}] = a_{m}_{j} + bb" for j in range(wb)]
+    lines += ["                    continue"]
     lines += [f"                acc[{m}, {j}] = a_{m}_{j}" for m in range(mb) for j in range(wb)]
     lines += [
         f"                lane = k * {wb} - v0               # lanes the block before stored (the last block overlaps it)",
