@@ -186,3 +186,78 @@ def test_warmup_command():
     off = _run("from ece408_op.cli import main; import sys; sys.exit(main(['warmup']))", {"ECE408_NUMBA": "0"})
     assert off.returncode == 1 and off.stdout == ""
     assert off.stderr.strip().splitlines() == [off.stderr.strip()] and off.stderr.startswith("error: ")
+
+
+# ---------------------------------------------------------------- Winograd (opt-in: cpu_kernel=fast)
+
+WINOGRAD = [(3, 16, 13, 17, 5, dict(kernel=3, pad=1)), (2, 32, 18, 18, 40, dict(kernel=3)),
+            (3, 20, 13, 16, 7, dict(kernel=3, pad="(1, 0)", no_bias=False)),
+            (2, 64, 56, 56, 64, dict(kernel=3, pad=1)), (1, 128, 28, 28, 128, dict(kernel=3, pad=1, no_bias=False)),
+            (2, 256, 14, 14, 64, dict(kernel=3, pad=1))]
+
+
+@pytest.mark.parametrize("layer", WINOGRAD, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
+def test_winograd_within_a_quarter_of_the_bound_on_its_layers(layer):
+    from ece408_op.conv import winograd
+    rng = np.random.default_rng(12)
+    spec, x, k, bias = _layer(rng, *layer)
+    x = x / 20 - 0.25                                               # full mantissas, both signs (as v12's test)
+    assert winograd.unsupported(x.shape, k.shape, spec) is None
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    out = np.full(ref.shape, np.nan, np.float32)
+    conv2d_forward_cpu(x, k, bias, spec, out=out, kernel="fast")
+    ratio = np.abs(out - ref) / bound
+    assert ratio.max() <= 0.25, f"Winograd {layer}: error up to {ratio.max():.3f}x the float32 bound"
+    start = rng.standard_normal(ref.shape).astype(np.float32)
+    total = conv2d_forward_cpu(x, k, bias, spec, out=start.copy(), accumulate=True, kernel="fast")
+    _within(total - start, ref, bound + 1e-6 * np.abs(start), "winograd, accumulate")
+
+
+def test_winograd_runs_only_when_asked_and_only_where_it_can():
+    from ece408_op.conv import winograd
+    from ece408_op.conv.cpu import parse_cpu_kernel
+    assert "3x3" in winograd.unsupported((1, 64, 56, 56), (64, 64, 3, 3), ConvSpec.from_attrs(num_filter=64, kernel=3, stride=2))
+    assert "3x3" in winograd.unsupported((1, 64, 28, 28), (64, 64, 5, 5), ConvSpec.from_attrs(num_filter=64, kernel=5))
+    assert "channels" in winograd.unsupported((1, 3, 224, 224), (64, 3, 3, 3), ConvSpec.from_attrs(num_filter=64, kernel=3))
+    assert "group" in winograd.unsupported((1, 32, 28, 28), (32, 1, 3, 3), ConvSpec.from_attrs(num_filter=32, kernel=3, num_group=32))
+    assert "products" in winograd.unsupported((1, 64, 7, 7), (64, 64, 3, 3), ConvSpec.from_attrs(num_filter=64, kernel=3, pad=1))
+    assert parse_cpu_kernel(None) == "auto" and parse_cpu_kernel("FAST") == "fast"
+    # bad input: an unknown kernel name
+    with pytest.raises(Exception, match="cpu_kernel='winograd' is not one of auto, fast, blas"):
+        parse_cpu_kernel("winograd")
+
+
+def test_winograd_error_follows_the_tile_not_the_window():
+    # Why it is opt-in (as the GPU's v12): zero 3x3 windows inside tiles of large values. The direct sum
+    # gives those outputs exactly 0 (the elementwise bound there is 1e-6); Winograd mixes the 6x6 tile.
+    rng = np.random.default_rng(5)
+    spec = ConvSpec.from_attrs(num_filter="32", kernel="3", pad="1")
+    x = rng.standard_normal((2, 64, 28, 28)).astype(np.float32)
+    stripes = np.arange(28) // 3 % 2 == 0
+    x *= stripes[:, None] & stripes[None, :]
+    k = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    ref, bound = reference_and_bound(x, k, None, spec)
+    direct_y = conv2d_forward_cpu(x, k, None, spec)
+    wino = conv2d_forward_cpu(x, k, None, spec, kernel="fast")
+    assert (np.abs(direct_y - ref) <= bound).all()
+    assert (np.abs(wino - ref) > bound).any()
+    assert np.abs(wino - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_operator_takes_cpu_kernel_and_reports_a_bad_one(rng):
+    from conftest import require_mxnet
+    op = require_mxnet("ece408_op.mx.op")
+    mx = op.mx
+    spec, x, k, bias = _layer(rng, 2, 32, 18, 18, 16, dict(kernel=3, pad=1, no_bias=False))
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    args = [mx.nd.array(a) for a in (x, k, bias)]
+    for choice in ("auto", "fast", "blas"):
+        y = mx.nd.Custom(*args, op_type="ece408_conv", num_filter=16, kernel=3, pad=1, no_bias=False,
+                         device="cpu", cpu_kernel=choice).asnumpy()
+        limit = bound * (0.25 if choice == "fast" else 1.0)
+        assert (np.abs(y - ref) <= limit).all(), choice
+    # bad input: an unknown CPU kernel
+    with pytest.raises(mx.base.MXNetError):
+        mx.nd.Custom(*args, op_type="ece408_conv", num_filter=16, kernel=3, pad=1, no_bias=False,
+                     cpu_kernel="gemm").wait_to_read()
+    assert "cpu_kernel='gemm' is not one of auto, fast, blas" in str(op.take_last_error())

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ShapeError
 from . import numba_env
 from .parallel import pool_size
 
@@ -311,6 +312,9 @@ def conv2d_forward_direct(x, k, bias, spec, out, accumulate=False, threads=None)
         # a strided 1x1 reads one phase plane of SH*SW: that plane alone, as a 1x1 stride-1 layer's x
         x = np.ascontiguousarray(x[:, :, ::spec.stride[0], ::spec.stride[1]])
         spec = spec.with_(stride=(1, 1))
+    why = unsupported(tuple(x.shape), tuple(k.shape), spec)
+    if why is not None:                   # the kernels would read outside x: never run them there
+        raise ShapeError(f"the direct kernels cannot run this layer: {why}")
     plan = plan_for(tuple(x.shape), tuple(k.shape), spec)
     batch = x.shape[0]
     threads = numba_env.set_threads(threads or pool_size())

@@ -15,6 +15,7 @@ import functools
 import numpy as np
 
 from . import direct
+from ..errors import ShapeError
 from .spec import ConvSpec
 
 MIN_C = 16                 # as v12: with fewer channels the error nears the bound even on random data
@@ -45,6 +46,9 @@ def _gemm_spec(c, m):
 def conv2d_forward_winograd(x, k, bias, spec, out, accumulate=False):
     """out (=|+=) conv(x, k) + bias by Winograd F(4x4, 3x3); the layer must pass ``unsupported``."""
     from . import winograd_loops as loops
+    why = unsupported(x.shape, k.shape, spec)
+    if why is not None:
+        raise ShapeError(f"Winograd cannot run this layer: {why}")
     b, c, h, w = x.shape
     m = k.shape[0]
     _, _, ho, wo = out.shape

@@ -32,7 +32,7 @@ from ..errors import Ece408Error, ModelError, ShapeError
 from .compat import import_mxnet
 from .fuse import fuse_conv_tanh_pool
 from .fused import FUSED_OP_TYPE
-from .op import OWN_ATTRS, SPEC_ATTRS, parse_device, parse_gpu_kernel
+from .op import OWN_ATTRS, SPEC_ATTRS, parse_cpu_kernel_attr, parse_device, parse_gpu_kernel
 
 mx = import_mxnet()
 
@@ -102,7 +102,7 @@ def why_not(attrs):
 
 
 def _op_attrs(op_attrs):
-    """Validate the attributes given for every swapped node (device, gpu_kernel) up front."""
+    """Validate the attributes given for every swapped node (device, gpu_kernel, cpu_kernel) up front."""
     unknown = [k for k in op_attrs if k not in OWN_ATTRS]
     if unknown:
         raise Ece408Error(f"swap_convolutions: unknown option {unknown[0]}=; known: {', '.join(OWN_ATTRS)}")
@@ -111,6 +111,8 @@ def _op_attrs(op_attrs):
         out["device"] = parse_device(op_attrs["device"])
     if "gpu_kernel" in op_attrs:
         out["gpu_kernel"] = parse_gpu_kernel(op_attrs["gpu_kernel"])
+    if "cpu_kernel" in op_attrs:
+        out["cpu_kernel"] = parse_cpu_kernel_attr(op_attrs["cpu_kernel"])
     return out
 
 
