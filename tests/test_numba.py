@@ -40,6 +40,7 @@ LAYERS = [
     (130, 1, 28, 28, 50, dict(kernel=5)),                              # many images, rows kernel (8, 8)
     (2, 300, 41, 43, 8, dict(kernel=3, pad=2, stride=2)),              # x large enough for the parallel re-layout
     (3, 1, 31, 30, 11, dict(kernel=5, no_bias=False)),                  # rows kernel (4, 16), overlapping blocks
+    (2, 7, 12, 11, 9, dict(kernel=3, pad=1)),                            # rows kernel (8, 8), 63 taps
     (2, 2, 20, 17, 6, dict(kernel="(3, 4)", pad=1)),                   # rows kernel (6, 16), padding
 ]
 
@@ -83,8 +84,10 @@ def test_rows_kernel_serves_layers_of_few_taps_and_flat_the_rest(rng):
     assert course.row_tile == (8, 8)                       # 56 padded filters x 24 columns: the fewest
     later = direct.plan_for((2, 1, 70, 70), (12, 1, 5, 5), ConvSpec.from_attrs(num_filter=12, kernel=5))
     assert later.row_tile == (4, 16)
-    many_taps = direct.plan_for((2, 6, 30, 30), (16, 6, 5, 5), ConvSpec.from_attrs(num_filter=16, kernel=5))
-    assert many_taps.row_tile is None
+    conv2 = direct.plan_for((2, 6, 30, 30), (16, 6, 5, 5), ConvSpec.from_attrs(num_filter=16, kernel=5))
+    assert conv2.row_tile == (4, 16)
+    many_taps = direct.plan_for((2, 64, 30, 30), (16, 64, 3, 3), ConvSpec.from_attrs(num_filter=16, kernel=3))
+    assert many_taps.row_tile is None                      # 576 taps: the flat kernel
     narrow = direct.plan_for((2, 1, 9, 9), (4, 1, 3, 3), ConvSpec.from_attrs(num_filter=4, kernel=3))
     assert narrow.row_tile is None                         # a 7-wide output: no row block fits
 

@@ -207,13 +207,17 @@ def tile_for(filters_per_group):
     return mb, TILES[mb]
 
 
-# The rows kernels serve layers of at most ROWS_MAX_TAPS taps (C=1 K=5: 25), where the flat kernel's
-# row-crossing stores cost as much as the taps. Measured here (2026-11-23, one thread, CPU time, useful
-# GFLOP/s, 100 images): 2017's layer (M=50, 24x24 out) flat (4, 16) 30, rows (8, 8) 48, rows (4, 16) 34;
-# 2019 conv1 (M=12, 66x66) flat 35, rows (4, 16) 44, rows (8, 8) 37; 2018 conv2 (C=6, 150 taps) flat 53,
-# rows (4, 16) 47. Among ROW_TILES the one computing the fewest padded filters x padded columns wins.
-ROWS_MAX_TAPS = 32
-ROW_TILES = ((8, 8), (4, 16), (6, 16))
+# The rows kernels serve layers of at most ROWS_MAX_TAPS taps (the course's layers: 25 to 300), where
+# the flat kernel's row-crossing stores cost a good part of the taps' time; the flat one serves layers
+# with more taps (a ResNet 3x3: 576), where its 3% of non-output positions cost less than a row's
+# overlapping last block (12% at 56 columns). Measured here (2026-11-23, one thread, CPU time, useful
+# GFLOP/s, 100 images of each course layer, machine load 5 on 2 cores: +-30%), flat (4, 16) / rows
+# (4, 16) / rows (8, 8) / rows (6, 16): 2017 (M=50) 22 / 31 / 26 / 24 (an earlier run: 30 / 34 / 48 / -);
+# 2018 conv1 (M=6) 44 / 34 / 30 / 35; 2018 conv2 (C=6) 46 / 63 / 46 / 39; 2019 conv1 (M=12) 33 / 40 / 33
+# / 36; 2019 conv2 (C=12) 45 / 55 / 40 / 37. Among ROW_TILES the one computing the fewest padded filters
+# x padded columns wins (ties: the first).
+ROWS_MAX_TAPS = 320
+ROW_TILES = ((4, 16), (8, 8), (6, 16))
 
 
 def row_tile_for(filters_per_group, wo):
@@ -369,22 +373,30 @@ def _call(fn, *args):
 
 
 
-# Layers that compile every kernel the course models use, and every tile of TILES: (x shape, attributes).
-WARM_LAYERS = [((1, 1, 12, 12), dict(num_filter=4, kernel=5)),              # MB 4 (M = 50, 16, 12, 24)
-               ((1, 2, 12, 12), dict(num_filter=6, kernel=5)),              # MB 3 (2018 conv1's M = 6)
-               ((1, 2, 12, 12), dict(num_filter=2, kernel=3, stride=2, pad=1)),   # MB 2, a strided re-layout
-               ((1, 2, 12, 12), dict(num_filter=1, kernel=1)),              # MB 1, x read as it is
-               ((1, 4, 12, 12), dict(num_filter=4, kernel=3, pad=1, num_group=4))]   # depthwise
+# Layers whose kernels ``warm_up_kernels`` compiles: the course models' (one image each), then a padded
+# 3x3 and a strided depthwise one (the networks' usual flat kernel and the depthwise loops).
+WARM_LAYERS = [((1, 1, 28, 28), dict(num_filter=50, kernel=5)),           # 2017: rows (8, 8)
+               ((1, 1, 64, 64), dict(num_filter=6, kernel=5)),            # 2018 conv1: rows (6, 16)
+               ((1, 6, 30, 30), dict(num_filter=16, kernel=5)),           # 2018 conv2: flat (4, 16)
+               ((1, 1, 70, 70), dict(num_filter=12, kernel=5)),           # 2019 conv1: rows (4, 16)
+               ((1, 12, 33, 33), dict(num_filter=24, kernel=5)),          # 2019 conv2: flat (4, 16)
+               ((1, 16, 12, 12), dict(num_filter=32, kernel=3, pad=1)),
+               ((1, 8, 12, 12), dict(num_filter=8, kernel=3, pad=1, stride=2, num_group=8))]
 
 
 def warm_up_kernels():
-    """Compile (or load from the cache) every kernel of the direct path; returns the layers run."""
+    """Compile (or load from the cache) the kernels of WARM_LAYERS, both re-layouts and req 'add';
+    returns the layers run."""
     from .spec import ConvSpec
     done = []
     for x_shape, attrs in WARM_LAYERS:
         spec = ConvSpec.from_attrs(**{k: str(v) for k, v in attrs.items()})
         x = np.ones(x_shape, np.float32)
         k = np.ones(spec.weight_shape(x_shape[1]), np.float32)
-        conv2d_forward_direct(x, k, None, spec, np.empty(spec.output_shape(x_shape), np.float32))
+        out = np.zeros(spec.output_shape(x_shape), np.float32)
+        conv2d_forward_direct(x, k, None, spec, out)
+        conv2d_forward_direct(x, k, None, spec, out, accumulate=True)
         done.append((x_shape, spec))
+    loops = helpers()
+    _call(loops.relayout, np.empty((1, 40), np.float32), np.ones((1, 1, 4, 4), np.float32), 1, 1, 1, 1, 6, 6)
     return done

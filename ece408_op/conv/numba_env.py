@@ -203,7 +203,7 @@ def _note_first_compile(what):
     if not _state["noted"]:
         _state["noted"] = True
         where = cache_folder()
-        _say(f"compiling {what} with Numba (first run on this machine: a few seconds per kernel; "
+        _say(f"compiling {what} with Numba (first run on this machine: about 10 s per kernel; "
              + (f"cached in {where})" if where is not None else "not cached)"))
 
 
