@@ -38,7 +38,7 @@ LAYERS = [
     (1, 3, 19, 23, 5, dict(kernel=3, stride="(2, 3)", pad="(0, 2)")),  # uneven strides and padding
     (3, 3, 10, 12, 1, dict(kernel=3)),                                 # MB 1
     (130, 1, 28, 28, 50, dict(kernel=5)),                              # many images, rows kernel (8, 8)
-    (2, 300, 41, 43, 8, dict(kernel=3, pad=2, stride=2)),              # x large enough for the parallel re-layout
+    (1, 1200, 61, 59, 4, dict(kernel=3, pad=2, stride=2)),             # x large enough for the parallel re-layout
     (3, 1, 31, 30, 11, dict(kernel=5, no_bias=False)),                  # rows kernel (4, 16), overlapping blocks
     (2, 7, 12, 11, 9, dict(kernel=3, pad=1)),                            # rows kernel (8, 8), 63 taps
     (2, 2, 20, 17, 6, dict(kernel="(3, 4)", pad=1)),                   # rows kernel (6, 16), padding

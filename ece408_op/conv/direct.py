@@ -324,13 +324,13 @@ def conv2d_forward_direct(x, k, bias, spec, out, accumulate=False, threads=None)
     threads = numba_env.set_threads(threads or pool_size())
     loops = helpers()
     m, cg, kh, kw = k.shape
+    bias_vec = bias if bias is not None and bias.flags.writeable else _bias(m, bias)
     if plan.direct:
         xs = x.reshape(batch, -1)
     else:
         xs = _scratch("planes", (batch, plan.xs_len))
         relayout = loops.relayout if x.size > loops.PARALLEL_RELAYOUT else loops.relayout_serial
         _call(relayout, xs, x, *plan.stride, *plan.pad, plan.hq, plan.wq)
-    bias_vec = bias if bias is not None and bias.flags.writeable else _bias(m, bias)
     _, _, ho, wo = plan.y_shape
     cplane = cg * plan.stride[0] * plan.stride[1] * plan.hq * plan.wq
     if plan.depthwise:
