@@ -31,6 +31,7 @@ note). Where Numba is unavailable, ``conv/cpu.py`` keeps its im2col + OpenBLAS p
 """
 import functools
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -359,15 +360,34 @@ def _bias(m, bias):
 
 
 _compiled = set()
+_mode = threading.local()
+
+
+@contextmanager
+def compile_only():
+    """Inside the block the path's kernels are compiled (or loaded from the cache) but not run: a
+    caller keeps compilation out of a timed region (Op Time) by going through the same call once
+    inside it first."""
+    _mode.compile_only = True
+    try:
+        yield
+    finally:
+        _mode.compile_only = False
+
+
+def compiling_only():
+    return getattr(_mode, "compile_only", False)
 
 
 def _call(fn, *args):
     """fn(*args), compiled (or loaded from the cache) with the first-compile note on its first call
-    for these argument kinds in this process."""
+    for these argument kinds in this process (only compiled inside ``compile_only``)."""
     key = (fn, tuple(a.flags.writeable for a in args if isinstance(a, np.ndarray)))
     if key not in _compiled:
         numba_env.compile_for(fn, args)
         _compiled.add(key)
+    if getattr(_mode, "compile_only", False):
+        return None
     return fn(*args)
 
 

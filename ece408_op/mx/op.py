@@ -61,7 +61,7 @@ import numpy as np
 
 from .. import OP_TYPE
 from ..conv import ConvSpec, conv2d_forward_cpu, warm_up
-from ..conv.cpu import parse_cpu_kernel
+from ..conv.cpu import parse_cpu_kernel, prepare_cpu
 from ..conv.parallel import populate
 from ..conv.spec import IGNORED_ATTRS, infer_shapes
 from ..errors import Ece408Error, ShapeError
@@ -313,6 +313,7 @@ class Conv2dForward(mx.operator.CustomOp):
                                                     version=self.kernel, accumulate=accumulate)
         else:
             warm_up()
+            prepare_cpu(x, k, bias, self.spec, out=out, accumulate=accumulate, kernel=self.config.cpu_kernel)
             if out is not None and not accumulate and out.nbytes >= POPULATE_BYTES:
                 populate(out)                       # MXNet's fresh memory: page faults out of Op Time
             start = time.perf_counter()
