@@ -232,15 +232,9 @@ def test_winograd_runs_only_when_asked_and_only_where_it_can():
 
 
 def test_winograd_error_follows_the_tile_not_the_window():
-    # Why it is opt-in (as the GPU's v12): zero 3x3 windows inside tiles of large values. The direct sum
-    # gives those outputs exactly 0 (the elementwise bound there is 1e-6); Winograd mixes the 6x6 tile.
-    rng = np.random.default_rng(5)
-    spec = ConvSpec.from_attrs(num_filter="32", kernel="3", pad="1")
-    x = rng.standard_normal((2, 64, 28, 28)).astype(np.float32)
-    stripes = np.arange(28) // 3 % 2 == 0
-    x *= stripes[:, None] & stripes[None, :]
-    k = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
-    ref, bound = reference_and_bound(x, k, None, spec)
+    # Why it is opt-in (as the GPU's v12): zero 3x3 windows inside tiles of large values (conftest's case).
+    from conftest import striped_winograd_case
+    spec, x, k, ref, bound = striped_winograd_case()
     direct_y = conv2d_forward_cpu(x, k, None, spec)
     wino = conv2d_forward_cpu(x, k, None, spec, kernel="fast")
     assert (np.abs(direct_y - ref) <= bound).all()
