@@ -388,7 +388,8 @@ def _call(fn, *args):
         _compiled.add(key)
     if getattr(_mode, "compile_only", False):
         return None
-    return fn(*args)
+    with numba_env.parallel_guard():
+        return fn(*args)
 
 
 

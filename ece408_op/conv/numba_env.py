@@ -248,6 +248,32 @@ def call(dispatcher, *args, what="the CPU kernels"):
     return dispatcher(*args)
 
 
+_workqueue = threading.Lock()
+
+
+def parallel_guard():
+    """A lock to hold around a parallel function's call where Numba's threading layer is 'workqueue'
+    (no TBB or OpenMP library: that layer aborts the process when two threads launch parallel work at
+    once, and MXNet runs operators on several threads); otherwise a no-op context."""
+    numba = load()
+    try:
+        layer = numba.threading_layer()
+    except ValueError:                   # no parallel function has run yet: serialise this first one
+        return _workqueue
+    return _workqueue if layer == "workqueue" else _NOLOCK
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOLOCK = _NoLock()
+
+
 def set_threads(count):
     """Numba's parallel regions use ``count`` threads in the calling thread (Numba's setting is per
     thread: MXNet calls operators from threads of its own). Returns the count used."""
