@@ -259,3 +259,12 @@ def test_operator_takes_cpu_kernel_and_reports_a_bad_one(rng):
         mx.nd.Custom(*args, op_type="ece408_conv", num_filter=16, kernel=3, pad=1, no_bias=False,
                      cpu_kernel="gemm").wait_to_read()
     assert "cpu_kernel='gemm' is not one of auto, fast, blas" in str(op.take_last_error())
+
+
+def test_bench_cpu_bad_options_are_one_line_errors(tmp_path):
+    # bad input: no repeats, a PNG in a folder that does not exist
+    for args in (["--repeats", "0"], ["--png", str(tmp_path / "missing" / "x.png")]):
+        result = _run(f"from ece408_op.cli import main; import sys; sys.exit(main(['bench', 'cpu', *{args!r}]))")
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and result.stdout == "" and len(lines) == 1, result.stderr
+        assert "repeats must be at least 1" in lines[0] or "does not exist" in lines[0] or "matplotlib" in lines[0]

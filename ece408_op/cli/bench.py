@@ -58,6 +58,10 @@ def cpu_command(argv):
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise UsageError(f"--png needs matplotlib ({exc}); pip install matplotlib") from exc
+        import os
+        folder = os.path.dirname(os.path.abspath(args.png))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--png {args.png}: folder {folder} does not exist; create it or give another path")
     m = machine()
     print(f"{m['cpus']} CPUs, MXNet OMP_NUM_THREADS={m['OMP_NUM_THREADS']}, ece408_conv threads={m['ece408_threads']}, "
           f"median of {args.repeats} after a warm-up; one row per layer as it finishes", flush=True)
