@@ -3,18 +3,19 @@ groups, depthwise, rectangular kernels, bias), float32, written straight into ``
 
 How a layer runs (``DirectPlan``):
 
-1. **x re-laid out as phase planes** (``relayout``, parallel): for strides SH x SW the padded input
+1. **x re-laid out as phase planes** (``direct_loops.relayout``): for strides SH x SW the padded input
    becomes SH*SW planes per channel, plane (rh, rw) holding rows rh, rh+SH, ... and columns
    rw, rw+SW, ... (Hq x Wq each). A strided, dilated convolution is then a stride-1 one over the
    planes: tap (c, p, q) reads plane ((p*DH) % SH, (q*DW) % SW) of channel c, shifted by
-   ((p*DH) // SH) rows and ((q*DW) // SW) columns (its offset: ``tap_offsets``). A 1x1 stride-1
-   layer without padding reads x as it is.
+   ((p*DH) // SH) rows and ((q*DW) // SW) columns (its offset: ``DirectPlan.toff``). A 1x1 stride-1
+   layer without padding reads x as it is; a strided 1x1 layer, its one plane.
 2. **Output positions in flat blocks**: output (i, j) is virtual position v = i*Wq + j, and tap t
    reads the planes at v + offset[t]: WB consecutive positions read WB consecutive floats, whatever
    the stride, dilation or padding. A block that crosses a row end computes Wq - WO positions that
    are not outputs (3% of a ResNet 56x56 layer, 14% of the course's 28x28 K5 layer) and does not
    store them; the last block ends at the last output (it overlaps the one before).
-3. **Register blocking** (the generated ``conv_MB_WB`` kernels): MB output channels x WB positions
+3. **Register blocking** (the generated ``flat_MB_WB`` and ``rows_MB_WB`` kernels, ``kernel_source``:
+   ``rows`` keeps blocks inside output rows, for layers of few taps): MB output channels x WB positions
    accumulate in MB*WB scalars that LLVM's SLP vectoriser packs into MB*WB/8 AVX2 registers; each
    tap loads WB/8 vectors of x and broadcasts MB weights (weights re-laid out per call as
    [group, channel block, tap, MB], zero rows past the last filter). The reduction over taps is one
@@ -25,9 +26,12 @@ How a layer runs (``DirectPlan``):
    filter blocks inside its position blocks, so a block's inputs stay in L1 across them (measured:
    the 1x1 C=256 layer 32 -> 46 GFLOP/s per core against the other order), and a chunk's in L2.
 
-Tiles: ``tile_for`` (a small table: MB from the group's filter count, WB from MB). Kernels are
-generated per (MB, WB) and compiled once per machine (``numba_env``: cache folder, first-compile
-note). Where Numba is unavailable, ``conv/cpu.py`` keeps its im2col + OpenBLAS path.
+5. Depthwise layers: ``direct_loops.depthwise``, one long loop per tap over each phase plane.
+
+Tiles: ``tile_for`` and ``row_tile_for`` (small tables measured here: MB from the group's filter count,
+WB from MB). Kernels are generated per (MB, WB) and compiled once per machine (``numba_env``: cache
+folder, first-compile note). Where Numba is unavailable, ``conv/cpu.py`` keeps its im2col + OpenBLAS
+path; ``winograd.py`` (opt-in) runs its products on these kernels.
 """
 import functools
 import threading
