@@ -332,17 +332,9 @@ def test_winograd_in_chunks_of_images(gpu, monkeypatch):
 
 
 def test_winograd_error_follows_the_tile_not_the_window(gpu):
-    # Why v12 is never a default: zero 3x3 windows inside tiles with large values. The direct sum gives
-    # those outputs exactly 0 (the elementwise bound there is 1e-6); Winograd mixes the 6x6 tile, so they
-    # carry rounding of the tile's magnitude, still tiny against the layer's values.
-    from ece408_op.conv import ConvSpec, reference_and_bound
-    rng = np.random.default_rng(5)
-    spec = ConvSpec.from_attrs(num_filter="32", kernel="3", pad="1")
-    x = rng.standard_normal((2, 64, 28, 28)).astype(np.float32)
-    stripes = np.arange(28) // 3 % 2 == 0
-    x *= stripes[:, None] & stripes[None, :]
-    k = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
-    ref, bound = reference_and_bound(x, k, None, spec)
+    # Why v12 is never a default: zero 3x3 windows inside tiles with large values (conftest's case).
+    from conftest import striped_winograd_case
+    spec, x, k, ref, bound = striped_winograd_case()
     direct, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=8)
     wino, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=12)
     assert (np.abs(direct - ref) <= bound).all()

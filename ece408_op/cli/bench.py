@@ -43,7 +43,7 @@ def short_name(layer):
 
 def cpu_command(argv):
     _mxnet_with_all_cores()
-    from ..mx.bench import LAYERS, bench_cpu, cpu_table
+    from ..mx.bench import CPU_TABLE_HEAD, LAYERS, bench_cpu, cpu_png, cpu_row, machine
     names = {short_name(name): name for name in LAYERS}
     names.update({name.lower(): name for name in LAYERS})
     parser = ArgumentParser(prog="ece408_op bench cpu",
@@ -52,16 +52,31 @@ def cpu_command(argv):
     parser.add_argument("--layers", nargs="+", metavar="NAME",
                         help=f"default: all of {', '.join(map(short_name, LAYERS))}")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--png", help="draw the ratios to the built-in here (needs matplotlib)")
     args = _parse(parser, argv)
     for name in args.layers or ():
         if name.lower() not in names:
             parser.error(f"unknown layer {name!r}; choose from {', '.join(map(short_name, LAYERS))}")
-    result = bench_cpu([names[name.lower()] for name in args.layers] if args.layers else None, args.repeats)
-    m = result["machine"]
+    layers = [names[name.lower()] for name in args.layers] if args.layers else None
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(f"--png needs matplotlib ({exc}); pip install matplotlib") from exc
+        import os
+        folder = os.path.dirname(os.path.abspath(args.png))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--png {args.png}: folder {folder} does not exist; create it or give another path")
+    m = machine()
     print(f"{m['cpus']} CPUs, MXNet OMP_NUM_THREADS={m['OMP_NUM_THREADS']}, ece408_conv threads={m['ece408_threads']}, "
-          f"median of {args.repeats} after a warm-up")
-    print(cpu_table(result))
+          f"median of {args.repeats} after a warm-up; one row per layer as it finishes", flush=True)
+    print("\n".join(CPU_TABLE_HEAD), flush=True)
+    result = bench_cpu(layers, args.repeats, progress=lambda name, r: print(cpu_row(name, r), flush=True))
     _write_json(args.json, result)
+    if args.png:
+        cpu_png(result, args.png)
     return 0
 
 
