@@ -351,3 +351,25 @@ def test_host_engine_only_by_name_and_marked(tmp_path):
     assert out.stdout.startswith("* Engine host: not isolated (the commands run on this host, as its user)\n")
     out = cli("submit", folder, env={"ECE408_ENGINE": "auto"})
     assert "not isolated" not in out.stdout
+
+
+def test_docker_gets_the_same_isolation_flags_as_podman():
+    """No Docker daemon runs here: the flags docker would get are checked as data, against podman's
+    (which tests/test_container.py runs for real)."""
+    from ece408_op.grading.sandbox import ContainerSandbox, Mount, Step
+    limits = Limits(memory=1 << 30, processes=64, cpu_seconds=60, disk=1 << 28, output=1 << 20)
+    step = Step(["python", "-V"], [Mount("/a", "/src"), Mount("/b", "/build", writable=True)], {"HOME": "/tmp"},
+                "/build", gpu=True)
+    argvs = {}
+    for engine in ("docker", "podman"):
+        sandbox = ContainerSandbox(engine, limits, "img:tag", uid=1234567)
+        argvs[engine] = sandbox.launch(step, "run-x").argv
+    for engine, argv in argvs.items():
+        text = " ".join(argv)
+        for flag in ("--network none", "--read-only", "--user 1234567:1234567", "--cap-drop ALL", "--pids-limit 64",
+                     f"--memory {1 << 30}", "--security-opt no-new-privileges", "--ulimit cpu=60:60",
+                     f"--tmpfs /tmp:rw,size={1 << 28},mode=1777", "-v /a:/src:ro", "-v /b:/build:rw", "--rm"):
+            assert flag in text, (engine, flag)
+    assert "--gpus all" in " ".join(argvs["docker"])
+    assert [a for a in argvs["docker"] if a not in ("--gpus", "all", "docker")] == \
+        [a for a in argvs["podman"] if not a.startswith("/dev/nvidia") and a not in ("--device", "podman")]
