@@ -1,4 +1,4 @@
-# The course container: CUDA toolkit, Python 3 and ece408_op (MXNet 1.9.1, NumPy < 2, PyCUDA),
+# The course container: CUDA toolkit, Python 3 and ece408_op (MXNet 1.9.1, NumPy < 2, Numba, PyCUDA),
 # Fashion-MNIST baked into /fashion-mnist and the models into /models, as the course image had them.
 #
 #   docker build -t ece408_op .                      # GPU image (CUDA 13, Python 3.12)
@@ -57,5 +57,8 @@ RUN --mount=type=secret,id=cacert \
 RUN useradd --create-home --no-log-init --uid 10001 ece408 \
  && install -d -o ece408 -g ece408 /build /src
 USER 10001
+# The CPU path's Numba kernels, compiled into the user's cache folder (~/.cache/ece408_op/numba) now
+# rather than on the first run; a machine with another CPU compiles them again (the cache is keyed by it).
+RUN python -m ece408_op warmup
 WORKDIR /build
 CMD ["python", "-m", "ece408_op", "final"]

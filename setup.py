@@ -67,7 +67,7 @@ setup(
         "requests",
         "tqdm",
         "threadpoolctl",                          # BLAS kept single-threaded inside the CPU path's pool
-        "numba",                                  # a team's CPU forward: plain loops compiled
+        "numba>=0.59",                            # the CPU path's compiled kernels (pip picks one for this Python and NumPy < 2)
         "setuptools; python_version >= '3.12'",   # MXNet imports distutils
     ],
     extras_require={

@@ -29,6 +29,10 @@ class GpuError(Ece408Error):
     """No usable CUDA device, PyCUDA or nvcc; kernel compile or launch failures."""
 
 
+class PlanError(Ece408Error):
+    """A team's launch plan the harness refuses (team/plan.py, kernels/team.py): one line."""
+
+
 class Terminated(BaseException):
     """SIGTERM or SIGHUP arrived while a command cleans up after itself on every exit path
     (a fetch); like KeyboardInterrupt, not an Exception, so that nothing swallows it."""

@@ -9,6 +9,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
+# The tests choose their kernels explicitly or take the table/fallback order: no autotuning (timing
+# and module builds) unless a test turns it on (tests/test_autotune.py, tests/test_gpu_hotpath.py).
+# Compiled modules stay in one folder even where a test moves $XDG_CACHE_HOME.
+os.environ.setdefault("ECE408_AUTOTUNE", "0")
+if not os.environ.get("ECE408_CUBIN_CACHE"):
+    from ece408_op.kernels.device import cubin_cache_dir
+    os.environ["ECE408_CUBIN_CACHE"] = str(cubin_cache_dir())
+
 
 def require_mxnet(module="ece408_op.mx.op"):
     """Import an MXNet-dependent module of ours, or skip (module level too) where MXNet is unusable
@@ -85,3 +93,19 @@ def gpu_alone(gpu):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.skip("reads the whole device's memory in use: run without -n (other workers allocate)")
     return gpu
+
+
+def striped_winograd_case():
+    """(spec, x, k, ref, bound) where Winograd misses the elementwise float32 bound: zero 3x3 windows
+    inside 6x6 tiles of large values (stripes of 3 rows and columns). The direct sum gives those outputs
+    exactly 0 (the bound there is 1e-6); Winograd mixes the tile, so they carry rounding of the tile's
+    magnitude, still tiny against the layer's values. Used by the CPU's and the GPU's Winograd tests."""
+    from ece408_op.conv import ConvSpec, reference_and_bound
+    rng = np.random.default_rng(5)
+    spec = ConvSpec.from_attrs(num_filter="32", kernel="3", pad="1")
+    x = rng.standard_normal((2, 64, 28, 28)).astype(np.float32)
+    stripes = np.arange(28) // 3 % 2 == 0
+    x *= stripes[:, None] & stripes[None, :]
+    k = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
+    ref, bound = reference_and_bound(x, k, None, spec)
+    return spec, x, k, ref, bound

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from teams import FORKS, PLAIN, cli, rai_yaml, team_project
+from teams import FORKS, PLAIN, cli, team_project
 
 BASE = "localhost/ece408-debian-base:bookworm"
 IMAGE = "localhost/ece408_op:ci-cpu"

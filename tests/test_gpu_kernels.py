@@ -40,8 +40,8 @@ def _sample(b, seed):
 
 def test_every_version_runs_on_at_least_25_of_the_shapes():
     for number in kernels.VERSIONS:
-        if number == 12:              # 3x3 stride-1 layers of 16 channels or more only: WINOGRAD below
-            continue
+        if number in (12, 13):        # 3x3 stride-1 layers of 16 channels or more only: WINOGRAD below;
+            continue                  # depthwise (and one-channel) layers only: DEPTHWISE below
         runs = [s for s in SHAPES if kernels.VERSIONS[number].unsupported(kernels.ConvShape(*s[1:])) is None]
         assert len(runs) >= 25, f"v{number} supports only {len(runs)} test shapes"
 
@@ -368,19 +368,67 @@ def test_winograd_in_chunks_of_images(gpu, monkeypatch):
 
 
 def test_winograd_error_follows_the_tile_not_the_window(gpu):
-    # Why v12 is never a default: zero 3x3 windows inside tiles with large values. The direct sum gives
-    # those outputs exactly 0 (the elementwise bound there is 1e-6); Winograd mixes the 6x6 tile, so they
-    # carry rounding of the tile's magnitude, still tiny against the layer's values.
-    from ece408_op.conv import ConvSpec, reference_and_bound
-    rng = np.random.default_rng(5)
-    spec = ConvSpec.from_attrs(num_filter="32", kernel="3", pad="1")
-    x = rng.standard_normal((2, 64, 28, 28)).astype(np.float32)
-    stripes = np.arange(28) // 3 % 2 == 0
-    x *= stripes[:, None] & stripes[None, :]
-    k = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
-    ref, bound = reference_and_bound(x, k, None, spec)
+    # Why v12 is never a default: zero 3x3 windows inside tiles with large values (conftest's case).
+    from conftest import striped_winograd_case
+    spec, x, k, ref, bound = striped_winograd_case()
     direct, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=8)
     wino, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=12)
     assert (np.abs(direct - ref) <= bound).all()
     assert (np.abs(wino - ref) > bound).any()
     assert np.abs(wino - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+# v13 (depthwise): one input channel per group, with padding, stride, dilation, a bias, a channel
+# multiplier, rectangular kernels, rows that are and are not a multiple of its 4 outputs, one channel.
+DEPTHWISE = [
+    (3, 32, 28, 28, 32, dict(kernel=3, pad=1, num_group=32)), (2, 24, 15, 17, 24, dict(kernel=3, stride=2, pad=1, num_group=24)),
+    (2, 16, 14, 14, 32, dict(kernel=3, pad=1, num_group=16, no_bias="False")),          # multiplier 2
+    (2, 8, 20, 19, 8, dict(kernel="(5, 3)", pad="(2, 1)", dilate=2, num_group=8)), (5, 4, 7, 7, 4, dict(kernel=7, pad=3, num_group=4)),
+    (64, 96, 12, 12, 96, dict(kernel=3, stride=2, pad=1, num_group=96, no_bias="False")), (3, 1, 28, 28, 50, dict(kernel=5)),
+    (70000, 2, 6, 6, 2, dict(kernel=3, pad=1, num_group=2)),
+]
+
+
+def test_depthwise_runs_its_layers_and_refuses_the_rest():
+    v13 = kernels.VERSIONS[13]
+    for b, c, h, w, m, attrs in DEPTHWISE:
+        spec, x, k, _ = _general_data(1, c, h, w, m, attrs, 0)
+        assert v13.unsupported(kernels.ConvShape.of(x.shape, k.shape, spec)) is None, attrs
+    assert "depthwise" in v13.unsupported(kernels.ConvShape(64, 56, 56, 64, 3, PH=1, PW=1))
+    assert "taps" in v13.unsupported(kernels.ConvShape(8, 30, 30, 8, 9, G=8))
+    assert kernels.default_version(kernels.ConvShape(32, 28, 28, 32, 3, PH=1, PW=1, G=32)) == 13
+
+
+@pytest.mark.parametrize("overrides", [{}, {"V13_VEC": 2}, {"V13_VEC": 1, "V13_THREADS": 128}], ids=str)
+@pytest.mark.parametrize("layer", DEPTHWISE, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
+def test_depthwise_matches_reference(gpu, layer, overrides):
+    from ece408_op.conv import reference_and_bound
+    spec, x, k, bias = _general_data(*layer, seed=13)
+    x = x / 255 - 0.5                                        # full mantissas, both signs
+    shape = kernels.ConvShape.of(x.shape, k.shape, spec)
+    import pycuda.gpuarray as gpuarray
+    with gpu.active():
+        plan = kernels.plan_for(gpu, shape, 13, overrides)
+        xd, kd = gpuarray.to_gpu(x), gpuarray.to_gpu(k)
+        bias_d = gpuarray.to_gpu(bias) if bias is not None else None
+        yd = gpuarray.empty(spec.output_shape(x.shape), np.float32)
+        yd.fill(np.nan)
+        plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), int(bias_d.gpudata) if bias_d is not None else 0, len(x))
+        y = yd.get()
+    images = _sample(len(x), 13)
+    ref, bound = reference_and_bound(x[images], k, bias, spec)
+    bad = ~(np.abs(y[images] - ref) <= bound)
+    assert not bad.any(), f"v13 {layer} {overrides}: {int(bad.sum())} of {bad.size} off, first at {np.argwhere(bad)[0]}"
+
+
+def test_v7_adds_the_bias_from_the_constant_bank(gpu):
+    # VGG's first layer, small: the bias rides in the constant bank behind the weights (no add_bias pass)
+    from ece408_op.conv import reference_and_bound
+    spec, x, k, bias = _general_data(3, 3, 24, 24, 64, dict(kernel=3, pad=1, no_bias="False"), 7)
+    shape = kernels.ConvShape.of(x.shape, k.shape, spec)
+    with gpu.active():
+        plan = kernels.plan_for(gpu, shape, 7)
+    assert plan.inner.BIAS == 1 and plan.add_bias is None
+    y, _ = kernels.conv2d_forward_gpu(x, k, bias, spec, version=7)
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    assert (np.abs(y - ref) <= bound).all()

@@ -9,14 +9,14 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, python_command
 from services import Postgres, SlurmCluster, Unavailable
 from submissions import parallel_writers
-from teams import FAILS, FORKS, PLAIN, SLOW, WRONG, cli, team_project
+from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, REPLAY, SLOW, SNOOPS, WRITES_PTH, WRONG,
+                   cli, team_project)
 from test_sandbox import bubblewrap_missing, gone, processes_with
 
 from ece408_op.grading import grade, store as store_module
@@ -30,7 +30,8 @@ BYTES = os.fsdecode(b"b\xffad")                                # a folder name t
 OUTCOMES = {"t01": "ok", "t02": "ok", "t03": "ok", EVIL: "ok", BYTES: "ok", "w-wrong": "failed", "x-fails": "failed",
             "y-slow": "timeout", "z-forks": "failed"}
 
-pytestmark = pytest.mark.skipif(bubblewrap_missing() is not None, reason=f"{bubblewrap_missing()}")
+pytestmark = [pytest.mark.skipif(bubblewrap_missing() is not None, reason=f"{bubblewrap_missing()}"),
+              pytest.mark.timeout(1800)]                   # a class of real runs through Slurm
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +151,46 @@ def test_grading_again_is_idempotent(classroom, graded_slurm, slurm, postgres, t
         assert [r.status for r in store.records(team="t01")] == ["ok", "ok"]
 
 
+def test_a_class_of_attackers_through_grade_local(tmp_path):
+    """Every attack of the ranked run, as teams of one class graded with --local on the default
+    engine: each fails in one line, or its record is what the harness measured."""
+    pytest.importorskip("mxnet")
+    fake = "print('Op Time: 0.000001'); print('Correctness: 0.99 Model: ece408-high')\n"
+    root = tmp_path / "class"
+    teams = {"clock": (CLOCK, "ok", None), "fake-lines": (FAKE_LINES, "ok", None),
+             "forks": (FORKS, "failed", "may not start processes or programs"),
+             "early-thread": (EARLY_THREAD, "failed", "differs from the reference"),
+             "execs": (EXECS, "failed", "may not start processes or programs"),
+             "pth": (WRITES_PTH, "ok", None), "snoops": (SNOOPS, "ok", None),
+             "replay": (REPLAY, "failed", "fresh run 2: the output differs"),
+             "package": (PLAIN, "ok", None)}
+    for name, (source, _, _) in teams.items():
+        team_project(root / name, cpu=source)
+    for rel in ("scripts/m2.1.py", "ece408_op/__init__.py", "sitecustomize.py", "evil.pth"):
+        (root / "package" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "package" / rel).write_text(fake)
+    with open(root / "package" / "data.bin", "wb") as f:      # a 3 GB sparse file beside the team's files
+        f.truncate(3 << 30)
+    db = tmp_path / "a.db"
+    out = cli("grade", root, "--milestone", "m2", "--size", SIZE, *ENGINE, "--local", "--jobs", "2", "--db", db,
+              "--repeats", 2, "--workdir", tmp_path / "w", env={"PGPASSWORD": "hunter2"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    with open_store(str(db)) as store:
+        records = {r.team: r for r in store.records()}
+    assert sorted(records) == sorted(teams)
+    for name, (_, status, reason) in teams.items():
+        record = records[name]
+        assert record.status == status, (name, record.transcript[-2000:])
+        if reason:
+            lines = [l for l in record.transcript.splitlines() if l.startswith("error: ")]
+            assert len(lines) == 1 and reason in lines[0], (name, lines)
+        else:
+            assert record.correct and all(t > 1e-4 for m in record.models for t in m["op_times"]), name
+        assert [f["name"] for f in record.team_files] == ["new-forward.py"]
+        assert "hunter2" not in record.transcript
+    assert "WROTE" not in records["pth"].transcript
+
+
 # ---------------------------------------------------------------------------- killed tasks
 
 def killable_class(root):
@@ -218,7 +259,7 @@ def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, stderr
-    assert gone("ece408_op.team.worker") and gone("ece408_op.grading.measure")   # died with their task
+    assert gone("ece408_op.team.worker") and gone("ece408_op.cli.measure")   # died with their task
     with open_store(str(db)) as store:
         records = {r.team: r for r in store.records()}
     assert set(records) == {"a-ok", "b-killed"} and records["a-ok"].status == "ok"

@@ -56,6 +56,7 @@ def test_defaults_table_picks_the_measured_version(tmp_path, monkeypatch):
     big = S(64, 32, 32, 128, 5)                                            # weights beyond constant memory
     table["Some GPU"]["shapes"][kernels.shape_key(big)] = 7                # a version that cannot run it
     path.write_text(json.dumps(table))
+    versions.reload_defaults()
     assert kernels.VERSIONS[7].unsupported(big) and kernels.default_version(big, "Some GPU") == 8
 
 

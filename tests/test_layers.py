@@ -12,20 +12,25 @@ PACKAGE = ROOT / "ece408_op"
 ALLOWED = {
     "conv": {"conv"},
     "kernels": {"conv", "kernels"},
+    "team": {"conv", "kernels", "team"},       # a team's forward: its process, plans, checks (no MXNet)
     "data": {"data"},
-    "mx": {"conv", "kernels", "data", "mx"},
-    "grading": {"grading"},                    # runs the milestones as subprocesses: no MXNet
+    "mx": {"conv", "kernels", "data", "team", "mx"},
+    "torch": {"conv", "kernels", "torch"},      # the PyTorch front-end: no MXNet (needs PyTorch)
+    "grading": {"grading", "team", "data"},    # runs the milestones as subprocesses: no MXNet
     "selftest": {"conv", "kernels", "data", "mx", "selftest"},
-    "cli": {"conv", "kernels", "data", "mx", "grading", "selftest", "cli"},
+    "cli": {"conv", "kernels", "data", "team", "mx", "grading", "selftest", "torch", "cli"},
 }
 BASE = {"errors", ""}
-MXNET_FREE = ("conv", "kernels", "data", "grading", "selftest", "cli")    # selftest and cli import mx lazily
+MXNET_FREE = ("conv", "kernels", "team", "data", "grading", "selftest", "cli")    # selftest and cli import mx lazily
+
+
+TEMPLATE = PACKAGE / "team" / "template"         # a team's files, copied by init: data, not modules
 
 
 def _modules():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if len(rel.parts) > 1:
+        if len(rel.parts) > 1 and TEMPLATE not in path.parents:
             yield rel.parts[0], path
 
 

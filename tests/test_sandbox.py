@@ -114,6 +114,22 @@ def test_two_teams_at_once_neither_reads_nor_writes_the_other(tmp_path):
     assert secret in out_a.stdout.rsplit("\n* ", 1)[0].splitlines()[-1]   # its result as it wrote it
 
 
+def test_one_team_leaves_nothing_for_the_next(tmp_path):
+    marker = "LEFT-" + os.urandom(6).hex()
+    plant = ("for p in ('/build/x', '/tmp/x', '/dev/shm/x', '/var/tmp/x', '/run/x', '/src/x', '/x'):\n"
+             "    try:\n        open(p, 'w').write('" + marker + "')\n        print('PLANTED', p)\n"
+             "    except OSError as e:\n        print('refused', p, e.strerror)\n")
+    first = team(tmp_path / "a", ["python /src/plant.py"], **{"plant.py": plant})
+    out = dev(first)
+    assert out.returncode == 0, out.stderr
+    assert "refused /var/tmp/x" in out.stdout and "refused /src/x" in out.stdout and "refused /x" in out.stdout
+    look = ('/bin/bash -c "grep -rls ' + marker + ' /build /tmp /dev /var /run 2>/dev/null; echo looked"')
+    second = dev(team(tmp_path / "b", [look]))
+    assert second.returncode == 0 and "looked" in second.stdout
+    found = second.stdout.split("\n", 1)[1].split("looked")[0].strip()     # files holding the marker
+    assert found == "", found
+
+
 def test_a_setsid_child_does_not_outlive_its_team(tmp_path):
     first = team(tmp_path / "a", ['/bin/bash -c "setsid sleep 4011 </dev/null >/dev/null 2>&1 & sleep 0.3; echo left"'])
     out = dev(first)
@@ -229,13 +245,13 @@ def test_runner_killed_with_sigkill_leaves_nothing_running_and_the_next_start_cl
     folder = team(tmp_path / "t", ['/bin/bash -c "setsid sleep 4016 & echo started; sleep 4017"'])
     proc = subprocess.Popen([*python_command(), "-m", "ece408_op", "submit", str(folder), *ENGINE, "--scratch",
                              str(scratch)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not processes_with("sleep 4017"):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
-        time.sleep(0.2)
+    for line in iter(proc.stdout.readline, b""):                      # the command runs: its sandbox is up
+        if line.strip() == b"started":
+            break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert gone("sleep 4016") and gone("sleep 4017")                     # died with their runner
+    assert gone("sleep 4016") and gone("sleep 4017"), subprocess.run(["ps", "-eo", "pid,ppid,stat,args"],
+                                                                      capture_output=True, text=True).stdout
     left = list(scratch.iterdir())
     assert len(left) == 1 and left[0].name.startswith("ece408-run-")  # its scratch folder, for now
     again = dev(team(tmp_path / "u", ["echo fine"]), "--scratch", scratch)
@@ -335,3 +351,25 @@ def test_host_engine_only_by_name_and_marked(tmp_path):
     assert out.stdout.startswith("* Engine host: not isolated (the commands run on this host, as its user)\n")
     out = cli("submit", folder, env={"ECE408_ENGINE": "auto"})
     assert "not isolated" not in out.stdout
+
+
+def test_docker_gets_the_same_isolation_flags_as_podman():
+    """No Docker daemon runs here: the flags docker would get are checked as data, against podman's
+    (which tests/test_container.py runs for real)."""
+    from ece408_op.grading.sandbox import ContainerSandbox, Mount, Step
+    limits = Limits(memory=1 << 30, processes=64, cpu_seconds=60, disk=1 << 28, output=1 << 20)
+    step = Step(["python", "-V"], [Mount("/a", "/src"), Mount("/b", "/build", writable=True)], {"HOME": "/tmp"},
+                "/build", gpu=True)
+    argvs = {}
+    for engine in ("docker", "podman"):
+        sandbox = ContainerSandbox(engine, limits, "img:tag", uid=1234567)
+        argvs[engine] = sandbox.launch(step, "run-x").argv
+    for engine, argv in argvs.items():
+        text = " ".join(argv)
+        for flag in ("--network none", "--read-only", "--user 1234567:1234567", "--cap-drop ALL", "--pids-limit 64",
+                     f"--memory {1 << 30}", "--security-opt no-new-privileges", "--ulimit cpu=60:60",
+                     f"--tmpfs /tmp:rw,size={1 << 28},mode=1777", "-v /a:/src:ro", "-v /b:/build:rw", "--rm"):
+            assert flag in text, (engine, flag)
+    assert "--gpus all" in " ".join(argvs["docker"])
+    assert [a for a in argvs["docker"] if a not in ("--gpus", "all", "docker")] == \
+        [a for a in argvs["podman"] if not a.startswith("/dev/nvidia") and a not in ("--device", "podman")]

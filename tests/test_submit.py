@@ -5,7 +5,6 @@ team files it names, the hidden model, and every attack a team could try on the 
 each expected to fail, be refused in one line, or leave the record as measured."""
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from submissions import parallel_writers
 from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, REPLAY, SNOOPS, WRITES_PTH, WRONG,
                    cli, rai_yaml, reference_accuracies, team_project)
 
-from ece408_op.grading import runner, transcript as tx
+from ece408_op.grading import runner
 from ece408_op.grading.ranking import rank
 from ece408_op.grading.store import Record, open_store
 

@@ -4,13 +4,12 @@ here; tests/test_gpu_team.py runs the GPU half on a GPU machine."""
 import os
 import re
 import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, python_command, require_mxnet
+from conftest import ROOT, require_mxnet
 from teams import EARLY_THREAD, FAKE_LINES, FORKS, PLAIN, REPLAY, cli, reference_accuracies, team_project
 
 from ece408_op.team import checks, lockdown, plan as team_plan, project

@@ -22,6 +22,7 @@ COMMANDS = {
     "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team"),
     "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking"),
     "selftest": ("selftest", "every bad input and fault, tried: the reliability table and load figures"),
+    "warmup": ("warmup", "compile the CPU path's Numba kernels now (once per machine; cached)"),
 }
 
 

@@ -43,7 +43,7 @@ def short_name(layer):
 
 def cpu_command(argv):
     _mxnet_with_all_cores()
-    from ..mx.bench import LAYERS, bench_cpu, cpu_table
+    from ..mx.bench import CPU_TABLE_HEAD, LAYERS, bench_cpu, cpu_png, cpu_row, machine
     names = {short_name(name): name for name in LAYERS}
     names.update({name.lower(): name for name in LAYERS})
     parser = ArgumentParser(prog="ece408_op bench cpu",
@@ -52,16 +52,31 @@ def cpu_command(argv):
     parser.add_argument("--layers", nargs="+", metavar="NAME",
                         help=f"default: all of {', '.join(map(short_name, LAYERS))}")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--png", help="draw the ratios to the built-in here (needs matplotlib)")
     args = _parse(parser, argv)
     for name in args.layers or ():
         if name.lower() not in names:
             parser.error(f"unknown layer {name!r}; choose from {', '.join(map(short_name, LAYERS))}")
-    result = bench_cpu([names[name.lower()] for name in args.layers] if args.layers else None, args.repeats)
-    m = result["machine"]
+    layers = [names[name.lower()] for name in args.layers] if args.layers else None
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(f"--png needs matplotlib ({exc}); pip install matplotlib") from exc
+        import os
+        folder = os.path.dirname(os.path.abspath(args.png))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--png {args.png}: folder {folder} does not exist; create it or give another path")
+    m = machine()
     print(f"{m['cpus']} CPUs, MXNet OMP_NUM_THREADS={m['OMP_NUM_THREADS']}, ece408_conv threads={m['ece408_threads']}, "
-          f"median of {args.repeats} after a warm-up")
-    print(cpu_table(result))
+          f"median of {args.repeats} after a warm-up; one row per layer as it finishes", flush=True)
+    print("\n".join(CPU_TABLE_HEAD), flush=True)
+    result = bench_cpu(layers, args.repeats, progress=lambda name, r: print(cpu_row(name, r), flush=True))
     _write_json(args.json, result)
+    if args.png:
+        cpu_png(result, args.png)
     return 0
 
 
@@ -135,11 +150,39 @@ def memory_command(argv):
 def gpu_command(argv):
     missing = [name for module, name in (("torch", "PyTorch"), ("pycuda", "PyCUDA"))
                if importlib.util.find_spec(module) is None]
-    if missing and not set(HELP) & set(argv):
+    if missing and not set(HELP) & set(argv) and "--precompile" not in argv:   # precompiling needs nvcc only
         raise Ece408Error(f"bench gpu needs {' and '.join(missing)} (cuDNN through PyTorch is the baseline, "
                           "the kernels run through PyCUDA): pip install -e '.[bench]' on a machine with a CUDA GPU")
+    argv = [a for a in argv if a != "--debug"]
+    if "--network" in argv:
+        from ..torch.bench import main as network_main
+        return network_main(argv)
+    if "--precompile" in argv:
+        return precompile_command(argv)
     from ..kernels.bench import main as gpu_main
-    return gpu_main([a for a in argv if a != "--debug"])
+    return gpu_main(argv)
+
+
+def precompile_command(argv):
+    """``bench gpu --precompile``: no GPU needed; build into the cubin cache every module the suite (with
+    its tiles), the network benchmark and their autotuning load (the network layers need PyTorch)."""
+    from ..kernels import suite
+    from ..kernels.device import cubin_cache_dir, precompile
+    parser = ArgumentParser(prog="ece408_op bench gpu --precompile", description=precompile_command.__doc__)
+    parser.add_argument("--precompile", action="store_true")
+    parser.add_argument("--arch", default="sm_90", help="the GPU architecture (default sm_90: H100, H200)")
+    parser.add_argument("--device-name", default="NVIDIA H100 80GB HBM3",
+                        help="the device whose defaults.json entries the network layers follow")
+    parser.add_argument("--no-suite", action="store_true", help="only the network benchmark's modules")
+    args = parser.parse_args(argv)
+    sets = [] if args.no_suite else suite.suite_modules()
+    try:
+        from ..torch.bench import precompile_modules
+        sets += precompile_modules(device_name=args.device_name)
+    except ImportError as exc:
+        print(f"network layers skipped: {exc}")
+    print(f"{precompile(sets, args.arch)} modules for {args.arch} in {cubin_cache_dir()}")
+    return 0
 
 
 # benchmark -> (function, its arguments, one line for ``python -m ece408_op --help``)
@@ -150,7 +193,8 @@ BENCHMARKS = {
                  "the fixed cost of one call: ece408_conv, an empty CustomOp, the built-in"),
     "zoo": (zoo_command, "[--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] [--json FILE]",
             "model-zoo networks, the original against every convolution swapped"),
-    "gpu": (gpu_command, "[--batch N] [--repeats N] [--out DIR] [--sweep [--apply]] [--suite ...]",
+    "gpu": (gpu_command, "[--batch N] [--repeats N] [--out DIR] [--sweep [--apply]] [--suite ...] | --network "
+                         "[--nets NAME,...] | --precompile [--arch sm_90]",
             "every GPU kernel version against cuDNN (PyTorch and PyCUDA, no MXNet)"),
     "memory": (memory_command, "[--mb N] [--json FILE]", "how fast this machine maps fresh host memory"),
 }

@@ -1,7 +1,9 @@
 """The NumPy layer: the convolution's attributes and shape rules (``ConvSpec``), its float64
-reference and error bound, and the CPU fast path.
+reference and error bound, and the CPU path: direct kernels compiled by Numba (``direct.py``,
+``direct_loops.py``; Numba set up by ``numba_env.py``), opt-in Winograd (``winograd.py``), and the
+im2col + OpenBLAS fallback (``cpu.py``).
 
-Imports nothing of this package but ``errors``; no MXNet, no PyCUDA. Semantics: MXNet's
+Imports nothing of this package but ``errors``; no MXNet, no PyCUDA (Numba where installed). Semantics: MXNet's
 ``Convolution`` (NCHW, float32) for any ConvSpec (see spec.py); the course's layer is the
 special case x: B x C x H x W, k: M x C x K x K, stride 1, no padding, no bias:
 

@@ -1,6 +1,12 @@
 """CPU fast path for any ConvSpec: padding, stride, dilation, rectangular kernels, groups
 (depthwise included), bias; float32.
 
+Every layer whose output planes hold at least one block of positions runs on the direct kernels
+compiled by Numba (``direct.py``). This file's im2col + OpenBLAS tiles are the fallback, with these
+reasons: Numba is not installed or is disabled (``ECE408_NUMBA=0``), or the output planes are
+smaller than one register block (16-32 positions: a 1x1 or 3x3 output, where the im2col products
+are a few microseconds anyway).
+
 A layer is cut into tiles (a block of images, or a block of output rows of one image), each
 sized so that its working set stays in cache and its matrix products stay fast (``PANEL_BYTES``);
 runs of tiles go to the shared thread pool with BLAS single-threaded inside it
@@ -17,6 +23,7 @@ memory), bias included, so y is written once: no zeroing pass, no second copy. T
 Plans (unit sizes, kinds) are computed once per layer shape and cached.
 """
 import functools
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -24,6 +31,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import ShapeError
+from . import direct, winograd
 from .parallel import pool_size, run_parallel
 from .spec import ConvSpec
 
@@ -103,12 +111,42 @@ def plan_for(x_shape, k_shape, spec):
     return CpuPlan("depthwise" if depthwise else "gemm", spec, tuple(x_shape), y_shape, images, rows, direct)
 
 
-def conv2d_forward_cpu(x, k, bias=None, spec=None, out=None, accumulate=False):
+CPU_KERNELS = ("auto", "fast", "blas")
+KERNEL_ENV = "ECE408_CPU_KERNEL"
+
+
+def parse_cpu_kernel(text):
+    """'auto' (or empty/None: then $ECE408_CPU_KERNEL, else auto), 'fast' or 'blas'; ShapeError otherwise."""
+    choice = "" if text is None else str(text).strip().lower()
+    if choice in ("", "auto"):
+        choice = os.environ.get(KERNEL_ENV, "").strip().lower() or "auto"
+        if choice not in CPU_KERNELS:
+            raise ShapeError(f"{KERNEL_ENV}={choice!r} is not one of {', '.join(CPU_KERNELS)}")
+    if choice not in CPU_KERNELS:
+        raise ShapeError(f"cpu_kernel={text!r} is not one of {', '.join(CPU_KERNELS)} (auto: the direct "
+                         "kernels compiled by Numba; fast: Winograd on 3x3 stride-1 layers, else auto; blas: im2col)")
+    return choice
+
+
+def prepare_cpu(x, k, bias=None, spec=None, out=None, accumulate=False, kernel=None):
+    """Compile (or load from the cache) the kernels ``conv2d_forward_cpu`` would run with these
+    arguments, without running them: for callers that time the forward (Op Time). A no-op on the BLAS
+    path, and cheap once done (each kernel is compiled once per process)."""
+    if direct.available():
+        with direct.compile_only():
+            conv2d_forward_cpu(x, k, bias, spec, out, accumulate, kernel)
+
+
+def conv2d_forward_cpu(x, k, bias=None, spec=None, out=None, accumulate=False, kernel=None):
     """y = conv(x, k) (+ bias) for any ConvSpec (None: the course's layer), float32.
 
     ``out``: C-contiguous float32 array of y's shape to write into (e.g. MXNet's output memory);
     ``accumulate`` adds to it instead (req='add'). Returns ``out`` (or a new array).
+    ``kernel``: 'auto' (default, or $ECE408_CPU_KERNEL): the direct kernels compiled by Numba where
+    they run the layer, else im2col + BLAS; 'fast': Winograd F(4x4, 3x3) on the layers it runs
+    (opt-in: its error follows the 6x6 tile, see winograd.py), else auto; 'blas': im2col + BLAS.
     """
+    choice = parse_cpu_kernel(kernel)
     if spec is None:
         if len(k.shape) != 4:
             raise ShapeError(f"weight must be 4-D (M, C, K, K), got shape {tuple(k.shape)}")
@@ -127,6 +165,14 @@ def conv2d_forward_cpu(x, k, bias=None, spec=None, out=None, accumulate=False):
         raise ShapeError(f"out must be a C-contiguous float32 array of shape {plan.y_shape}")
     batch = x.shape[0]
     if batch == 0 or out.size == 0:
+        return out
+    if choice == "fast" and winograd.unsupported(plan.x_shape, tuple(k.shape), spec) is None:
+        winograd.conv2d_forward_winograd(x, k, bias, spec, out, accumulate)
+        return out
+    if choice != "blas" and direct.unsupported(plan.x_shape, tuple(k.shape), spec) is None:
+        direct.conv2d_forward_direct(x, k, bias, spec, out, accumulate)
+        return out
+    if direct.compiling_only():
         return out
     tile = _depthwise_tile if plan.kind == "depthwise" else _gemm_tile
 

@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from ..errors import ShapeError
-from .cpu import conv2d_forward_cpu
+from .cpu import conv2d_forward_cpu, prepare_cpu
 from .parallel import over_slabs
 from .reference import reference_and_bound
 from .spec import output_shape
@@ -70,6 +70,15 @@ def _scratch_buffer(count):
     if held is None or held.size < count:
         held = _scratch.array = np.empty(count, np.float32)
     return held[:count]
+
+
+def prepare_fused_cpu(x, k, bias=None):
+    """Compile (or load) the kernels of ``conv_tanh_pool_cpu``'s convolution for one chunk, without
+    running them (Op Time leaves compilation out)."""
+    x1 = np.ascontiguousarray(x[:1], dtype=np.float32)
+    k = np.ascontiguousarray(k, dtype=np.float32)
+    conv_image = output_shape(x1.shape, k.shape)
+    prepare_cpu(x1, k, out=np.empty(conv_image, np.float32))
 
 
 def conv_tanh_pool_cpu(x, k, bias=None, out=None):

@@ -6,7 +6,6 @@ run as processes, in a sandbox).
     sandbox.py     every team command in a sandbox: bubblewrap, podman, docker, buildah; host by name
     scratch.py     a run's scratch folder (src, build, channel, art), left-overs of killed runners
     channel.py     the socket the measuring process reports on (never the printed text)
-    measure.py     the measuring process of a ranked run: the grader's code, the team's forward
     runner.py      development runs of rai_build.yml; ranked runs (--submit): build, measure, record
     transcript.py  "* Running <command>" and the runner's lines; a model's figures
     store.py       records in SQLite or PostgreSQL, one schema, migrated on first use; retries, spool

@@ -8,13 +8,12 @@ Times, Correctness, the device) come back. Printed text is for people: the recor
 
 Messages: a 4-byte big-endian length, then JSON. Sizes are bounded on both sides.
 """
-import json
 import os
 import socket
-import struct
 import threading
 
 from ..errors import Ece408Error
+from ..team import wire
 
 SOCKET = "channel.sock"
 TARGET = "/run/ece408"                 # where the measuring sandbox sees the socket's folder
@@ -27,8 +26,7 @@ class ChannelError(Ece408Error):
 
 
 def send(sock, message):
-    data = json.dumps(message, allow_nan=False).encode()
-    sock.sendall(struct.pack(">I", len(data)) + data)
+    sock.sendall(wire.encode(message))
 
 
 def _exact(sock, n):
@@ -43,12 +41,9 @@ def _exact(sock, n):
 
 
 def recv(sock, limit):
-    (n,) = struct.unpack(">I", _exact(sock, 4))
-    if n > limit:
-        raise ChannelError(f"a report of {n} bytes (at most {limit})")
     try:
-        return json.loads(_exact(sock, n))
-    except (ValueError, UnicodeDecodeError) as exc:
+        return wire.decode(lambda n: _exact(sock, n), limit)
+    except ValueError as exc:
         raise ChannelError(f"a malformed report ({exc})") from exc
 
 

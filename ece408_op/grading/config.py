@@ -224,7 +224,7 @@ def load_config(folder):
         problem = getattr(exc, "problem", None) or "cannot be parsed"
         raise ConfigError(path, [f"not valid YAML{where}: {problem}"]) from None
     except RecursionError:
-        raise ConfigError(path, [f"not valid YAML: nested too deeply"]) from None
+        raise ConfigError(path, ["not valid YAML: nested too deeply"]) from None
     config, problems = check_config(document)
     if problems:
         raise ConfigError(path, problems)

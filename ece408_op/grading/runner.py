@@ -12,7 +12,7 @@ From the submission only the team's files are taken (``team/project.py``: new-fo
 m2; new-forward.cu and launch.py for m3 and final), hashed. Then, each in the run's sandbox:
 
     1. (m3, final) the build: nvcc compiles new-forward.cu to a cubin (device code only);
-    2. the measuring process (``measure.py``): the grader's own package, models, data and hidden
+    2. the measuring process (``cli/measure.py``): the grader's own package, models, data and hidden
        model, which runs the milestone on every model with the team's forward and reports
        over a channel no team process can reach (``channel.py``).
 
@@ -46,7 +46,7 @@ from . import channel
 from . import transcript as tx
 from .config import load_config, split_command
 from .names import printable, team_name
-from .sandbox import Limits, Mount, SandboxError, Step, choose_engine, clean_stale, open_sandbox
+from .sandbox import Limits, Mount, Step, choose_engine, clean_stale, open_sandbox
 from .scratch import Scratch, copy_submission
 from .store import Record
 
@@ -561,8 +561,8 @@ def measure_argv(sandbox, sock):
     """The measuring process's command: the grader's own Python and package, isolated."""
     from ..team.client import isolated_python
     if sandbox.engine in ("bubblewrap", "host"):
-        return isolated_python("ece408_op.grading.measure", "--channel", sock)
-    return ["python", "-I", "-m", "ece408_op.grading.measure", "--channel", sock]
+        return isolated_python("ece408_op.cli.measure", "--channel", sock)
+    return ["python", "-I", "-m", "ece408_op.cli.measure", "--channel", sock]
 
 
 def run_ranked(request, transcript):

@@ -23,8 +23,6 @@ Engines:
   host        only when asked for by name: no isolation at all; marked "not isolated" in the
               transcript and the record.
 """
-import json
-import math
 import os
 import random
 import shutil
@@ -337,8 +335,13 @@ class Sandbox:
 
 
 def _prlimit(limits):
-    return ["prlimit", f"--as=unlimited", f"--nproc={limits.processes}", f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}",
-            f"--fsize={limits.file_size}", "--core=0", f"--nofile=4096"]
+    """The limits of a command as rlimits, and death with the runner from its very start (bwrap's
+    own --die-with-parent is set only once bwrap has begun: a runner killed before that moment
+    would leave it running)."""
+    death = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+    return death + ["prlimit", "--as=unlimited", f"--nproc={limits.processes}",
+                    f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}", f"--fsize={limits.file_size}",
+                    "--core=0", "--nofile=4096"]
 
 
 ATTACH = 'for f in $ECE408_CGROUP; do echo $$ > "$f" || exit 126; done; unset ECE408_CGROUP; exec "$@"'
@@ -350,10 +353,9 @@ class HostSandbox(Sandbox):
     engine = "host"
     isolated = False
 
-    def __init__(self, *args, scratch=None, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.uid = os.getuid()
-        self.scratch = scratch
 
     def launch(self, step, name):
         mounts = {m.target: m.source for m in step.mounts}
@@ -368,11 +370,12 @@ class HostSandbox(Sandbox):
 
 
 def _host_path(word, mounts):
-    """``word`` with a mount target (/src, /build...) standing for its host folder."""
+    """``word`` with each mount target (/src, /build...) standing as a whole path component for
+    its host folder (``/src/*``, ``"cp -r /src/* /build"``, ``--out=/build``; not ``/usr/src``)."""
+    import re
     for target in sorted(mounts, key=len, reverse=True):
-        if word == target or word.startswith(target + "/"):
-            return mounts[target] + word[len(target):]
-        word = word.replace(f" {target}/", f" {mounts[target]}/").replace(f"={target}/", f"={mounts[target]}/")
+        pattern = r"(?<![\w.~/-])" + re.escape(target) + r"(?![\w.-])"
+        word = re.sub(pattern, lambda m, host=mounts[target]: host, word)
     return word
 
 

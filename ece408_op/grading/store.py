@@ -217,26 +217,9 @@ class Store:
 
     def add(self, record, retry_seconds=None):
         """Insert ``record``; returns False where a record of that id was already there. A failing
-        write is retried (reconnecting) for ``retry_seconds`` (RETRY_SECONDS), then the record is
-        spooled and StoreError says where."""
-        if retry_seconds is None:
-            try:
-                retry_seconds = float(os.environ.get(RETRY_ENV, RETRY_SECONDS))
-            except ValueError:
-                retry_seconds = RETRY_SECONDS
-        deadline = time.monotonic() + retry_seconds
-        delay = 0.2
-        while True:
-            try:
-                return self._insert(record)
-            except StoreError as exc:
-                if time.monotonic() + delay > deadline:
-                    path = spool(record, self.url)
-                    raise StoreError(f"the record {record.id} could not be stored ({exc}); it waits in "
-                                     f"{path} and is stored by the next command that opens the database") from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                self._reconnect()
+        write is retried (reconnecting) for ``retry_seconds`` ($ECE408_DB_RETRY, else RETRY_SECONDS),
+        then the record is spooled and StoreError says where."""
+        return stored_or_spooled(record, self.url, lambda: self._insert(record), self._reconnect, retry_seconds)
 
     def _reconnect(self):
         try:
@@ -454,6 +437,33 @@ def spool(record, url=None):
     return path
 
 
+def retry_seconds():
+    """How long a failing write is retried: $ECE408_DB_RETRY seconds, else RETRY_SECONDS."""
+    try:
+        return float(os.environ.get(RETRY_ENV, RETRY_SECONDS))
+    except ValueError:
+        return RETRY_SECONDS
+
+
+def stored_or_spooled(record, url, attempt, between=lambda: None, seconds=None):
+    """``attempt()`` (which stores ``record``) until it succeeds, for ``seconds`` (``retry_seconds()``),
+    with ``between()`` after each failure (a reconnect); then the record is spooled and StoreError
+    says where it waits."""
+    deadline = time.monotonic() + (retry_seconds() if seconds is None else seconds)
+    delay = 0.2
+    while True:
+        try:
+            return attempt()
+        except StoreError as exc:
+            if time.monotonic() + delay > deadline:
+                path = spool(record, url)
+                raise StoreError(f"the record {record.id} could not be stored ({exc}); it waits in {path} "
+                                 "and is stored by the next command that opens the database") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            between()
+
+
 def resolve_url(url=None):
     """The database ``url`` names: $ECE408_DB where None, else the user's SQLite file; a
     ``sqlite:///`` URL as its path."""
@@ -480,22 +490,7 @@ class Delivery:
         self.url = resolve_url(url)
 
     def add(self, record):
-        try:
-            retry = float(os.environ.get(RETRY_ENV, RETRY_SECONDS))
-        except ValueError:
-            retry = RETRY_SECONDS
-        deadline = time.monotonic() + retry
-        delay = 0.2
-        while True:
-            try:
-                store = open_store(self.url)
-            except StoreError as exc:
-                if time.monotonic() + delay > deadline:
-                    path = spool(record, self.url)
-                    raise StoreError(f"the record {record.id} could not be stored ({exc}); it waits in {path} "
-                                     "and is stored by the next command that opens the database") from exc
-                time.sleep(delay)
-                delay = min(2 * delay, 2.0)
-                continue
-            with store:
-                return store.add(record, retry_seconds=max(0.0, deadline - time.monotonic()))
+        def attempt():
+            with open_store(self.url) as store:
+                return store._insert(record)
+        return stored_or_spooled(record, self.url, attempt)

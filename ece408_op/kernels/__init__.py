@@ -23,8 +23,11 @@ the benchmark runs next to PyTorch/cuDNN. Files:
     shape.py          the shape class a module is compiled for
     tuning.py/.json   tuned parameters, as data (bench --sweep writes them)
     device.py         a device's context, lock, memory, module and plan caches, profile
-    launch.py         plans and the entry points conv2d_forward_gpu / conv2d_forward_device,
-                      fused_forward_gpu / fused_forward_device
+    launch.py         plans and the entry points conv2d_forward_gpu / conv2d_forward_device (the
+                      course's Op Time), conv2d_forward_async / layer_call (network use: the
+                      caller's stream, no synchronisation), fused_forward_gpu / fused_forward_device
+    autotune.py       timing the versions on a layer the table does not name; the user's cache
+    cudadrv.py        the driver calls made through ctypes: modules, launches on any stream
     defaults.json     the default version per shape class, per device, from measurements
     hostcopy.py       host arrays in and out at the link's speed, straight into MXNet's memory
     profile.py        the nvprof-style table of --profile
@@ -39,8 +42,9 @@ so that calls may come from any thread (MXNet calls an operator's forward on its
 worker threads); memory is reused while large enough and freed inside that context.
 """
 from .device import DEVICE_ENV, SOURCE, GpuDevice, compile_error_line, require_nvcc
-from .launch import (ConvPlan, FusedPlan, conv2d_forward_device, conv2d_forward_gpu, fused_forward_device,
-                     fused_forward_gpu, fused_plan_for, plan_for, pooled_shape)
+from .launch import (ConvPlan, FusedPlan, LayerCall, conv2d_forward_async, conv2d_forward_device, conv2d_forward_gpu,
+                     forget_layer_calls, fused_forward_device, fused_forward_gpu, fused_plan_for, layer_call, plan_for,
+                     pooled_shape)
 from .profile import Profile
 from .shape import ConvShape
 from .versions import (FUSED, KERNEL_ENV, PREFERENCE, VERSIONS, choose_version, default_version, module_defines,
@@ -48,6 +52,7 @@ from .versions import (FUSED, KERNEL_ENV, PREFERENCE, VERSIONS, choose_version, 
 
 __all__ = ["DEVICE_ENV", "SOURCE", "GpuDevice", "compile_error_line", "require_nvcc", "ConvPlan", "FusedPlan",
            "conv2d_forward_device", "conv2d_forward_gpu", "fused_forward_device", "fused_forward_gpu",
-           "fused_plan_for", "plan_for", "pooled_shape", "Profile", "ConvShape", "FUSED", "KERNEL_ENV",
+           "fused_plan_for", "plan_for", "pooled_shape", "LayerCall", "conv2d_forward_async", "forget_layer_calls",
+           "layer_call", "Profile", "ConvShape", "FUSED", "KERNEL_ENV",
            "PREFERENCE", "VERSIONS", "choose_version", "default_version", "module_defines", "parse_version",
            "shape_key"]

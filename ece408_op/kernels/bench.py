@@ -17,7 +17,6 @@ measured in the same run (a copy reads and writes each byte).
 import argparse
 import csv
 import json
-import os
 import statistics
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import numpy as np
 
 from ..conv.reference import reference_and_bound
 from . import tuning
-from .device import GpuDevice
+from .device import GpuDevice, precompile
 from .launch import plan_for
 from .shape import ConvShape
 from .versions import VERSIONS, Strip, module_defines, plan_defines
@@ -41,22 +40,32 @@ def _torch():
     return torch
 
 
-def time_events(torch, fn, repeats, warmup=3, flush=None):
-    """Median/min/max seconds of ``fn`` between CUDA events, L2 flushed before each repeat."""
-    for _ in range(warmup):
-        fn()
-    times = []
+def time_events(torch, fn, repeats, warmup=3, flush=None, calls=1):
+    """Median/min/max seconds of ``fn`` between CUDA events, L2 flushed before each repeat (``flush``: a
+    tensor to zero); ``calls`` > 1: each repeat times that many consecutive calls and counts their mean
+    (back to back, as in a network)."""
+    return time_interleaved(torch, [fn], repeats, warmup, flush, calls)[0]
+
+
+def time_interleaved(torch, fns, repeats, warmup=3, flush=None, calls=1):
+    """``time_events`` of several callables measured in turn within each repeat (a, b, a, b, ...), so that
+    clocks, temperature and the host's state drift over all of them alike; one result dict per callable."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        if flush is not None:
-            flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "repeats": repeats}
+        for fn, out in zip(fns, times):
+            if flush is not None:
+                flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3 / calls)
+    return [{"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t), "repeats": repeats} for t in times]
 
 
 def validate(y, x, k, sample, version=None):
@@ -158,21 +167,8 @@ def sweep_configs(grid=SWEEP_GRID):
 
 
 def _precompile(bench, configs):
-    """Build every config's module on all cores (nvcc runs outside the GIL) into PyCUDA's disk cache."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pycuda.compiler import compile as nvcc_compile
-
-    from .device import SOURCE
-
-    source = SOURCE.read_text()
-
-    def build(config):
-        defines = sorted(plan_defines(7, bench.shape, config).items())
-        nvcc_compile(source, options=[f"-D{k}={v}" for k, v in defines], no_extern_c=True,
-                     arch=bench.device.arch)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(build, configs))
+    """Build every config's module on all cores (nvcc runs outside the GIL) into the cubin cache."""
+    precompile([plan_defines(7, bench.shape, config) for config in configs], bench.device.arch)
 
 
 def sweep(batch, C, H, W, M, K, repeats=20, seed=408):

@@ -1,19 +1,26 @@
 """One CUDA device: its primary context, lock, memory, compiled modules, plans and profile.
 
 Everything cached here is owned here and freed here (inside the context). Modules are
-keyed by their full set of ``#define``s, plans by (version, defines).
+keyed by their full set of ``#define``s, plans by (version, defines); compiled modules are cached
+on disk (``cubin_cache_dir``), so a second process loads them without nvcc.
 """
 import atexit
+import gzip
+import hashlib
 import os
 import shutil
+import subprocess
+import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import GpuError
+from . import cudadrv
 from .profile import Profile
 
 SOURCE = Path(__file__).with_name("conv_forward.cu")
@@ -48,16 +55,90 @@ def compile_error_line(log):
     return (errors or lines or ["nvcc failed"])[0]
 
 
-def compile_module(defines, arch):
-    """conv_forward.cu built with ``defines`` (PyCUDA caches the binary on disk)."""
-    require_nvcc()
-    from pycuda.compiler import SourceModule
-    cuda = driver()
-    options = [f"-D{key}={value}" for key, value in defines]
+CACHE_ENV = "ECE408_CUBIN_CACHE"     # folder of compiled modules (default: the user's cache, XDG)
+NVCC_FLAGS = ("-cubin",)
+_source = {}
+
+
+def source_text():
+    """conv_forward.cu's text and its hash, read once per process."""
+    if not _source:
+        text = SOURCE.read_text()
+        _source.update(text=text, sha=hashlib.sha256(text.encode()).hexdigest())
+    return _source["text"], _source["sha"]
+
+
+def user_cache_dir(*parts):
+    """$XDG_CACHE_HOME (default ~/.cache) / ece408_op / parts."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "ece408_op", *parts)
+
+
+def cubin_cache_dir():
+    return Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else user_cache_dir("cubin")
+
+
+def cubin_path(defines, arch):
+    """Where the module built with ``defines`` (sorted (name, value) pairs) for ``arch`` is cached: named
+    by a hash of the source, the defines, the architecture and the flags (not nvcc's version: a cubin
+    built by another CUDA 12/13 nvcc loads the same; ``bench gpu --precompile`` fills it ahead)."""
+    _, sha = source_text()
+    key = "\n".join([sha, arch, " ".join(NVCC_FLAGS), *(f"{k}={v}" for k, v in defines)])
+    return cubin_cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.cubin.gz"
+
+
+def atomic_write(path, data):
+    """Write ``data`` (bytes) to ``path`` through a temporary file and a rename: readers see the old file
+    or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        return SourceModule(SOURCE.read_text(), options=options, no_extern_c=True, arch=arch)
-    except cuda.CompileError as exc:
-        raise GpuError(f"kernel compile failed for {dict(defines)}: {compile_error_line(str(exc))}") from exc
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def build_cubin(defines, arch):
+    """The cubin of conv_forward.cu built with ``defines`` (sorted (name, value) pairs) for ``arch``: from
+    the cache, else nvcc (then cached). Needs no GPU and no PyCUDA."""
+    path = cubin_path(defines, arch)
+    try:
+        return gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, gzip.BadGzipFile):
+        pass
+    require_nvcc()
+    with tempfile.TemporaryDirectory(prefix="ece408-nvcc-") as tmp:
+        out = Path(tmp, "module.cubin")
+        result = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", *(f"-D{k}={v}" for k, v in defines),
+                                 "-o", str(out), str(SOURCE)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise GpuError(f"kernel compile failed for {dict(defines)}: {compile_error_line(result.stderr)}")
+        image = out.read_bytes()
+    try:
+        atomic_write(path, gzip.compress(image, 6))
+    except OSError:
+        pass                            # a read-only cache: build again next time
+    return image
+
+
+def precompile(define_sets, arch, workers=None):
+    """Build every module of ``define_sets`` (dicts of #defines) into the cache, nvcc on all cores;
+    returns how many distinct modules there are."""
+    unique = sorted({tuple(sorted(d.items())) for d in define_sets})
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        list(pool.map(lambda defines: build_cubin(defines, arch), unique))
+    return len(unique)
+
+
+def compile_module(defines, arch):
+    """conv_forward.cu built with ``defines`` and loaded into the current context."""
+    image = build_cubin(defines, arch)
+    return cudadrv.Module(image)
 
 
 class GpuDevice:
@@ -99,6 +180,9 @@ class GpuDevice:
         self._pinned = {}
         self._streams = {}
         self._events = {}
+        self.generation = 0               # bumped whenever a workspace is (re)allocated or freed
+        with self.active():
+            self.context_handle = cudadrv.current_context()    # the CUcontext, to check before a lean launch
         atexit.register(self.release)
 
     @contextmanager
@@ -116,19 +200,33 @@ class GpuDevice:
 
     # -- memory (inside active())
     def buffer(self, name, nbytes):
-        """A device allocation of at least ``nbytes``, reused across calls."""
+        """A device allocation of at least ``nbytes``, reused across calls on the same stream (the
+        thread's launch stream, ``cudadrv.current_stream``): work queued on one stream uses its buffers
+        in that stream's order, so calls on two streams never share a workspace."""
         nbytes = max(int(nbytes), 4)
-        held = self._buffers.get(name)
+        key = (name, cudadrv.current_stream())
+        held = self._buffers.get(key)
         if held is None or held[1] < nbytes:
-            if held is not None:
+            with self.active():                 # (a lean call may come here without it)
+                self.generation += 1
+                if held is not None:
+                    held[0].free()              # (the driver waits for work still using it)
+                    del self._buffers[key]
+                try:
+                    self._buffers[key] = (self.cuda.mem_alloc(nbytes), nbytes)
+                except self.cuda.MemoryError as exc:
+                    raise GpuError(f"out of GPU memory allocating {nbytes / 2**20:.0f} MiB for {name}; "
+                                   "run fewer images") from exc
+            held = self._buffers[key]
+        return held[0]
+
+    def free_buffer(self, name):
+        """Free ``name``'s allocation on the current stream, if any (a large scratch buffer)."""
+        held = self._buffers.pop((name, cudadrv.current_stream()), None)
+        if held is not None:
+            with self.active():
+                self.generation += 1
                 held[0].free()
-                del self._buffers[name]
-            try:
-                self._buffers[name] = (self.cuda.mem_alloc(nbytes), nbytes)
-            except self.cuda.MemoryError as exc:
-                raise GpuError(f"out of GPU memory allocating {nbytes / 2**20:.0f} MiB for {name}; "
-                               "run fewer images") from exc
-        return self._buffers[name][0]
 
     def pinned(self, name, count):
         """A page-locked float32 host array of ``count`` elements, reused across calls."""
@@ -162,7 +260,7 @@ class GpuDevice:
 
     # -- code (inside active())
     def module(self, defines):
-        """The module compiled with ``defines`` (a dict): once per process, PyCUDA's disk cache across."""
+        """The module compiled with ``defines`` (a dict): once per process, the cubin cache across."""
         key = tuple(sorted(defines.items()))
         if key not in self._modules:
             self._modules[key] = compile_module(key, self.arch)
@@ -177,6 +275,7 @@ class GpuDevice:
     def release(self):
         """Free everything this object holds (memory, plans, modules), inside its context."""
         with self.active():
+            self.generation += 1
             for allocation, _ in self._buffers.values():
                 allocation.free()
             for array in self._pinned.values():
@@ -186,7 +285,9 @@ class GpuDevice:
             self._streams.clear()
             self._events.clear()
             self._plans.clear()
-            self._modules.clear()               # module unloads run with the context current
+            for module in self._modules.values():
+                module.unload()                 # with the context current
+            self._modules.clear()
 
     # -- profiling
     @contextmanager

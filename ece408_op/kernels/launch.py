@@ -2,6 +2,7 @@
 conv2d_forward_gpu / conv2d_forward_device (the convolution) and fused_forward_gpu /
 fused_forward_device (convolution + bias + tanh + 2x2 max-pool, the course models' block)."""
 import math
+import os
 import time
 
 import numpy as np
@@ -10,9 +11,10 @@ from ..conv.fused import pooled_shape
 from ..conv.parallel import parallel_copy
 from ..conv.spec import ConvSpec
 from ..errors import GpuError, ShapeError
+from . import autotune, cudadrv
 from .device import GpuDevice, cuda_error_line
 from .shape import ConvShape
-from .versions import FUSED, VERSIONS, choose_version, plan_defines
+from .versions import FUSED, KERNEL_ENV, VERSIONS, choose_version, plan_defines, resolve_version
 
 SHARED_DEFAULT_LIMIT = 48 * 1024     # dynamic shared memory beyond this needs the function's opt-in
 
@@ -47,7 +49,7 @@ class _TimedPlan:
             with dev.timed(self.label):
                 self.launch(y, x, k, bias, batch)
             dev.synchronize()
-        except cuda.Error as exc:
+        except (cuda.Error, cudadrv.DriverError) as exc:
             raise GpuError(f"kernel {self.label} failed: {cuda_error_line(exc)}") from exc
         return time.perf_counter() - start
 
@@ -83,24 +85,26 @@ class ConvPlan(_TimedPlan):
     def launch(self, y, x, k, bias, batch):
         """Queue the layer's kernels (device pointers as ints, bias 0 for none); no synchronisation."""
         s = self.shape
-        x = _prepare(self, x, k, batch)
+        x = _prepare(self, x, k, batch, bias)
         self.version.launch(self, y, x, k, bias if self.inner.BIAS else 0, batch)
         if self.add_bias is not None:
             count = s.outputs(batch)
             self.add_bias(np.uintp(y), np.uintp(bias), np.int64(count), np.int32(s.M), np.int32(s.HO * s.WO),
                           block=(256, 1, 1), grid=(min(math.ceil(count / 256), 1 << 20), 1))
 
-    def accumulate(self, y, tmp, batch):
+    def accumulate(self, y, tmp, batch, synchronize=True):
         """y += tmp over the layer's outputs (req='add' on device arrays)."""
         count = self.shape.outputs(batch)
         self.add_into(np.uintp(y), np.uintp(tmp), np.int64(count), block=(256, 1, 1),
                       grid=(min(math.ceil(count / 256), 1 << 16), 1))
-        self.device.synchronize()
+        if synchronize:
+            self.device.synchronize()
 
 
-def _prepare(plan, x, k, batch):
+def _prepare(plan, x, k, batch, bias=0):
     """Before a course-style kernel: pad x into a workspace (returns the x to read) and copy the
-    weights into the constant bank (part of the forward, as in the course)."""
+    weights into the constant bank (part of the forward, as in the course), and after them the bias
+    where the version adds it from there (v7: ``Strip.inner`` keeps the bias)."""
     s, inner = plan.shape, plan.inner
     if plan.pad_input is not None:
         planes = batch * s.C
@@ -108,8 +112,10 @@ def _prepare(plan, x, k, batch):
         plan.pad_input(np.uintp(padded), np.uintp(x), np.int64(planes), *map(np.int32, (s.H, s.W, s.PH, s.PW)),
                        block=(256, 1, 1), grid=(min(math.ceil(planes * inner.H * inner.W / 256), 1 << 20), 1))
         x = padded
-    if plan.weights_symbol is not None:
-        plan.device.cuda.memcpy_dtod(plan.weights_symbol, k, s.M * s.CKK * 4)
+    if plan.weights_symbol is not None:       # on the launch stream, in order with the kernels
+        cudadrv.memcpy_dtod_async(plan.weights_symbol, k, s.M * s.CKK * 4)
+        if plan.inner.BIAS and bias:
+            cudadrv.memcpy_dtod_async(plan.weights_symbol + s.M * s.CKK * 4, bias, s.M * 4)
     return x
 
 
@@ -191,18 +197,16 @@ def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accum
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = np.ascontiguousarray(k, dtype=np.float32)
     spec = _with_bias(spec, k, bias)
-    shape = ConvShape.of(x.shape, k.shape, spec)
-    dev = GpuDevice.get(device)
-    version = choose_version(version, shape, dev.name)
+    call = layer_call(x.shape, k.shape, spec, bias is not None, version, device)
     batch = x.shape[0]
-    y_shape = (batch, shape.M, shape.HO, shape.WO)
+    y_shape = (batch, call.shape.M, call.shape.HO, call.shape.WO)
     if out is None:
         out = np.zeros(y_shape, np.float32) if accumulate else np.empty(y_shape, np.float32)
     if batch == 0:
         return out, 0.0
+    dev = call.device
     with dev.active():
-        plan = plan_for(dev, shape, version)
-        return _host_call(dev, plan, x, k, bias, out, accumulate)
+        return _host_call(dev, call.plan, x, k, bias, out, accumulate)
 
 
 def _host_call(dev, plan, x, k, bias, out, accumulate=False):
@@ -243,29 +247,126 @@ def _require_aligned(**pointers):
 
 def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
                           accumulate=False, device=None):
-    """Device pointers in and out (zero-copy, e.g. MXNet GPU arrays): returns op_seconds.
+    """Device pointers in and out, with the course's Op Time (``_TimedPlan.forward``: y zeroed, the
+    device synchronised before and after): returns op_seconds. The milestones' path (MXNet's arrays,
+    ``hostcopy.forward_into``); for network use see ``conv2d_forward_async``.
 
     The caller synchronises its own framework before the call; this returns after
     the device is idle again.
     """
     _require_aligned(y=y_ptr, x=x_ptr, k=k_ptr)
-    if spec is None and bias_ptr:
-        spec = ConvSpec.course(k_shape).with_(no_bias=False)
-    shape = ConvShape.of(x_shape, k_shape, spec)
-    dev = GpuDevice.get(device)
-    version = choose_version(version, shape, dev.name)
+    call = layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device)
     batch = int(x_shape[0])
     if batch == 0:
         return 0.0
-    bias = int(bias_ptr or 0)
+    plan, dev, bias = call.plan, call.device, int(bias_ptr or 0)
     with dev.active():
-        plan = plan_for(dev, shape, version)
         if not accumulate:
             return plan.forward(int(y_ptr), int(x_ptr), int(k_ptr), bias, batch)
-        tmp = dev.buffer("y-add", shape.outputs(batch) * 4)
+        tmp = dev.buffer("y-add", plan.shape.outputs(batch) * 4)
         seconds = plan.forward(int(tmp), int(x_ptr), int(k_ptr), bias, batch)
         plan.accumulate(int(y_ptr), int(tmp), batch)
         return seconds
+
+
+class LayerCall:
+    """One layer (shape, batch, bias, requested version) resolved on one device: its plan. ``queue`` is
+    the network hot path: no shape parsing, version choice, #define building or file read (all done
+    once, in ``layer_call``), no zeroing of y and no synchronisation; the kernels go to the caller's
+    stream, in order with the framework's own work. The first call on a stream records what the plan
+    queues (``cudadrv.Recording``); later calls replay it with their own pointers, re-recording only
+    after the device's workspaces changed (``GpuDevice.generation``)."""
+
+    __slots__ = ("device", "plan", "shape", "batch", "sizes", "recordings")
+
+    def __init__(self, device, plan, batch):
+        self.device, self.plan, self.shape, self.batch = device, plan, plan.shape, batch
+        s = plan.shape
+        self.sizes = (4 * s.outputs(batch), 4 * batch * s.C * s.H * s.W, 4 * s.M * s.CKK, 4 * s.M)
+        self.recordings = {}                 # (accumulate, stream) -> (Recording, device generation)
+
+    def queue(self, y, x, k, bias=0, stream=0, accumulate=False):
+        """Queue the layer on ``stream`` (a CUstream handle as an int; 0: the legacy default stream) for
+        device pointers (ints) y, x, k and bias (0: none) and return at once."""
+        if (y | x | k) % ALIGN:
+            _require_aligned(y=y, x=x, k=k)
+        if self.shape.BIAS and not bias:
+            raise ShapeError("this layer has a bias but no bias pointer was given")
+        dev = self.device
+        held = self.recordings.get((accumulate, stream))
+        try:
+            if held is not None and held[1] == dev.generation:
+                if cudadrv.current_context() == dev.context_handle:
+                    held[0].replay((y, x, k, bias), stream)
+                else:                                   # another context current on this thread
+                    with dev.active():
+                        held[0].replay((y, x, k, bias), stream)
+                return
+            previous = cudadrv.set_stream(stream)
+            try:
+                with dev.active():
+                    with cudadrv.Recording(tuple(zip((y, x, k, bias), self.sizes))) as recording:
+                        self._queue(y, x, k, bias, accumulate)
+                    self.recordings[(accumulate, stream)] = (recording, dev.generation)
+            finally:
+                cudadrv.set_stream(previous)
+        except cudadrv.DriverError as exc:
+            raise GpuError(f"kernel {self.plan.label} failed: {exc}") from exc
+
+    def _queue(self, y, x, k, bias, accumulate):
+        plan, batch = self.plan, self.batch
+        if not accumulate:
+            plan.launch(y, x, k, bias, batch)
+            return
+        tmp = int(self.device.buffer("y-add", self.shape.outputs(batch) * 4))
+        plan.launch(tmp, x, k, bias, batch)
+        plan.accumulate(y, tmp, batch, synchronize=False)
+
+
+_calls = {}
+
+
+def layer_call(x_shape, k_shape, spec=None, bias=False, version=None, device=None):
+    """The LayerCall of this layer, found by a cheap key (the shapes, the spec, whether there is a bias,
+    the requested version and device, $ECE408_KERNEL); resolved on first use: shape checks, the version
+    (explicit, else defaults.json, else the autotuner, else the fallback order) and its plan."""
+    key = (tuple(x_shape), tuple(k_shape), spec, bool(bias), version, device, os.environ.get(KERNEL_ENV))
+    call = _calls.get(key)
+    if call is None:
+        dev = GpuDevice.get(device)
+        with dev.active():           # one thread tunes and builds a layer; the others wait for it (the
+            call = _calls.get(key)   # device's lock: a caller already holding it, hostcopy, re-enters)
+            if call is None:
+                call = _calls[key] = _resolve(dev, x_shape, k_shape, spec, bias, version)
+    return call
+
+
+def forget_layer_calls():
+    """Resolve every layer again on its next call (after a change of the defaults or the tuning)."""
+    _calls.clear()
+
+
+def _resolve(dev, x_shape, k_shape, spec, bias, version):
+    if spec is None and bias:
+        spec = ConvSpec.course(k_shape).with_(no_bias=False)
+    shape = ConvShape.of(x_shape, k_shape, spec)
+    batch = int(x_shape[0])
+    tune = (lambda s: autotune.choose(dev, s, batch)) if batch else None
+    number, overrides = resolve_version(version, shape, dev.name, tune=tune)
+    return LayerCall(dev, plan_for(dev, shape, number, overrides), batch)
+
+
+def conv2d_forward_async(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
+                         stream=0, accumulate=False, device=None):
+    """Network use: queue the layer's kernels on ``stream`` (a CUstream handle as an int, e.g. PyTorch's
+    ``torch.cuda.current_stream().cuda_stream``; 0: the legacy default stream) and return at once, with
+    no zeroing of y and no synchronisation (the course's Op Time semantics stay with
+    ``conv2d_forward_device``). Device pointers as ints; the first call of a layer resolves it
+    (``layer_call``: may autotune), every later one costs a dictionary look-up and the launches."""
+    if not x_shape[0]:
+        return
+    layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device).queue(
+        int(y_ptr), int(x_ptr), int(k_ptr), int(bias_ptr or 0), int(stream or 0), accumulate)
 
 
 def _with_bias(spec, k, bias):

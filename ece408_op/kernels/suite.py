@@ -27,10 +27,10 @@ from ..conv.fused import fused_reference_and_bound
 from ..conv.reference import reference_and_bound
 from ..conv.spec import ConvSpec
 from .bench import _torch, time_events
-from .device import GpuDevice
-from .launch import fused_plan_for, plan_for
+from .device import GpuDevice, precompile
+from .launch import conv2d_forward_async, fused_plan_for, plan_for
 from .shape import ConvShape
-from .versions import DEFAULTS_FILE, FUSED, VERSIONS, load_defaults, shape_key
+from .versions import DEFAULTS_FILE, FUSED, VERSIONS, load_defaults, reload_defaults, shape_key
 
 COURSE_BATCHES = (100, 1000, 10000, 100000)
 BASELINE_LIMIT = 100000         # the unfused baselines of the fused layer run below this batch (memory)
@@ -161,6 +161,17 @@ class Case:
             plan = plan_for(dev, self.shape, version)
         return self.launcher(plan, self.y)
 
+    def whole_call(self, version):
+        """The call a network makes (``conv2d_forward_async`` on PyTorch's current stream: the layer
+        looked up, its kernels queued), resolved once before it is timed."""
+        args = (self.y.data_ptr(), self.x.data_ptr(), self.k.data_ptr(), tuple(self.x.shape), tuple(self.k.shape),
+                None, self.spec, version)
+
+        def fn():
+            conv2d_forward_async(*args, stream=self.torch.cuda.current_stream().cuda_stream)
+        fn()
+        return fn
+
     def fused(self, version=None):
         dev = GpuDevice.get()
         with dev.active():
@@ -196,8 +207,11 @@ def run_case(torch, layer, batch, repeats, flush, copy_bw, peak, log):
     y_bytes = 4 * case.y.numel()
     default = _default_now(shape, dev.name)
     for number in _versions_for(layer, shape, batch, default):
-        add(VERSIONS[number].label, case.measure(case.ours(number), case.y, version=VERSIONS[number]), "conv", y_bytes)
-    add("cudnn", case.measure(lambda: case.y.copy_(case.conv_conv()), case.y, timed=case.conv_conv), "conv", y_bytes)
+        entry = case.measure(case.ours(number), case.y, version=VERSIONS[number])
+        call = time_events(torch, case.whole_call(number), repeats, warmup=2, flush=flush)
+        add(VERSIONS[number].label, {**entry, "call_median_s": call["median_s"]}, "conv", y_bytes)
+    cudnn_entry = case.measure(lambda: case.y.copy_(case.conv_conv()), case.y, timed=case.conv_conv)
+    add("cudnn", {**cudnn_entry, "call_median_s": cudnn_entry["median_s"]}, "conv", y_bytes)
     if layer.fused:
         p_bytes = 4 * case.pooled.numel()
         fn, _ = case.fused("fused")
@@ -212,6 +226,7 @@ def run_case(torch, layer, batch, repeats, flush, copy_bw, peak, log):
     cudnn = next(r["median_s"] for r in rows if r["entry"] == "cudnn")
     for row in rows:
         row["vs_cudnn"] = row["median_s"] / cudnn      # fused rows: against cuDNN's convolution alone
+        row["call_vs_cudnn"] = row["call_median_s"] / cudnn if row.get("call_median_s") else None
     del case
     torch.cuda.empty_cache()
     return rows
@@ -287,6 +302,7 @@ def apply_defaults(result, path=DEFAULTS_FILE, source="docs/bench/suite.json"):
                                      "largest batch measured)",
                               "shapes": choose_defaults(result)}
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    reload_defaults()
     return data[result["device"]]
 
 
@@ -304,9 +320,10 @@ def headline(result):
 
 def summary_lines(result, defaults):
     lines = [f"{result['device']} ({result['date']}): median of {result['repeats']} (L2 flushed), cuDNN fp32 "
-             f"(TF32 off) in the same run; bound = max(memory floor, FP32 compute floor)",
-             f"{'layer':18s} {'batch':>6s} {'default':>8s} {'ms':>9s} {'cuDNN ms':>9s} {'x cuDNN':>8s} {'x bound':>8s} "
-             f"{'binds':>7s} {'best':>8s} {'x cuDNN':>8s}"]
+             f"(TF32 off) in the same run; bound = max(memory floor, FP32 compute floor); ms: kernels alone, "
+             f"call: the whole network call (conv2d_forward_async)",
+             f"{'layer':18s} {'batch':>6s} {'default':>8s} {'ms':>9s} {'call ms':>9s} {'cuDNN ms':>9s} {'x cuDNN':>8s} "
+             f"{'call x':>8s} {'x bound':>8s} {'binds':>7s} {'best':>8s} {'x cuDNN':>8s}"]
     for layer, batch, rows in headline(result):
         conv = [r for r in rows if r["kind"] == "conv"]
         cudnn = next(r for r in conv if r["entry"] == "cudnn")
@@ -315,8 +332,10 @@ def summary_lines(result, defaults):
         chosen = next((r for r in ours if r["entry"].startswith(f"v{defaults.get(key, 0)} ")), None)
         best = min(ours, key=lambda r: r["median_s"], default=None)
         d = chosen or best
+        call_ms = (d.get("call_median_s") or float("nan")) * 1e3
         lines.append(f"{layer['name']:18s} {batch:6d} {d['entry'].split()[0]:>8s} {d['median_s'] * 1e3:9.3f} "
-                     f"{cudnn['median_s'] * 1e3:9.3f} {d['vs_cudnn']:8.2f} {d['vs_bound']:8.2f} {d['binds']:>7s} "
+                     f"{call_ms:9.3f} {cudnn['median_s'] * 1e3:9.3f} {d['vs_cudnn']:8.2f} "
+                     f"{d.get('call_vs_cudnn') or float('nan'):8.2f} {d['vs_bound']:8.2f} {d['binds']:>7s} "
                      f"{best['entry'].split()[0]:>8s} {best['vs_cudnn']:8.2f}")
         for r in rows:
             if r["kind"] == "fused":
@@ -331,8 +350,8 @@ def save(result, out_dir):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite.json").write_text(json.dumps(result, indent=1))
-    keys = ["layer", "shape", "batch", "entry", "kind", "median_s", "min_s", "max_s", "valid", "worst_error_vs_bound",
-            "rel_error", "vs_cudnn", "vs_bound", "binds", "memory_floor_s", "compute_floor_s", "GFLOP_per_s",
+    keys = ["layer", "shape", "batch", "entry", "kind", "median_s", "min_s", "max_s", "call_median_s", "call_vs_cudnn",
+            "valid", "worst_error_vs_bound", "rel_error", "vs_cudnn", "vs_bound", "binds", "memory_floor_s", "compute_floor_s", "GFLOP_per_s",
             "GB_per_s", "intensity"]
     with open(out / "suite.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, keys, extrasaction="ignore")
@@ -418,13 +437,18 @@ def markdown_table(result, defaults):
              f"each), CUDA events; cuDNN fp32 with TF32 off through PyTorch {result['torch']} (cuDNN "
              f"{result['cudnn']}); copy bandwidth {result['copy_bandwidth_GB_per_s']:.0f} GB/s, FP32 peak "
              f"{result['fp32_peak_TFLOP_per_s']:.1f} TFLOP/s. x cuDNN of a fused row: against cuDNN's convolution "
-             "alone. bound = max(memory floor, FP32 compute floor). * = the default version for the device.",
-             "", "| layer | batch | entry | median ms | x cuDNN | x bound | binds | valid | err/bound |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "alone. bound = max(memory floor, FP32 compute floor). * = the default version for the device. "
+             "kernel: the version's kernels launched alone; call: the whole call a network makes "
+             "(conv2d_forward_async: look-up and launches; cuDNN's F.conv2d is its own call), both L2-flushed.",
+             "", "| layer | batch | entry | kernel ms | call ms | kernel x cuDNN | call x cuDNN | x bound | binds | valid "
+             "| err/bound |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in result["rows"]:
         star = "*" if row["kind"] == "conv" and row["entry"].startswith(f"v{defaults.get(row['shape'], 0)} ") else ""
-        lines.append(f"| {row['layer']} | {row['batch']} | {row['entry']}{star} | {row['median_s'] * 1e3:.3f} | "
-                     f"{row['vs_cudnn']:.2f} | {row['vs_bound']:.2f} | {row['binds']} | {row['valid']} | "
+        call = f"{row['call_median_s'] * 1e3:.3f}" if row.get("call_median_s") else "-"
+        call_ratio = f"{row['call_vs_cudnn']:.2f}" if row.get("call_vs_cudnn") else "-"
+        lines.append(f"| {row['layer']} | {row['batch']} | {row['entry']}{star} | {row['median_s'] * 1e3:.3f} | {call} | "
+                     f"{row['vs_cudnn']:.2f} | {call_ratio} | {row['vs_bound']:.2f} | {row['binds']} | {row['valid']} | "
                      f"{row['worst_error_vs_bound']:.2g} |")
     return "\n".join(lines) + "\n"
 
@@ -512,37 +536,21 @@ def tiles_markdown(tiles):
     return "\n".join(lines) + "\n"
 
 
-def precompile(define_sets, arch):
-    """Build each module (a dict of #defines) on all cores into PyCUDA's disk cache (nvcc runs outside
-    the GIL), so that the timed runs only load them."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pycuda.compiler import compile as nvcc_compile
-
-    from .device import SOURCE
-    source = SOURCE.read_text()
-    unique = {tuple(sorted(d.items())) for d in define_sets}
-
-    def build(defines):
-        nvcc_compile(source, options=[f"-D{k}={v}" for k, v in defines], no_extern_c=True, arch=arch)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(build, unique))
-    return len(unique)
-
-
-def suite_modules(quick=False):
-    """The #define sets of every module the suite and the tile sweep load."""
+def suite_modules(quick=False, layers=None, tiles=True):
+    """The #define sets of every module the suite (and with ``tiles`` the tile sweep) loads (of ``layers``:
+    names, default all)."""
     from .versions import plan_defines
     sets = []
     for layer in LAYERS:
+        if layers and layer.name not in layers:
+            continue
         shape = layer.shape()
         sets += [plan_defines(n, VERSIONS[n].inner(shape)) for n in VERSIONS if VERSIONS[n].unsupported(shape) is None]
         sets += [plan_defines(FUSED, shape.unpadded())]
         if VERSIONS[12].unsupported(shape) is None:          # v12's GEMMs: a plan of v8 or v9 of their own
             number, overrides = VERSIONS[12].gemm_tuning(shape)
             sets += [plan_defines(number, VERSIONS[12].gemm_shape(shape), overrides)]
-        if layer.name in TILE_LAYERS:
+        if tiles and layer.name in TILE_LAYERS:
             sets += [defines for _, _, defines in tile_configs(layer)]
     return sets
 
@@ -551,7 +559,8 @@ def main(args):
     """``bench gpu --suite``: run, save JSON/CSV/plots/Markdown, print the summary; 1 if any entry is invalid."""
     layers = args.layers.split(",") if args.layers else None
     dev = GpuDevice.get()
-    print(f"precompiled {precompile(suite_modules(), dev.arch)} modules", flush=True)
+    print(f"precompiled {precompile(suite_modules(layers=layers, tiles=bool(args.tiles)), dev.arch)} modules",
+          flush=True)
     if args.tiles:
         owners = None if args.tiles == "all" else args.tiles.split(",")
         tiles = sweep_tiles(args.repeats, layers or TILE_LAYERS, owners=owners)

@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from ..errors import GpuError
-from ..team.plan import BUFFERS, STREAMS, ConstantStep, KernelStep, PlanError
+from ..errors import GpuError, PlanError
 from .device import cuda_error_line
 
 WORKSPACE_SHARE = 0.5          # of the device's free memory, at most, for a plan's workspaces
+STREAMS = 4                    # stream 0 (the default) and 1-3 (team/plan.py allows no more)
 SHARED_DEFAULT_LIMIT = 48 * 1024
 
 # The harness's fresh-input fill: the same counter-based hash as team/checks.py's fresh_values.
@@ -110,7 +110,7 @@ class TeamPlan:
         self.steps = []
         for i, step in enumerate(plan.steps):
             what = f"launch.py: step {i + 1}"
-            if isinstance(step, ConstantStep):
+            if hasattr(step, "symbol"):                 # team/plan.py's ConstantStep
                 ptr, size = module.symbol(step.symbol)
                 if self.sizes[step.source] > size:
                     raise PlanError(f"{what}: {step.source} has {self.sizes[step.source]} bytes; __constant__ "

@@ -12,10 +12,14 @@ from pathlib import Path
 
 FILE = Path(__file__).with_name("tuning.json")
 V7_KEYS = ("VEC", "UNROLL_M", "STREAM", "THREADS")
+_loaded = {}
 
 
 def load():
-    return json.loads(FILE.read_text(encoding="utf-8"))
+    """The stored tuning, read once per process (``store_v7`` updates it)."""
+    if FILE not in _loaded:
+        _loaded[FILE] = json.loads(FILE.read_text(encoding="utf-8"))
+    return _loaded[FILE]
 
 
 def v7_values(overrides=None):
@@ -30,7 +34,8 @@ def v7_values(overrides=None):
 
 def store_v7(values, device, layer, sweep_file):
     """Write v7's tuning (the sweep's winner) back to tuning.json."""
-    data = load()
+    data = json.loads(FILE.read_text(encoding="utf-8"))
     data["v7"].update(values={key: values[key] for key in V7_KEYS}, device=device, layer=layer,
                       sweep=str(sweep_file))
     FILE.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    _loaded[FILE] = data

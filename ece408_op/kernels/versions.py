@@ -23,6 +23,7 @@ import functools
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +224,14 @@ class Strip(Version):
                                    # only with one channel; several channels' strips: SEVERAL_UNROLL
     SEVERAL_UNROLL = 8             # VGG's first layer (H100, --tiles): 0.191 ms unrolled 8 times, 0.206
                                    # 5 times, 0.244 fully (68 registers, no spills, 4096 instructions)
+
+    def inner(self, shape):
+        """The unpadded layer, its bias kept where it fits in the constant bank after the weights: v7 starts
+        each sum from it (a separate add_bias pass reads and writes y again: VGG's first layer, 411 MB)."""
+        inner = shape.unpadded()
+        if shape.BIAS and shape.course_reason() is None and shape.M * (shape.CKK + 1) <= CONST_WEIGHTS:
+            return replace(inner, BIAS=1)
+        return inner
 
     def vec(self, shape, values):
         """Outputs per thread: the tuned width where a channel's strip fits in registers, else 1."""
@@ -525,6 +534,46 @@ class Resident(Version):
         plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), order, np.int32(batch),
                         block=(32 * plan.defines["V11_WARPS"], 1, 1), grid=(min(batch, self.blocks(plan)), 1),
                         shared=plan.shared_bytes)
+
+
+class Depthwise(Version):
+    """A direct kernel for depthwise layers (C/G = 1): V13_VEC adjacent outputs of one filter's row per
+    thread, every size at compile time (memory-bound: v8's GEMM has a depth of only KH*KW there)."""
+    number, name, kernels = 13, "depthwise", ("conv_forward_v13",)
+    general = True
+    tuning_keys = ("V13_VEC", "V13_THREADS")
+    MAX_TAPS = 49             # KH*KW taps in registers
+    MAX_SPAN = 64             # input values under a strip, per tap row
+
+    def values(self, inner, tuning_overrides=None):
+        values = {"V13_VEC": 4 if inner.WO >= 4 else 1, "V13_THREADS": 256, **self.own(tuning_overrides)}
+        return {k: int(v) for k, v in values.items()}
+
+    def limits(self, inner, tuning_overrides=None):
+        if inner.C // inner.G != 1:
+            return f"needs a depthwise layer (one input channel per group), not {inner.C // inner.G}"
+        if inner.KH * inner.KW > self.MAX_TAPS:
+            return f"a {inner.KH}x{inner.KW} kernel has more than {self.MAX_TAPS} taps"
+        vec = self.values(inner, tuning_overrides)["V13_VEC"]
+        span = (vec - 1) * inner.SW + (inner.KW - 1) * inner.DW + 1
+        if span > self.MAX_SPAN:
+            return f"{span} input values per strip and tap row exceed {self.MAX_SPAN}"
+        return None
+
+    def suits(self, shape):
+        return shape.G > 1       # a true depthwise layer; one channel (G = 1): v7, else the rest of the order
+
+    def defines(self, inner, tuning_overrides=None):
+        values = self.values(inner, tuning_overrides)
+        if values["V13_VEC"] < 1 or values["V13_THREADS"] % 32 or not 32 <= values["V13_THREADS"] <= 1024:
+            raise ValueError(f"v13: V13_VEC must be positive, V13_THREADS a multiple of 32 up to 1024: {values}")
+        return {**values, "V13_ENABLED": int(self.limits(inner, tuning_overrides) is None)}
+
+    def launch(self, plan, y, x, k, bias, batch):
+        s, d = plan.inner, plan.defines
+        total = batch * s.M * s.HO * math.ceil(s.WO / d["V13_VEC"])
+        plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), np.uintp(bias), np.int32(batch),
+                        block=(d["V13_THREADS"], 1, 1), grid=(math.ceil(total / d["V13_THREADS"]), 1))
 
 
 class Winograd(Version):
@@ -856,16 +905,17 @@ class Fused:
 
 
 VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2col(), Implicit(), Strip(), Gemm(),
-                                  Tensor(), Filters(), Resident(), Winograd(), RestrictUnroll(), ChannelTree(),
-                                  ChannelAtomics(), Half(), Cublas(), Fft())}
+                                  Tensor(), Filters(), Resident(), Winograd(), Depthwise(), RestrictUnroll(),
+                                  ChannelTree(), ChannelAtomics(), Half(), Cublas(), Fft())}
 FUSED = Fused()
 FUSED_ID = 100            # ONLY_KERNEL of the fused kernel's module
 # The fallback order where no table measured on this device names the layer's shape: from the H100
 # benchmark of the course layer (README): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
 # v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
-# course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them.
+# course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them;
+# v13 before v8 where it runs (depthwise layers, MobileNetV2 on the H100: docs/gpu-dropin.md).
 # v1, v5, v6, v8 and v9 run every shape. v12 (Winograd) is never a default: only asked for.
-PREFERENCE = (7, 10, 8, 4, 6, 5, 1, 3, 2, 9, 11)
+PREFERENCE = (7, 10, 13, 8, 4, 6, 5, 1, 3, 2, 9, 11)
 
 
 def tuning_keys():
@@ -914,37 +964,79 @@ def shape_key(shape):
 
 
 def load_defaults():
-    """The measured defaults table: {device name: {"shapes": {shape key: version}, ...}}."""
+    """The measured defaults table: {device name: {"shapes": {shape key: version}, ...}}, read from disk."""
     if not DEFAULTS_FILE.exists():
         return {}
     return json.loads(DEFAULTS_FILE.read_text(encoding="utf-8"))
 
 
+_measured = {}
+
+
+def measured_defaults():
+    """``load_defaults()`` read once per process and file (``reload_defaults`` forgets it)."""
+    if DEFAULTS_FILE not in _measured:
+        _measured[DEFAULTS_FILE] = load_defaults()
+    return _measured[DEFAULTS_FILE]
+
+
+def reload_defaults():
+    _measured.clear()
+
+
+def measured_version(shape, device_name):
+    """The version defaults.json names for ``shape`` on this device, where it is still defaultable and
+    runs the layer; else None."""
+    if device_name is None:
+        return None
+    measured = measured_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
+    if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None:
+        return measured
+    return None
+
+
+def fallback_version(shape):
+    """The first of PREFERENCE that runs ``shape`` and suits it."""
+    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
+    return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
+
+
 def default_version(shape, device_name=None):
     """The version measured fastest for ``shape`` on this device (defaults.json), else the first of
     PREFERENCE that runs ``shape`` and suits it."""
-    if device_name is not None:
-        measured = load_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
-        if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None:
-            return measured
-    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
-    return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
+    return measured_version(shape, device_name) or fallback_version(shape)
+
+
+def _requested(requested):
+    """The request as a version number, FAST or None (auto), $ECE408_KERNEL standing in for auto."""
+    if requested is None or str(requested).strip().lower() in ("", "auto"):
+        requested = os.environ.get(KERNEL_ENV)
+    return parse_version(requested)
 
 
 def choose_version(requested, shape, device_name=None):
     """Resolve 'auto'/None (then $ECE408_KERNEL) and 'fast' (for a whole network: v12 on its 3x3 stride-1
     layers, the default on the others) and check support; returns a version number."""
-    if requested is None or str(requested).strip().lower() in ("", "auto"):
-        requested = os.environ.get(KERNEL_ENV)
-    number = parse_version(requested)
-    if number == FAST:
-        return 12 if VERSIONS[12].unsupported(shape) is None else default_version(shape, device_name)
-    if number is None:
-        return default_version(shape, device_name)
+    return resolve_version(requested, shape, device_name)[0]
+
+
+def resolve_version(requested, shape, device_name=None, tune=None):
+    """(version, tuning overrides or None) to run ``shape``: an explicit request (checked), else 'fast''s
+    v12 where it runs, else the measured table (defaults.json), else ``tune(shape)`` (the autotuner's
+    (version, overrides), or None), else the fallback order."""
+    number = _requested(requested)
+    if number == FAST and VERSIONS[12].unsupported(shape) is None:
+        return 12, None
+    if number in (None, FAST):
+        measured = measured_version(shape, device_name)
+        if measured is not None:
+            return measured, None
+        tuned = tune(shape) if tune is not None else None
+        return tuned if tuned is not None else (fallback_version(shape), None)
     reason = VERSIONS[number].unsupported(shape)
     if reason:
         raise ShapeError(f"kernel {VERSIONS[number].label} cannot run this layer: {reason}; use kernel=auto")
-    return number
+    return number, None
 
 
 def _read_cost(C, H, W, K):

@@ -42,9 +42,12 @@ COURSE_LAYERS = {           # name -> (B, C, H, W, M, Convolution attributes)
 }
 NETWORK_LAYERS = {
     "ResNet 3x3 (pad 1)": (8, 64, 56, 56, 64, dict(kernel=(3, 3), pad=(1, 1))),
+    "ResNet 3x3/2 (pad 1)": (8, 64, 56, 56, 128, dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1))),
     "VGG first (pad 1)": (4, 3, 224, 224, 64, dict(kernel=(3, 3), pad=(1, 1))),
     "1x1 (C=256)": (8, 256, 56, 56, 64, dict(kernel=(1, 1))),
     "ResNet stem 7x7/2 (pad 3)": (4, 3, 224, 224, 64, dict(kernel=(7, 7), stride=(2, 2), pad=(3, 3))),
+    "dilated 3x3 (DeepLab, dilate 2)": (4, 256, 33, 33, 256, dict(kernel=(3, 3), pad=(2, 2), dilate=(2, 2))),
+    "depthwise 3x3 (MobileNet)": (8, 128, 56, 56, 128, dict(kernel=(3, 3), pad=(1, 1), num_group=128)),
 }
 LAYERS = {**COURSE_LAYERS, **NETWORK_LAYERS}
 
@@ -85,26 +88,56 @@ def bench_layer(shape, repeats=5, seed=408):
         ours = [seconds for seconds, _ in op_times.since(start)][1:]
     result = {key: _summary(values) for key, values in times.items()}
     result["op_time"] = _summary(ours)
-    result["layer"] = {"B": b, "C": c, "H": h, "W": w, "M": m, **{k: list(v) for k, v in attrs.items()}}
+    result["layer"] = {"B": b, "C": c, "H": h, "W": w, "M": m, **{k: list(v) if isinstance(v, tuple) else v for k, v in attrs.items()}}
     result["ratio_call"] = result["custom_call"]["median_s"] / result["builtin"]["median_s"]
     result["ratio_op_time"] = result["op_time"]["median_s"] / result["builtin"]["median_s"]
     return result
 
 
-def bench_cpu(layers=None, repeats=5):
+def bench_cpu(layers=None, repeats=5, progress=None):
+    """Every layer of ``layers`` (default all); ``progress(name, result)`` after each one."""
     names = layers or list(LAYERS)
-    return {"machine": machine(), "repeats": repeats,
-            "layers": {name: bench_layer(LAYERS[name], repeats) for name in names}}
+    result = {"machine": machine(), "repeats": repeats, "layers": {}}
+    for name in names:
+        result["layers"][name] = bench_layer(LAYERS[name], repeats)
+        if progress is not None:
+            progress(name, result["layers"][name])
+    return result
+
+
+CPU_TABLE_HEAD = ["| layer | B | built-in | ece408_conv whole call | Op Time | call / built-in | Op Time / built-in |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+
+
+def cpu_row(name, r):
+    return (f"| {name} | {r['layer']['B']} | {r['builtin']['median_s'] * 1e3:.1f} ms | "
+            f"{r['custom_call']['median_s'] * 1e3:.1f} ms | {r['op_time']['median_s'] * 1e3:.1f} ms | "
+            f"{r['ratio_call']:.2f} | {r['ratio_op_time']:.2f} |")
 
 
 def cpu_table(result):
-    lines = ["| layer | B | built-in | ece408_conv whole call | Op Time | call / built-in | Op Time / built-in |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, r in result["layers"].items():
-        lines.append(f"| {name} | {r['layer']['B']} | {r['builtin']['median_s'] * 1e3:.1f} ms | "
-                     f"{r['custom_call']['median_s'] * 1e3:.1f} ms | {r['op_time']['median_s'] * 1e3:.1f} ms | "
-                     f"{r['ratio_call']:.2f} | {r['ratio_op_time']:.2f} |")
-    return "\n".join(lines)
+    return "\n".join(CPU_TABLE_HEAD + [cpu_row(name, r) for name, r in result["layers"].items()])
+
+
+def cpu_png(result, path):
+    """Each layer's whole call and Op Time over the built-in's (a bar chart, the targets as lines)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(result["layers"])
+    rows = range(len(names))
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1.2))
+    ax.barh([r + 0.2 for r in rows], [result["layers"][n]["ratio_call"] for n in names], 0.4, label="whole call")
+    ax.barh([r - 0.2 for r in rows], [result["layers"][n]["ratio_op_time"] for n in names], 0.4, label="Op Time")
+    for x, style in ((1.0, "-"), (0.5, "--"), (0.4, ":")):
+        ax.axvline(x, color="black", linestyle=style, linewidth=0.8)
+    ax.set_yticks(list(rows), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time / MXNet built-in (same run, same threads); lines: 1.0, 0.5, 0.4")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
 
 
 # ---------------------------------------------------------------- fixed cost of one call

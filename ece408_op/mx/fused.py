@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..conv import ConvSpec, parallel_zero, warm_up
-from ..conv.fused import conv_tanh_pool_cpu, pooled_shape
+from ..conv.fused import conv_tanh_pool_cpu, pooled_shape, prepare_fused_cpu
 from ..errors import Ece408Error, ShapeError
 from . import lean
 from .compat import import_mxnet
@@ -63,6 +63,7 @@ class ConvTanhPool(mx.operator.CustomOp):
             seconds = forward_into(out, x, k, bias, version=self.kernel, fused=True)
         else:
             warm_up()
+            prepare_fused_cpu(x, k, bias)           # compilation (first call) out of Op Time
             parallel_zero(out)                      # as the course did: page faults before the clock
             start = time.perf_counter()
             conv_tanh_pool_cpu(x, k, bias, out=out)

@@ -15,6 +15,8 @@ and ours:
   device      auto | cpu | gpu   (auto: ``$ECE408_DEVICE`` if set, else where the arrays live)
   gpu_kernel  auto | 1..7 | v3 | a version name (auto: ``$ECE408_KERNEL`` if set, else the
               fastest version that runs the layer); see ece408_op.kernels
+  cpu_kernel  auto | fast | blas (auto: ``$ECE408_CPU_KERNEL`` if set, else the direct kernels compiled
+              by Numba; fast: Winograd on 3x3 stride-1 layers, else auto); see ece408_op.conv.cpu
 
 Never a crash: ``Conv2dForwardProp.__init__`` only stores the strings (MXNet's creator callback
 turns an exception there into a segmentation fault); they are parsed in ``infer_shape`` and
@@ -59,6 +61,7 @@ import numpy as np
 
 from .. import OP_TYPE
 from ..conv import ConvSpec, conv2d_forward_cpu, warm_up
+from ..conv.cpu import parse_cpu_kernel, prepare_cpu
 from ..conv.parallel import populate
 from ..conv.spec import IGNORED_ATTRS, infer_shapes
 from ..errors import Ece408Error, ShapeError
@@ -71,7 +74,7 @@ mx = import_mxnet()
 DEVICES = ("auto", "cpu", "gpu")
 POPULATE_BYTES = 1 << 20         # outputs this large get their pages faulted in before the clock
 SPEC_ATTRS = ("num_filter", "kernel", "stride", "pad", "dilate", "num_group", "no_bias", "layout")
-OWN_ATTRS = ("device", "gpu_kernel", "team")
+OWN_ATTRS = ("device", "gpu_kernel", "cpu_kernel", "team")
 
 
 class OpTimeLog:
@@ -145,6 +148,7 @@ class OpConfig:
     spec: ConvSpec
     device: str            # auto | cpu | gpu (as given; auto resolved per forward)
     gpu_kernel: str        # as given ('auto' or a version)
+    cpu_kernel: str = "auto"   # auto | fast | blas (auto: $ECE408_CPU_KERNEL, else the Numba kernels)
     team: bool = False     # run the active team's forward (team/runtime.py) instead of ours
 
 
@@ -179,7 +183,15 @@ def parse_attrs(attrs):
         raise ShapeError("kernel is required, e.g. kernel=(3, 3)")
     spec = ConvSpec.from_attrs(**{k: attrs[k] for k in SPEC_ATTRS if k in attrs})
     return OpConfig(spec, parse_device(attrs.get("device", "auto")), parse_gpu_kernel(attrs.get("gpu_kernel", "auto")),
-                    parse_team(attrs.get("team", "0")))
+                    parse_cpu_kernel_attr(attrs.get("cpu_kernel", "auto")), parse_team(attrs.get("team", "0")))
+
+
+def parse_cpu_kernel_attr(text):
+    """'auto', 'fast' or 'blas' as given (auto is resolved per forward, so $ECE408_CPU_KERNEL applies)."""
+    choice = str(text).strip().lower() or "auto"
+    if choice != "auto":
+        parse_cpu_kernel(choice)
+    return choice
 
 
 def parse_team(text):
@@ -311,10 +323,12 @@ class Conv2dForward(mx.operator.CustomOp):
                                                     version=self.kernel, accumulate=accumulate)
         else:
             warm_up()
+            prepare_cpu(x, k, bias, self.spec, out=out, accumulate=accumulate, kernel=self.config.cpu_kernel)
             if out is not None and not accumulate and out.nbytes >= POPULATE_BYTES:
                 populate(out)                       # MXNet's fresh memory: page faults out of Op Time
             start = time.perf_counter()
-            y = conv2d_forward_cpu(x, k, bias, self.spec, out=out, accumulate=accumulate)
+            y = conv2d_forward_cpu(x, k, bias, self.spec, out=out, accumulate=accumulate,
+                                   kernel=self.config.cpu_kernel)
             seconds = time.perf_counter() - start
         op_times.add(seconds, self.path)
         if out is None:

@@ -61,10 +61,12 @@ def isolated_python(module, *args, python=None, paths=None):
 
 
 def numba_cache_dir():
-    """Where a student's own runs keep Numba's compiled team code ($XDG_CACHE_HOME or ~/.cache):
-    keyed by the SLP setting (always on here), as Numba's own cache is not."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ece408_op" / "team-numba-slp1"
+    """Where a student's own runs keep Numba's compiled team code: beside the CPU path's cache,
+    under the same key (SLP setting, Numba, LLVM, CPU: what Numba's own index does not key on);
+    None where Numba is missing (the team process then compiles into a folder of the run)."""
+    from ..conv import numba_env
+    key = numba_env.cache_key()
+    return None if key is None else numba_env.cache_base() / "team" / key
 
 
 def worker_environment(home, numba_cache=None, threads=None):

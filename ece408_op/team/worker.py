@@ -14,11 +14,11 @@ output (print, tracebacks) goes to this process's stdout and stderr: the run's t
 never the record. A reply is data the harness bounds and checks (``client.py``, ``plan.py``).
 """
 import argparse
-import json
 import os
-import struct
 import sys
 import traceback
+
+from . import wire
 
 CPU_FILE = "new-forward.py"
 GPU_FILE = "launch.py"
@@ -27,8 +27,7 @@ GPU_FUNCTION = "launch"
 
 
 def send(fd, message):
-    data = json.dumps(message, allow_nan=False).encode()
-    _write_all(fd, struct.pack(">I", len(data)) + data)
+    _write_all(fd, wire.encode(message))
 
 
 def _write_all(fd, data):
@@ -50,10 +49,7 @@ def read_exact(fd, n):
 
 def recv(fd, limit):
     """One message (JSON), refusing one longer than ``limit`` bytes."""
-    (n,) = struct.unpack(">I", read_exact(fd, 4))
-    if n > limit:
-        raise ValueError(f"a message of {n} bytes (at most {limit})")
-    return json.loads(read_exact(fd, n))
+    return wire.decode(lambda n: read_exact(fd, n), limit)
 
 
 def error_line(exc, path):

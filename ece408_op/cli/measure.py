@@ -1,8 +1,8 @@
 """The measuring process of a ranked run: the grader's code, in the run's sandbox.
 
-    python -I -m ece408_op.grading.measure --channel /run/ece408/channel.sock
+    python -I -m ece408_op.cli.measure --channel /run/ece408/channel.sock
 
-Its first act is to connect to the runner's channel (``channel.py``) and to make itself
+Its first act is to connect to the runner's channel (``grading/channel.py``) and to make itself
 undumpable (no process of its user may read its memory, environment or descriptors); only then
 does it start the team's process. For each model of the job it runs MXNet's own convolution on
 the images (the Correctness to equal), then the milestone with the team's forward
@@ -19,7 +19,7 @@ from ..errors import Ece408Error
 
 def _device_name(milestone):
     if milestone == "m2":
-        from .runner import cpu_name
+        from ..grading.runner import cpu_name
         return cpu_name()
     from ..kernels import GpuDevice
     return GpuDevice.get().name
@@ -30,7 +30,7 @@ def failure_line(exc):
     gave (``cli.errors``), anything else as the harness's own failure."""
     if isinstance(exc, Ece408Error):
         return str(exc).splitlines()[0]
-    from ..cli.errors import _mxnet_cause
+    from .errors import _mxnet_cause
     mapped = _mxnet_cause(exc)
     if mapped is not None:
         return mapped[0].splitlines()[0]
@@ -41,7 +41,7 @@ def run_job(job, console):
     """The report of ``job`` (a dict from the runner), its transcript printed through ``console``."""
     import ece408_op
     ece408_op.require_mxnet()
-    from ..cli.milestone import MILESTONES, Args, run_milestone
+    from .milestone import MILESTONES, Args, run_milestone
     from ..mx.inference import run_inference
     from ..mx.models import register_memory_model
     from ..team.runtime import TeamRuntime
@@ -75,10 +75,10 @@ def run_job(job, console):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ece408_op.grading.measure")
+    parser = argparse.ArgumentParser(prog="ece408_op.cli.measure")
     parser.add_argument("--channel", required=True)
     args = parser.parse_args(argv)
-    from . import channel
+    from ..grading import channel
     sock = channel.connect(args.channel)           # first: nothing of the team's runs yet
     from ..team.lockdown import make_undumpable
     make_undumpable()
@@ -87,7 +87,7 @@ def main(argv=None):
         if os.environ.get(key):
             os.makedirs(os.environ[key], exist_ok=True)
     job = channel.recv(sock, channel.JOB_LIMIT)
-    from ..cli.errors import Console
+    from .errors import Console
     console = Console()
     try:
         report = run_job(job, console)

@@ -1,0 +1,265 @@
+"""Autotuning for layers the measured table (defaults.json) does not name, as MXNet does for cuDNN
+(``MXNET_CUDNN_AUTOTUNE_DEFAULT``): on the first call of a new layer shape, time the default-able
+versions that run it, with their tile choices (``TILES``), on scratch data of the layer's size, and
+keep the fastest; persisted per device name and shape in the user's cache, so that a second process
+starts tuned.
+
+    $XDG_CACHE_HOME (default ~/.cache)/ece408_op/autotune/<device name>.json
+    ECE408_AUTOTUNE=0            no tuning: the table, then the fallback order (versions.PREFERENCE)
+    ECE408_AUTOTUNE_SECONDS=1.0  timing budget per layer (candidates not reached keep untimed)
+
+Which versions: v7-v11 and v13 (``TUNED``). The course ladder's v1-v6 are left out: on every layer the suite
+measured, one of v7-v11 runs it at least twice as fast (docs/kernel-notes.md), and each would cost a
+module build. v12 (Winograd) is never a default (``Version.defaultable``), so never tuned in.
+
+Timing: each candidate once untimed (module set-up), then repeats between CUDA events on the legacy
+default stream without an L2 flush (network use: layers back to back), each repeat enough
+consecutive launches for 0.5 ms of work (a small layer's launch cost stays out), the median kept;
+20 ms of launches first, so that the first candidate does not run at idle clocks. Runs before
+the caller's kernels are queued, so never inside the course's timed region (``_TimedPlan.forward``).
+A cache entry names the kernel source it was measured with; a changed source tunes again. A file
+that cannot be read as a cache is ignored with a one-line warning and replaced on the next write
+(written atomically: a temporary file, then a rename).
+"""
+import datetime
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+
+from .device import atomic_write, precompile, source_text, user_cache_dir
+from .versions import VERSIONS, plan_defines, shape_key
+
+ENV = "ECE408_AUTOTUNE"
+SECONDS_ENV = "ECE408_AUTOTUNE_SECONDS"
+BUDGET_S = 1.0                 # timing budget per layer (compiles not counted: they are cached on disk)
+NOTE_S = 1.0                   # a tuning longer than this prints one line
+REPEATS = (3, 15)              # timed repeats per candidate: at least, at most
+MIN_REPEAT_S = 0.5e-3          # a repeat times at least this much work (several launches of a small layer)
+MAX_CALLS = 50
+WARM_S = 0.02                  # before the first candidate: this long of launches (clocks up)
+TUNED = (13, 9, 8, 11, 7, 10)  # the order they are timed in (most often fastest first, for the budget)
+# Tile choices per version besides its default tile (from the tile sweeps, docs/bench/tiles*.md): v9's
+# winners on ResNet-18's layers and the 1x1/Winograd GEMM shapes, v8's two common tiles.
+TILES = {
+    9: [{}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}, {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
+        {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4}],
+    8: [{}, {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 8}, {"V8_BP": 64, "V8_BF": 64, "V8_TP": 4, "V8_TF": 4}],
+    13: [{}, {"V13_VEC": 2}],
+}
+SCRATCH = ("autotune x", "autotune k", "autotune bias", "autotune y")
+
+
+def enabled():
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def budget_s():
+    try:
+        return max(0.0, float(os.environ.get(SECONDS_ENV, BUDGET_S)))
+    except ValueError:
+        return BUDGET_S
+
+
+def bucket(batch):
+    """The batch class a tuning is kept for: the next power of two (100 and 128 share one)."""
+    return 1 << max(0, int(batch) - 1).bit_length()
+
+
+def cache_key(shape, batch):
+    return f"{shape_key(shape)} B{bucket(batch)}"
+
+
+def candidates(shape):
+    """[(version, overrides)] to time on ``shape``: each default-able version of TUNED that runs it, with
+    its TILES (tiles that do not divide or fit the layer dropped, and tiles equal to another one)."""
+    out, seen = [], set()
+    for number in TUNED:
+        version = VERSIONS[number]
+        if not version.defaultable:
+            continue
+        for overrides in TILES.get(number, [{}]):
+            try:
+                if version.unsupported(shape, overrides):
+                    continue
+                key = (number, tuple(sorted(plan_defines(number, version.inner(shape), overrides).items())))
+            except ValueError:
+                continue
+            if key not in seen:
+                seen.add(key)
+                out.append((number, dict(overrides)))
+    return out
+
+
+def describe(number, overrides):
+    tile = " ".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
+    return f"v{number}" + (f" ({tile})" if tile else "")
+
+
+def _warn(message):
+    print(f"ece408_op: {message}", file=sys.stderr, flush=True)
+
+
+class TuneCache:
+    """One device's tunings on disk: {"device", "entries": {cache key: {"version", "overrides", ...}}}."""
+
+    def __init__(self, device_name, path=None):
+        self.device_name = device_name
+        safe = re.sub(r"[^\w.+-]+", "_", device_name).strip("_") or "device"
+        self.path = path or user_cache_dir("autotune", f"{safe}.json")
+        self._entries = None
+        self._lock = threading.Lock()
+
+    def _read(self, warn):
+        """The file's entries ({} where it is missing; where it is not a cache, {} and one warning)."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+                raise ValueError("not an autotune cache (no 'entries' table)")
+            return data["entries"]
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            if warn:
+                _warn(f"ignoring the autotune cache {self.path} ({str(exc).splitlines()[0]}); it will be rewritten")
+            return {}
+
+    def entries(self):
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read(warn=True)
+            return self._entries
+
+    def get(self, shape, batch):
+        """(version, overrides) stored for ``shape`` at ``batch``'s class, if still valid here, else None."""
+        entry = self.entries().get(cache_key(shape, batch))
+        try:
+            number, overrides = int(entry["version"]), dict(entry.get("overrides") or {})
+            if entry.get("source") != source_text()[1][:16] or number not in VERSIONS:
+                return None
+            version = VERSIONS[number]
+            if not version.defaultable or version.unsupported(shape, overrides):
+                return None
+            plan_defines(number, version.inner(shape), overrides)
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
+        return number, overrides
+
+    def put(self, shape, batch, entry):
+        """Store ``entry`` (merged into what is on disk now: other processes' tunings are kept)."""
+        with self._lock:
+            entries = self._read(warn=False)
+            entries[cache_key(shape, batch)] = entry
+            self._entries = entries
+            data = {"device": self.device_name, "entries": dict(sorted(entries.items()))}
+            try:
+                atomic_write(self.path, (json.dumps(data, indent=1) + "\n").encode())
+            except OSError as exc:
+                _warn(f"cannot write the autotune cache {self.path} ({exc}); tuning is kept for this process only")
+
+
+_caches = {}
+_caches_lock = threading.Lock()
+
+
+def cache_for(device_name):
+    with _caches_lock:
+        if device_name not in _caches:
+            _caches[device_name] = TuneCache(device_name)
+        return _caches[device_name]
+
+
+def forget_caches():
+    """Drop the in-process copies (a test's fresh process)."""
+    with _caches_lock:
+        _caches.clear()
+
+
+def pick(timings):
+    """The fastest of [(version, overrides, seconds)] (seconds None: not timed)."""
+    timed = [t for t in timings if t[2] is not None]
+    return min(timed, key=lambda t: t[2]) if timed else None
+
+
+def choose(dev, shape, batch, measure=None, log=_warn):
+    """(version, overrides) for ``shape`` at ``batch`` on ``dev``: the cached tuning, else tuned now
+    (and cached), else None (tuning off, or no candidate). ``measure(dev, shape, batch, candidates,
+    budget)`` returns [(version, overrides, seconds)]; default ``measure_on_device``."""
+    if not enabled():
+        return None
+    cache = cache_for(dev.name)
+    stored = cache.get(shape, batch)
+    if stored is not None:
+        return stored
+    options = candidates(shape)
+    if not options:
+        return None
+    start = time.perf_counter()
+    timings = (measure or measure_on_device)(dev, shape, batch, options, budget_s())
+    best = pick(timings)
+    if best is None:
+        return None
+    seconds = time.perf_counter() - start
+    cache.put(shape, batch, {
+        "version": best[0], "overrides": best[1], "ms": round(best[2] * 1e3, 4), "batch": int(batch),
+        "source": source_text()[1][:16], "date": datetime.date.today().isoformat(), "seconds": round(seconds, 2),
+        "timings": [[describe(n, o), None if s is None else round(s * 1e3, 4)] for n, o, s in timings]})
+    if seconds > NOTE_S and log is not None:
+        log(f"autotuned {cache_key(shape, batch)} in {seconds:.1f} s: {describe(best[0], best[1])} "
+            f"{best[2] * 1e3:.3f} ms, fastest of {sum(t[2] is not None for t in timings)}; cached in {cache.path}")
+    return best[0], best[1]
+
+
+def measure_on_device(dev, shape, batch, options, budget):
+    """Time each of ``options`` on scratch data of the layer's size (on the legacy default stream, with
+    the caller's stream set aside); [(version, overrides, median seconds or None)]."""
+    from . import cudadrv
+    from .launch import plan_for
+    modules = [plan_defines(n, VERSIONS[n].inner(shape), o) for n, o in options]
+    precompile(modules, dev.arch)                            # nvcc in parallel, before any timing
+    out, spent = [], 0.0
+    previous = cudadrv.set_stream(0)
+    try:
+        with dev.active():
+            sizes = (batch * shape.C * shape.H * shape.W, shape.M * shape.CKK, shape.M, shape.outputs(batch))
+            x, k, bias, y = (dev.buffer(name, 4 * n) for name, n in zip(SCRATCH, sizes))
+            for pointer, count in ((x, sizes[0]), (k, sizes[1]), (bias, sizes[2])):
+                cudadrv.memset_d32_async(pointer, 0x3F000000, count)        # 0.5f: finite sums
+            start, end = dev.cuda.Event(), dev.cuda.Event()
+
+            def timed(run, calls):
+                start.record()
+                for _ in range(calls):
+                    run()
+                end.record()
+                end.synchronize()
+                return start.time_till(end) / 1e3 / calls
+            for index, (number, overrides) in enumerate(options):
+                if spent > budget:
+                    out.append((number, overrides, None))
+                    continue
+                plan = plan_for(dev, shape, number, overrides)
+                with cudadrv.Recording(()) as recording:             # once untimed; then its launches
+                    plan.launch(int(y), int(x), int(k), int(bias) if shape.BIAS else 0, batch)  # replayed
+                run = lambda: recording.replay((), 0)                 # noqa: E731  (as a network call does)
+                began = time.perf_counter()
+                if index == 0:                   # raise the clocks first (WARM_S of this candidate)
+                    while time.perf_counter() - began < WARM_S:
+                        timed(run, 4)
+                # each repeat times enough back-to-back launches for MIN_REPEAT_S of work: the launches'
+                # host cost stays out of a small layer's figure
+                calls = max(1, min(MAX_CALLS, math.ceil(MIN_REPEAT_S / max(timed(run, 1), 1e-7))))
+                times = []
+                while len(times) < REPEATS[1] and (len(times) < REPEATS[0] or sum(times) * calls < budget / len(options)):
+                    times.append(timed(run, calls))
+                spent += time.perf_counter() - began
+                out.append((number, overrides, statistics.median(times)))
+    finally:
+        for name in SCRATCH:
+            dev.free_buffer(name)
+        cudadrv.set_stream(previous)
+    return out

@@ -1,0 +1,282 @@
+"""The project's convolution kernels as PyTorch modules (forward only): ``Conv2d``, ``conv2d`` and
+``swap_convolutions``. Needs PyTorch; never imports MXNet.
+
+    from ece408_op.torch import Conv2d, swap_convolutions
+    conv = Conv2d(64, 128, 3, padding=1).cuda().eval()      # nn.Conv2d's constructor and state dict
+    report = swap_convolutions(model)                        # every nn.Conv2d -> Conv2d, same parameters
+    with torch.inference_mode():
+        y = model(x)
+
+On CUDA tensors the layer runs the kernel layer's versions on the tensors' own device memory (no
+copies: x, the weight and the bias are read where they are, y is a new tensor of PyTorch's caching
+allocator) and queues them on PyTorch's current stream, like any PyTorch operator: no
+synchronisation, no zeroing of y (``kernels.LayerCall.queue``). The first call of each input shape
+resolves the layer (shape checks, the version: defaults.json, else autotuned, else the fallback
+order; ``kernel=`` asks for one, e.g. ``kernel=9`` or ``kernel="fast"``); later calls cost a
+dictionary look-up and the launches. CPU tensors run the project's CPU path (through NumPy).
+
+Forward only: with autograd recording, an input that requires grad (or, in training mode, a
+parameter that does) is a RuntimeError; run under ``torch.no_grad()``/``torch.inference_mode()``,
+and train with ``nn.Conv2d``. Errors follow PyTorch's: a wrong dtype is a TypeError, wrong shapes
+and devices RuntimeErrors with PyTorch's wording, a bad ``kernel=`` a ValueError.
+
+Non-contiguous inputs (e.g. channels-last) and tensors whose data does not start on a 16-byte
+boundary are copied first (the kernels move 16 bytes at a time).
+"""
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..conv import ConvSpec, conv2d_forward_cpu
+from ..errors import Ece408Error, GpuError
+from ..kernels import layer_call, parse_version
+
+__all__ = ["Conv2d", "conv2d", "swap_convolutions", "SwapReport"]
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(index):
+    """PyTorch's current CUDA stream on device ``index``, as a CUstream handle (an int)."""
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def _check_kernel(kernel):
+    try:
+        parse_version(kernel)
+    except GpuError as exc:
+        raise ValueError(str(exc)) from None
+    return kernel
+
+
+def _forward_only(what):
+    return RuntimeError(f"{what} is forward-only (it has no backward): run it under torch.no_grad() or "
+                        "torch.inference_mode(), or train with torch.nn.Conv2d and swap afterwards")
+
+
+@dataclass
+class _Layer:
+    """One input shape resolved: y's shape and the kernel layer's LayerCall (None on the CPU)."""
+    out_shape: tuple
+    spec: ConvSpec
+    call: object = None
+    device_index: int = None
+    unbatched: bool = False
+
+
+def _pairs(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (int(value), int(value))
+
+
+def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel):
+    """PyTorch's shape checks (its messages), then the layer (its LayerCall on CUDA)."""
+    if weight.dim() != 4:
+        raise RuntimeError(f"Expected 4-dimensional weight for 4-dimensional input {list(input.shape)}, "
+                           f"but got {weight.dim()}-dimensional weight of size {list(weight.shape)} instead")
+    m, cg, kh, kw = weight.shape
+    c, h, w = input.shape[1:]
+    if groups < 1 or m % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
+                           f"but got weight of size {list(weight.shape)} instead")
+    if c != cg * groups:
+        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, expected input"
+                           f"{list(input.shape)} to have {cg * groups} channels, but got {c} channels instead")
+    if bias is not None and tuple(bias.shape) != (m,):
+        raise RuntimeError(f"Given weight of size {list(weight.shape)}, expected bias to be 1-dimensional with "
+                           f"{m} elements, but got bias of size {list(bias.shape)} instead")
+    (sh, sw), (ph, pw), (dh, dw) = _pairs(stride), _pairs(padding), _pairs(dilation)
+    if min(sh, sw) < 1 or min(dh, dw) < 1 or min(ph, pw) < 0:
+        raise RuntimeError(f"non-positive stride or dilation, or negative padding: stride={(sh, sw)}, "
+                           f"padding={(ph, pw)}, dilation={(dh, dw)}")
+    span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    if h + 2 * ph < span_h or w + 2 * pw < span_w:
+        raise RuntimeError(f"Calculated padded input size per channel: ({h + 2 * ph} x {w + 2 * pw}). Kernel size: "
+                           f"({span_h} x {span_w}). Kernel size can't be greater than actual input size")
+    spec = ConvSpec(num_filter=int(m), kernel=(int(kh), int(kw)), stride=(sh, sw), pad=(ph, pw), dilate=(dh, dw),
+                    num_group=int(groups), no_bias=bias is None)
+    out_shape = (input.shape[0], int(m), (h + 2 * ph - span_h) // sh + 1, (w + 2 * pw - span_w) // sw + 1)
+    layer = _Layer(out_shape, spec)
+    if input.device.type == "cuda" and input.shape[0]:
+        layer.device_index = input.device.index
+        try:
+            layer.call = layer_call(tuple(input.shape), tuple(weight.shape), spec, bias is not None, kernel,
+                                    input.device.index)
+        except Ece408Error as exc:
+            raise RuntimeError(str(exc)) from None
+    return layer
+
+
+def _aligned(tensor):
+    """``tensor`` as a contiguous tensor whose data starts on a 16-byte boundary (copied if need be)."""
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    if tensor.data_ptr() % 16:
+        tensor = tensor.clone(memory_format=torch.contiguous_format)
+    return tensor
+
+
+def _check(input, weight, bias):
+    """PyTorch's checks of dtypes and devices (its wording); all follow from ``_run``'s cache key."""
+    dims = input.dim()
+    if dims not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: "
+                           f"{list(input.shape)}")
+    if input.dtype != weight.dtype:
+        raise RuntimeError(f"Input type ({input.dtype}) and weight type ({weight.dtype}) should be the same")
+    if bias is not None and bias.dtype != weight.dtype:
+        raise RuntimeError(f"Input type ({input.dtype}) and bias type ({bias.dtype}) should be the same")
+    if weight.dtype != torch.float32:
+        raise TypeError(f"ece408_op computes in float32 only, got {weight.dtype}: convert the module and its "
+                        "input with .float()")
+    device = input.device
+    if weight.device != device or bias is not None and bias.device != device:
+        other = weight.device if weight.device != device else bias.device
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{device} and {other}!")
+    if device.type not in ("cuda", "cpu"):
+        raise RuntimeError(f"ece408_op runs on CUDA and CPU tensors, not on {device.type}")
+
+
+def _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel):
+    """The forward. Everything that depends only on the shapes, dtypes and devices is checked and resolved
+    once per cache key; a call with a key seen before pays the look-up, y's allocation and the queue."""
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"conv2d(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+    key = (input.shape, input.dtype, input.device, weight.shape, weight.dtype, weight.device,
+           None if bias is None else (bias.shape, bias.dtype, bias.device))
+    layer = cache.get(key)
+    if layer is None:
+        _check(input, weight, bias)
+        batched = input if input.dim() == 4 else input.unsqueeze(0)
+        layer = _resolve(batched, weight, bias, stride, padding, dilation, groups, kernel)
+        layer.unbatched = input.dim() == 3
+        cache[key] = layer
+    x = input.unsqueeze(0) if layer.unbatched else input
+    if not layer.out_shape[0]:
+        y = x.new_empty(layer.out_shape)
+    elif layer.call is None:                                   # CPU tensors
+        y = _run_cpu(layer, x, weight, bias)
+    else:
+        x, w = _aligned(x), _aligned(weight)
+        b = _aligned(bias) if bias is not None else None
+        y = torch.empty(layer.out_shape, device=x.device, dtype=torch.float32)
+        try:
+            layer.call.queue(y.data_ptr(), x.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else 0,
+                             _stream(layer.device_index))
+        except Ece408Error as exc:
+            raise RuntimeError(str(exc)) from None
+    return y[0] if layer.unbatched else y
+
+
+def _run_cpu(layer, input, weight, bias):
+    numpy = lambda t: t.detach().contiguous().numpy()            # noqa: E731
+    try:
+        y = conv2d_forward_cpu(numpy(input), numpy(weight), None if bias is None else numpy(bias), layer.spec)
+    except Ece408Error as exc:
+        raise RuntimeError(str(exc)) from None
+    return torch.from_numpy(y)
+
+
+_functional_cache = {}
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, kernel=None):
+    """``torch.nn.functional.conv2d`` (numeric padding) on the project's kernels; forward only."""
+    tensors = (input, weight, bias)
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
+        raise _forward_only("ece408_op.torch.conv2d")
+    if isinstance(padding, str):
+        raise ValueError("ece408_op.torch.conv2d takes numeric padding; use the Conv2d module for 'same'/'valid'")
+    cache = _functional_cache.setdefault((_pairs(stride), _pairs(padding), _pairs(dilation), int(groups), kernel), {})
+    return _run(cache, input, weight, bias, stride, padding, dilation, groups, _check_kernel(kernel))
+
+
+class Conv2d(nn.Conv2d):
+    """``torch.nn.Conv2d`` (same constructor, parameters and state dict) whose forward runs the
+    project's kernels; ``kernel``: None/'auto', 'fast' or a version ('9', 'v8', 'gemm', ...)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", device=None, dtype=None, *, kernel=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device, dtype)
+        self.kernel = _check_kernel(kernel)
+        self._layers = {}
+
+    @classmethod
+    def from_conv(cls, conv, kernel=None):
+        """A Conv2d sharing ``conv``'s parameters (no copy), training flag and hooks."""
+        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                  conv.groups, conv.bias is not None, conv.padding_mode, device="meta", kernel=kernel)
+        new.weight = conv.weight
+        if conv.bias is not None:
+            new.bias = conv.bias
+        new.train(conv.training)
+        for hooks in ("_forward_hooks", "_forward_pre_hooks"):
+            getattr(new, hooks).update(getattr(conv, hooks))
+        return new
+
+    def _explicit_padding(self):
+        """(numeric padding for the kernels, F.pad's pad list applied first or None)."""
+        lr = self._reversed_padding_repeated_twice            # (left_w, right_w, top_h, bottom_h)
+        symmetric = lr[0] == lr[1] and lr[2] == lr[3]
+        if self.padding_mode == "zeros" and symmetric:
+            return (lr[2], lr[0]), None
+        return (0, 0), list(lr)
+
+    def forward(self, input):
+        if torch.is_grad_enabled() and (getattr(input, "requires_grad", False) or self.training and (
+                self.weight.requires_grad or self.bias is not None and self.bias.requires_grad)):
+            raise _forward_only("ece408_op.torch.Conv2d")
+        padding, pre = self._explicit_padding()
+        if pre is not None and isinstance(input, torch.Tensor):
+            mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
+            input = F.pad(input, pre, mode=mode)
+        return _run(self._layers, input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups,
+                    self.kernel)
+
+    def extra_repr(self):
+        return super().extra_repr() + (f", kernel={self.kernel!r}" if self.kernel is not None else "")
+
+
+@dataclass
+class SwapReport:
+    """What ``swap_convolutions`` did; unpacks as ``(result, swapped)`` like ece408_op.mx's."""
+    result: object
+    swapped: list = field(default_factory=list)       # module names
+    kept: list = field(default_factory=list)          # (module name, reason)
+
+    def __iter__(self):
+        return iter((self.result, self.swapped))
+
+
+def _reason_to_keep(conv):
+    if conv.weight.dtype != torch.float32:
+        return f"its weight is {conv.weight.dtype}; ece408_op computes in float32 only"
+    return None
+
+
+def swap_convolutions(model, kernel=None):
+    """Replace every ``torch.nn.Conv2d`` (exactly that class) in ``model`` by a ``Conv2d`` sharing its
+    parameters, in place; a bare nn.Conv2d is returned swapped as ``report.result``."""
+    _check_kernel(kernel)
+    report = SwapReport(model)
+    if type(model) is nn.Conv2d:
+        reason = _reason_to_keep(model)
+        if reason:
+            report.kept.append(("", reason))
+        else:
+            report.result, report.swapped = Conv2d.from_conv(model, kernel), [""]
+        return report
+    for full, child in [(name, m) for name, m in model.named_modules() if name and type(m) is nn.Conv2d]:
+        reason = _reason_to_keep(child)
+        if reason:
+            report.kept.append((full, reason))
+            continue
+        parent_name, _, name = full.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, name, Conv2d.from_conv(child, kernel))
+        report.swapped.append(full)
+    return report

@@ -1,0 +1,427 @@
+"""``python -m ece408_op bench gpu --network``: the kernels as convolutions of real networks, timed as
+a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet, no torchvision).
+
+    python -m ece408_op bench gpu --network [--out DIR] [--repeats N] [--nets resnet18,resnet50,vgg16,mobilenet_v2]
+
+1. The hot path: host microseconds of a call on a layer seen before (the issue's 1x8x8x8 3x3 layer):
+   the look-up alone, the lean call (look-up, checks, the recorded launches replayed), the replay
+   alone, the plan's own launch code (what each call paid before recording), the Conv2d module's
+   forward and nn.Conv2d's (cuDNN) for comparison.
+2. Every distinct convolution of ResNet-18 and ResNet-50 (batch 64), VGG-16 (batch 32) and
+   MobileNetV2 (batch 64): the Conv2d module's forward (``ece408_op.torch``: the version from
+   defaults.json, else autotuned) against nn.Conv2d's (cuDNN fp32, TF32 off), whole call, each
+   repeat after an L2 flush ("flushed") and as a run of calls without one ("back to back", as in a
+   network: the mean of 10 consecutive calls, median of the repeats), the entries taking turns
+   within each repeat (``kernels.bench.time_interleaved``); the kernels alone beside them
+   (the layer's recorded launches replayed: no checks, no allocation, no look-up).
+   Each layer's output is checked against the float64 reference (NumPy, conv.reference) on one image.
+3. The autotuner's choice against a re-measurement of every candidate (median of 20, back to back) on
+   new layers (``--autotune-check``: also the suite's layers).
+4. ResNet-18 and ResNet-50 (random weights, batch 64) with every convolution swapped, whole network
+   against the cuDNN network, outputs against the network in float64 (cuDNN double).
+
+Writes network.json, network.csv (per layer), network.md (the tables) and network.png.
+"""
+import argparse
+import copy
+import csv
+import datetime
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..kernels.bench import time_interleaved
+from .nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
+
+
+# ------------------------------------------------------------------ timing
+
+class Timer:
+    def __init__(self, torch, repeats):
+        self.torch, self.repeats = torch, repeats
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
+
+    def spin(self):
+        """Keep the SMs busy for ~20 ms first: after the host-only work between measurements (the float64
+        check) the clocks have dropped, and a few warm-up calls of a small layer do not raise them."""
+        sleep = getattr(self.torch.cuda, "_sleep", None)
+        if sleep is not None:
+            sleep(40_000_000)
+
+    def flushed(self, *fns):
+        """Median seconds of each of ``fns`` between CUDA events, L2 flushed before each call, the callables
+        taking turns within each repeat."""
+        self.spin()
+        return [r["median_s"] for r in time_interleaved(self.torch, fns, self.repeats, warmup=2, flush=self.flush)]
+
+    def back_to_back(self, *fns, calls=10):
+        """Median over the repeats of the mean seconds per call of ``calls`` consecutive calls (no flush),
+        for each of ``fns`` in turn within each repeat."""
+        self.spin()
+        return [r["median_s"] for r in time_interleaved(self.torch, fns, max(3, self.repeats // 2), warmup=2,
+                                                        calls=calls)]
+
+
+def _host_us(fn, calls=1000, rounds=5, sync=None):
+    """Median over ``rounds`` of the host microseconds per call of ``calls`` calls in a row."""
+    out = []
+    for _ in range(rounds):
+        if sync:
+            sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(out)
+
+
+def hot_path(torch):
+    """Host microseconds per call on the issue's 1x8x8x8 3x3 layer (seen before)."""
+    from .. import kernels
+    from ..kernels import cudadrv
+    from . import Conv2d
+    conv = Conv2d(8, 8, 3, padding=1).cuda().eval()
+    ref = torch.nn.Conv2d(8, 8, 3, padding=1).cuda().eval()
+    x = torch.rand(1, 8, 8, 8, device="cuda")
+    y = torch.empty(1, 8, 8, 8, device="cuda")
+    with torch.inference_mode():
+        conv(x)                             # resolve the layer (outside the timing)
+        ref(x)
+    layer = next(iter(conv._layers.values()))
+    spec, call = layer.spec, layer.call
+    args = (y.data_ptr(), x.data_ptr(), conv.weight.data_ptr(), tuple(x.shape), tuple(conv.weight.shape),
+            conv.bias.data_ptr(), spec)
+    stream = torch.cuda.current_stream().cuda_stream
+    kernels.conv2d_forward_async(*args, stream=stream)
+    sync = torch.cuda.synchronize
+    plan = call.plan
+
+    def launch_only():
+        previous = cudadrv.set_stream(stream)
+        plan.launch(args[0], args[1], args[2], args[5], 1)
+        cudadrv.set_stream(previous)
+    call.queue(args[0], args[1], args[2], args[5], stream)              # recorded on this stream
+    recording = call.recordings[(False, stream)][0]
+    addresses = (args[0], args[1], args[2], args[5])
+    with torch.inference_mode():
+        result = {
+            "layer": "1x8x8x8, 3x3, padding 1, bias",
+            "version": call.plan.version.label,
+            "lookup_us": _host_us(lambda: kernels.layer_call(args[3], args[4], spec, True), sync=sync),
+            "lean_call_us": _host_us(lambda: kernels.conv2d_forward_async(*args, stream=stream), sync=sync),
+            "queue_us": _host_us(lambda: call.queue(args[0], args[1], args[2], args[5], stream), sync=sync),
+            "replay_only_us": _host_us(lambda: recording.replay(addresses, stream), sync=sync),
+            "plan_launch_us": _host_us(launch_only, sync=sync),
+            "module_forward_us": _host_us(lambda: conv(x), sync=sync),
+            "cudnn_module_forward_us": _host_us(lambda: ref(x), sync=sync),
+            "launches_per_call": len(plan.version.kernels) + (plan.add_bias is not None) + (plan.pad_input is not None),
+        }
+    sync()
+    result["before_queued_us"] = result["lean_call_us"] - result["replay_only_us"]
+    return result
+
+
+# ------------------------------------------------------------------ per layer
+
+def _check_layer(conv, x, y):
+    """(valid, worst error / bound) of y's first image against the float64 reference."""
+    from ..conv import ConvSpec, reference_and_bound
+    spec = ConvSpec(num_filter=conv.out_channels, kernel=tuple(conv.kernel_size), stride=tuple(conv.stride),
+                    pad=tuple(conv.padding), dilate=tuple(conv.dilation), num_group=conv.groups,
+                    no_bias=conv.bias is None)
+    bias = None if conv.bias is None else conv.bias.detach().cpu().numpy()
+    ref, bound = reference_and_bound(x[:1].cpu().numpy(), conv.weight.detach().cpu().numpy(), bias, spec)
+    got = y[:1].cpu().double().numpy()
+    err = np.abs(got - ref)
+    return bool((err <= bound).all()), float((err / bound).max())
+
+
+def layer_rows(torch, name, timer, log):
+    """Each distinct convolution of network ``name``: ours and cuDNN, whole call and kernel, flushed and
+    back to back."""
+    from . import Conv2d
+    torch.manual_seed(408)
+    model = NETWORKS[name]().cuda().eval()
+    batch = NETWORK_BATCH[name]
+    x0 = torch.rand(batch, 3, 224, 224, device="cuda")
+    rows = []
+    for names, conv, shape in conv_layers(model, x0):
+        x = torch.rand(shape, device="cuda") * 2 - 1
+        ours = Conv2d.from_conv(conv)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            y = ours(x)                                           # resolves the layer (may autotune)
+            torch.cuda.synchronize()
+            resolve_s = time.perf_counter() - start
+            valid, worst = _check_layer(conv, x, y)
+            layer = next(iter(ours._layers.values()))
+            plan, stream = layer.call.plan, torch.cuda.current_stream().cuda_stream
+            bias = conv.bias.data_ptr() if conv.bias is not None else 0
+            w = conv.weight.detach()
+
+            layer.call.queue(y.data_ptr(), x.data_ptr(), w.data_ptr(), bias, stream)       # (recorded)
+            recording = layer.call.recordings[(False, stream)][0]
+            addresses = (y.data_ptr(), x.data_ptr(), w.data_ptr(), bias)
+
+            def kernel(recording=recording, addresses=addresses):
+                recording.replay(addresses, stream)
+            fns = (lambda: ours(x), lambda: conv(x), kernel)
+            flushed, b2b = timer.flushed(*fns), timer.back_to_back(*fns)
+            row = {"network": name, "layer": names[0], "count": len(names), "names": names,
+                   "what": describe(conv, shape), "batch": batch, "version": plan.version.label,
+                   "overrides": plan.tuning_overrides, "resolve_s": resolve_s, "valid": valid,
+                   "worst_error_vs_bound": worst,
+                   "ours_call_flushed_s": flushed[0], "cudnn_call_flushed_s": flushed[1],
+                   "ours_call_b2b_s": b2b[0], "cudnn_call_b2b_s": b2b[1],
+                   "ours_kernel_flushed_s": flushed[2], "ours_kernel_b2b_s": b2b[2]}
+        row["call_flushed_x"] = row["ours_call_flushed_s"] / row["cudnn_call_flushed_s"]
+        row["call_b2b_x"] = row["ours_call_b2b_s"] / row["cudnn_call_b2b_s"]
+        row["kernel_flushed_x"] = row["ours_kernel_flushed_s"] / row["cudnn_call_flushed_s"]
+        row["kernel_b2b_x"] = row["ours_kernel_b2b_s"] / row["cudnn_call_b2b_s"]
+        row["met"] = row["valid"] and row["call_flushed_x"] <= 1.0 and row["call_b2b_x"] <= 1.0
+        log(f"  {name:12s} {row['what']:28s} x{row['count']} {row['version']:12s} "
+            f"call {row['ours_call_flushed_s'] * 1e3:7.3f}/{row['cudnn_call_flushed_s'] * 1e3:7.3f} ms "
+            f"= {row['call_flushed_x']:5.2f}x flushed, {row['call_b2b_x']:5.2f}x b2b; kernel "
+            f"{row['kernel_flushed_x']:5.2f}x/{row['kernel_b2b_x']:5.2f}x; valid={valid} ({worst:.2g})")
+        rows.append(row)
+        del x, y
+    del model
+    torch.cuda.empty_cache()
+    return rows
+
+
+# ------------------------------------------------------------------ autotune check
+
+def autotune_check(torch, shapes, log, repeats=20):
+    """Per (name, ConvShape, batch): the autotuner's pick against every candidate re-measured."""
+    from ..kernels import GpuDevice, autotune
+    dev = GpuDevice.get()
+    out = []
+    for name, shape, batch in shapes:
+        options = autotune.candidates(shape)
+        first = autotune.measure_on_device(dev, shape, batch, options, autotune.budget_s())
+        chosen = autotune.pick(first)
+        saved = autotune.REPEATS
+        autotune.REPEATS = (repeats, repeats)
+        try:
+            again = autotune.measure_on_device(dev, shape, batch, options, float("inf"))
+        finally:
+            autotune.REPEATS = saved
+        best = autotune.pick(again)
+        chosen_again = next(s for n, o, s in again if (n, o) == (chosen[0], chosen[1]))
+        row = {"layer": name, "batch": batch, "candidates": len(options),
+               "chosen": autotune.describe(chosen[0], chosen[1]), "best": autotune.describe(best[0], best[1]),
+               "chosen_ms": chosen_again * 1e3, "best_ms": best[2] * 1e3, "ratio": chosen_again / best[2]}
+        row["within_10pct"] = row["ratio"] <= 1.10
+        log(f"  autotune {name:22s} B={batch:<6d} chose {row['chosen']:40s} {row['chosen_ms']:8.3f} ms, best "
+            f"{row['best']:40s} {row['best_ms']:8.3f} ms: {row['ratio']:.3f}")
+        out.append(row)
+    return out
+
+
+def autotune_shapes(with_suite):
+    from ..kernels import ConvShape, suite
+    shapes = [("1x1 256->64 56x56", ConvShape(256, 56, 56, 64, 1), 64),
+              ("1x1/2 512->1024 28x28", ConvShape(512, 28, 28, 1024, 1, SH=2, SW=2), 64),
+              ("dw 3x3 144 56x56", ConvShape(144, 56, 56, 144, 3, PH=1, PW=1, G=144), 64),
+              ("dilated 3x3 d2 64 28x28", ConvShape(64, 28, 28, 64, 3, PH=2, PW=2, DH=2, DW=2), 64)]
+    if with_suite:
+        shapes += [(layer.name, layer.shape(), 10000 if layer.course else layer.batches[0]) for layer in suite.LAYERS]
+    return shapes
+
+
+# ------------------------------------------------------------------ whole networks
+
+def network_rows(torch, names, timer, log):
+    from . import swap_convolutions
+    rows = []
+    for name in names:
+        torch.manual_seed(408)
+        model = NETWORKS[name]().cuda().eval()
+        batch = NETWORK_BATCH[name]
+        x = torch.rand(batch, 3, 224, 224, device="cuda")
+        with torch.inference_mode():
+            want = model.double()(x.double())
+            model.float()
+            cudnn_out = model(x)
+            swapped = copy.deepcopy(model)
+            report = swap_convolutions(swapped)
+            ours_out = swapped(x)
+            ours_s, cudnn_s = timer.back_to_back(lambda: swapped(x), lambda: model(x), calls=3)
+        scale = float(want.abs().max())
+        row = {"network": name, "batch": batch, "convolutions": len(report.swapped),
+               "ours_s": ours_s, "cudnn_s": cudnn_s, "ratio": ours_s / cudnn_s,
+               "ours_rel_error": float((ours_out.double() - want).abs().max()) / scale,
+               "cudnn_rel_error": float((cudnn_out.double() - want).abs().max()) / scale,
+               "argmax_equal": bool((ours_out.argmax(1) == cudnn_out.argmax(1)).all())}
+        row["met"] = row["ratio"] <= 1.1 and row["ours_rel_error"] <= 1e-4
+        log(f"  network {name:10s} B={batch}: {len(report.swapped)} convolutions swapped, {ours_s * 1e3:.2f} ms "
+            f"against cuDNN {cudnn_s * 1e3:.2f} ms = {row['ratio']:.2f}x; max error / max |y|: ours "
+            f"{row['ours_rel_error']:.1e}, cuDNN {row['cudnn_rel_error']:.1e}")
+        rows.append(row)
+        del model, swapped
+        torch.cuda.empty_cache()
+    return rows
+
+
+# ------------------------------------------------------------------ output
+
+def markdown(result):
+    lines = [f"Measured on {result['device']}, {result['date']} (`{result['command']}`): PyTorch {result['torch']}, "
+             f"cuDNN {result['cudnn']} fp32 with TF32 off; median of {result['repeats']}. *call*: the whole call a "
+             "PyTorch user waits for (ece408_op.torch.Conv2d's forward against nn.Conv2d's), *kernel*: our kernels "
+             "launched alone; *flushed*: L2 flushed before each repeat; *b2b*: back to back, the mean of 10 "
+             "consecutive calls. Ratios are ours / cuDNN's whole call. Met: both call ratios <= 1.0.", "",
+             "## Hot path (host microseconds per call, a layer seen before)", "",
+             "| what | us |", "| --- | --- |"]
+    for key, value in result["hot_path"].items():
+        lines.append(f"| {key} | {value if isinstance(value, str) else round(value, 2)} |")
+    lines += ["", "## Layers", "",
+              "| network | layer (count) | version | ours call ms flushed | cuDNN ms flushed | call x flushed | "
+              "call x b2b | kernel x flushed | kernel x b2b | valid | met |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in result["layers"]:
+        tile = " " + ",".join(f"{k}={v}" for k, v in r["overrides"].items()) if r["overrides"] else ""
+        lines.append(f"| {r['network']} | {r['what']} (x{r['count']}) | {r['version']}{tile} | "
+                     f"{r['ours_call_flushed_s'] * 1e3:.3f} | {r['cudnn_call_flushed_s'] * 1e3:.3f} | "
+                     f"{r['call_flushed_x']:.2f} | {r['call_b2b_x']:.2f} | {r['kernel_flushed_x']:.2f} | "
+                     f"{r['kernel_b2b_x']:.2f} | {r['valid']} | {'yes' if r['met'] else 'no'} |")
+    met = sum(r["met"] for r in result["layers"])
+    lines += ["", f"{met} of {len(result['layers'])} distinct layers met.", ""]
+    if result.get("autotune"):
+        lines += ["## Autotuner's choice against every candidate re-measured (median of 20, back to back)", "",
+                  "| layer | batch | candidates | chosen | ms | best | ms | ratio |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in result["autotune"]:
+            lines.append(f"| {r['layer']} | {r['batch']} | {r['candidates']} | {r['chosen']} | {r['chosen_ms']:.3f} | "
+                         f"{r['best']} | {r['best_ms']:.3f} | {r['ratio']:.3f} |")
+        lines.append("")
+    if result.get("networks"):
+        lines += ["## Whole networks (every convolution swapped; back to back, mean of 3 forwards, median)", "",
+                  "| network | batch | convolutions | ours ms | cuDNN ms | ratio | max error / max abs (ours, cuDNN) "
+                  "| argmax equal | met (<= 1.1x) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in result["networks"]:
+            lines.append(f"| {r['network']} | {r['batch']} | {r['convolutions']} | {r['ours_s'] * 1e3:.2f} | "
+                         f"{r['cudnn_s'] * 1e3:.2f} | {r['ratio']:.2f} | {r['ours_rel_error']:.1e}, "
+                         f"{r['cudnn_rel_error']:.1e} | {r['argmax_equal']} | {'yes' if r['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def save(result, out_dir):
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "network.json").write_text(json.dumps(result, indent=1))
+    (out / "network.md").write_text(markdown(result))
+    keys = ["network", "layer", "count", "what", "batch", "version", "valid", "worst_error_vs_bound", "resolve_s",
+            "ours_call_flushed_s", "cudnn_call_flushed_s", "ours_call_b2b_s", "cudnn_call_b2b_s",
+            "ours_kernel_flushed_s", "ours_kernel_b2b_s", "call_flushed_x", "call_b2b_x", "kernel_flushed_x",
+            "kernel_b2b_x", "met"]
+    with open(out / "network.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(result["layers"])
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = result["layers"]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(max(8, 0.22 * len(rows)), 4))
+    idx = np.arange(len(rows))
+    ax.bar(idx - 0.2, [r["call_flushed_x"] for r in rows], 0.4, label="whole call, L2 flushed")
+    ax.bar(idx + 0.2, [r["call_b2b_x"] for r in rows], 0.4, label="whole call, back to back")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(idx, [f"{r['network']} {r['what']}" for r in rows], rotation=90, fontsize=5)
+    ax.set(yscale="log", ylabel="time / cuDNN fp32")
+    ax.legend(fontsize=7)
+    ax.set_title(f"every distinct convolution, {result['device']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "network.png", dpi=90)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=__doc__.splitlines()[0])
+    parser.add_argument("--network", action="store_true")
+    parser.add_argument("--nets", default=",".join(NETWORKS), help=f"comma-separated, of {', '.join(NETWORKS)}")
+    parser.add_argument("--whole", default="resnet18,resnet50", help="networks timed whole (default resnet18,resnet50)")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--autotune-check", choices=("none", "new", "suite"), default="new",
+                        help="re-measure the autotuner's candidates on new layers (and the suite's: 'suite')")
+    parser.add_argument("--no-hot-path", action="store_true")
+    parser.add_argument("--out", default="bench-gpu")
+    args = parser.parse_args(argv)
+    names = [n for n in args.nets.split(",") if n]
+    whole = [n for n in args.whole.split(",") if n]
+    unknown = sorted(set(names + whole) - set(NETWORKS))
+    if unknown:
+        from ..errors import UsageError
+        raise UsageError(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(NETWORKS)}")
+    from ..kernels.bench import _torch
+    from ..kernels import GpuDevice
+    torch = _torch()
+    dev = GpuDevice.get()
+    timer = Timer(torch, args.repeats)
+    log = lambda line: print(line, flush=True)                     # noqa: E731
+    result = {"device": dev.name, "date": datetime.date.today().isoformat(), "repeats": args.repeats,
+              "command": "python -m ece408_op bench gpu " + " ".join(argv or []),
+              "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "layers": [], "autotune": [],
+              "networks": []}
+    if not args.no_hot_path:
+        result["hot_path"] = hot_path(torch)
+        log("hot path: " + ", ".join(f"{k} {v:.2f}" if not isinstance(v, str) else f"{k} {v}"
+                                     for k, v in result["hot_path"].items()))
+    else:
+        result["hot_path"] = {}
+    for name in names:
+        result["layers"] += layer_rows(torch, name, timer, log)
+        save(result, args.out)
+    if args.autotune_check != "none":
+        result["autotune"] = autotune_check(torch, autotune_shapes(args.autotune_check == "suite"), log)
+        save(result, args.out)
+    result["networks"] = network_rows(torch, whole, timer, log)
+    save(result, args.out)
+    met = sum(r["met"] for r in result["layers"])
+    log(f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
+        + "; ".join(f"{r['network']} {r['ratio']:.2f}x" for r in result["networks"]))
+    bad = [r for r in result["layers"] if not r["valid"]]
+    if bad:
+        log("INVALID: " + "; ".join(f"{r['network']} {r['what']}" for r in bad))
+    return 1 if bad else 0
+
+
+def precompile_modules(names=tuple(NETWORKS), device_name=None, with_suite=True):
+    """The #define sets the network benchmark (and its autotuning) loads, without a GPU: every distinct
+    layer's candidates (a meta-device forward finds the shapes), for ``bench gpu --precompile``."""
+    import torch
+    from ..kernels import ConvShape, autotune
+    from ..kernels.versions import VERSIONS, plan_defines, resolve_version
+    from ..conv import ConvSpec
+    sets = []
+
+    def add(shape):
+        number, overrides = resolve_version(None, shape, device_name, tune=lambda s: None)
+        sets.append(plan_defines(number, VERSIONS[number].inner(shape), overrides))
+        for n, o in autotune.candidates(shape):
+            sets.append(plan_defines(n, VERSIONS[n].inner(shape), o))
+    for name in names:
+        model = NETWORKS[name]().to("meta").eval()
+        for _, conv, shape in conv_layers(model, torch.empty(NETWORK_BATCH[name], 3, 224, 224, device="meta")):
+            spec = ConvSpec(num_filter=conv.out_channels, kernel=tuple(conv.kernel_size), stride=tuple(conv.stride),
+                            pad=tuple(conv.padding), dilate=tuple(conv.dilation), num_group=conv.groups,
+                            no_bias=conv.bias is None)
+            add(ConvShape.of(shape, tuple(conv.weight.shape), spec))
+    for _, shape, _ in autotune_shapes(with_suite):
+        add(shape)
+    return sets
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""The autotuner without a GPU: which candidates it times, how it picks, the per-device cache in the
+user's cache folder (XDG, atomic writes, a corrupt file ignored with one warning line), the switch
+that turns it off, and where it stands in the choice of a version (after an explicit request and
+the measured table, before the fallback order). The timings are injected; tests/test_gpu_hotpath.py
+tunes on the device."""
+import json
+
+import pytest
+
+from ece408_op import kernels
+from ece408_op.kernels import autotune, versions
+
+S = kernels.ConvShape
+POINTWISE = S(256, 56, 56, 64, 1)                               # ResNet-50's 1x1 (not in the table)
+DEPTHWISE = S(32, 28, 28, 32, 3, PH=1, PW=1, G=32)
+
+
+class FakeDevice:
+    name = "Test GPU 80GB"
+    arch = "sm_90"
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv(autotune.ENV, "1")
+    autotune.forget_caches()
+    yield tmp_path
+    autotune.forget_caches()
+
+
+def fake_measure(seconds_by_version, calls):
+    """A measure() that returns the given time per version (tiles: +1% per overrides key) and counts calls."""
+    def measure(dev, shape, batch, options, budget):
+        calls.append((shape, batch, len(options)))
+        return [(n, o, seconds_by_version.get(n, 9e-3) * (1 + 0.01 * len(o))) for n, o in options]
+    return measure
+
+
+def test_candidates_are_the_defaultable_versions_that_run_the_layer_with_their_tiles():
+    options = autotune.candidates(POINTWISE)
+    numbers = [n for n, _ in options]
+    assert {8, 9} <= set(numbers)
+    assert {n for n, _ in autotune.candidates(DEPTHWISE)} == {8, 9, 13}   # v7, v10, v11: one group only
+    assert numbers.count(9) >= 3 and numbers.count(8) >= 2     # tile choices
+    assert 12 not in numbers and all(kernels.VERSIONS[n].defaultable for n in numbers)
+    course = [n for n, _ in autotune.candidates(S(1, 28, 28, 50, 5))]
+    assert {7, 8, 9, 10, 11} <= set(course)
+    # duplicates (a tile equal to the default tile) are dropped
+    keys = [(n, tuple(sorted(versions.plan_defines(n, kernels.VERSIONS[n].inner(POINTWISE), o).items())))
+            for n, o in options]
+    assert len(keys) == len(set(keys))
+
+
+def test_bucket_and_key():
+    assert [autotune.bucket(b) for b in (1, 2, 3, 64, 65, 100, 128)] == [1, 2, 4, 64, 128, 128, 128]
+    assert autotune.cache_key(POINTWISE, 100) == kernels.shape_key(POINTWISE) + " B128"
+
+
+def test_choose_times_once_picks_the_fastest_and_a_second_process_reads_the_cache(cache_home):
+    calls = []
+    measure = fake_measure({8: 2e-3, 9: 1e-3}, calls)
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure) == (9, {})
+    path = cache_home / "ece408_op" / "autotune" / "Test_GPU_80GB.json"
+    entry = json.loads(path.read_text())["entries"][autotune.cache_key(POINTWISE, 64)]
+    assert entry["version"] == 9 and entry["overrides"] == {} and len(entry["timings"]) == len(
+        autotune.candidates(POINTWISE))
+    assert autotune.choose(FakeDevice(), POINTWISE, 60, measure=measure) == (9, {})     # same batch class
+    assert len(calls) == 1
+    autotune.forget_caches()                                    # a new process: the file, no timing
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=lambda *a: pytest.fail("timed again")) == (9, {})
+    # another shape is added to the same file; the first stays
+    assert autotune.choose(FakeDevice(), DEPTHWISE, 64, measure=fake_measure({8: 1e-3, 9: 2e-3}, calls))[0] == 8
+    assert len(json.loads(path.read_text())["entries"]) == 2
+    assert not list(path.parent.glob(".*"))                     # no temporary file left behind
+
+
+def test_a_tile_can_win(cache_home):
+    def measure(dev, shape, batch, options, budget):
+        return [(n, o, 1e-3 if o == {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4} else 2e-3) for n, o in options]
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure) == (
+        9, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4})
+
+
+def test_untimed_candidates_are_never_picked(cache_home):
+    def measure(dev, shape, batch, options, budget):
+        return [(n, o, None if i else 5e-3) for i, (n, o) in enumerate(options)]
+    first = autotune.candidates(POINTWISE)[0]
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure) == first
+    assert autotune.pick([(8, {}, None)]) is None
+
+
+def test_off_switch(cache_home, monkeypatch):
+    monkeypatch.setenv(autotune.ENV, "0")
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=lambda *a: pytest.fail("timed")) is None
+    assert not (cache_home / "ece408_op").exists()
+
+
+def test_corrupt_cache_is_ignored_with_one_line_and_rewritten(cache_home, capsys):
+    path = cache_home / "ece408_op" / "autotune" / "Test_GPU_80GB.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    calls = []
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=fake_measure({8: 1e-3, 9: 2e-3}, calls))[0] == 8
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "ignoring the autotune cache" in err and str(path) in err
+    assert json.loads(path.read_text())["entries"]                 # replaced by a valid cache
+
+
+def test_stale_or_invalid_entries_are_tuned_again(cache_home):
+    calls = []
+    measure = fake_measure({8: 2e-3, 9: 1e-3}, calls)
+    autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure)
+    path = autotune.cache_for(FakeDevice.name).path
+    data = json.loads(path.read_text())
+    key = autotune.cache_key(POINTWISE, 64)
+    for bad in ({"version": 11}, {"version": 12}, {"version": 9, "overrides": {"V9_ACOLS": 3}}, {"version": "x"},
+                {"source": "another kernel source"}):
+        data["entries"][key] = {**data["entries"][key], **bad}
+        path.write_text(json.dumps(data))
+        autotune.forget_caches()
+        calls.clear()
+        assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure) == (9, {}), bad
+        assert len(calls) == 1, bad
+        data = json.loads(path.read_text())
+
+
+def test_a_long_tuning_prints_one_line(cache_home, monkeypatch):
+    clock = iter([0.0, 2.5])
+    monkeypatch.setattr(autotune.time, "perf_counter", lambda: next(clock))
+    lines = []
+    autotune.choose(FakeDevice(), POINTWISE, 64, measure=fake_measure({8: 2e-3, 9: 1e-3}, []), log=lines.append)
+    assert len(lines) == 1 and "autotuned" in lines[0] and "2.5 s" in lines[0] and "v9" in lines[0]
+
+
+def test_resolve_order_request_table_tuner_fallback(tmp_path, monkeypatch):
+    monkeypatch.delenv(versions.KERNEL_ENV, raising=False)
+    table_shape = S(64, 56, 56, 64, 3, PH=1, PW=1)
+    path = tmp_path / "defaults.json"
+    path.write_text(json.dumps({"GPU": {"shapes": {kernels.shape_key(table_shape): 8}}}))
+    monkeypatch.setattr(versions, "DEFAULTS_FILE", path)
+    versions.reload_defaults()
+    tuner = lambda shape: (9, {"V9_WP": 2})                      # noqa: E731
+    assert versions.resolve_version(None, table_shape, "GPU", tune=tuner) == (8, None)       # the table first
+    assert versions.resolve_version(None, POINTWISE, "GPU", tune=tuner) == (9, {"V9_WP": 2})  # then the tuner
+    assert versions.resolve_version(None, POINTWISE, "GPU", tune=lambda s: None) == (
+        versions.fallback_version(POINTWISE), None)                                          # then the fallback
+    assert versions.resolve_version("v6", POINTWISE, "GPU", tune=tuner) == (6, None)         # a request wins
+    monkeypatch.setenv(versions.KERNEL_ENV, "8")
+    assert versions.resolve_version(None, POINTWISE, "GPU", tune=tuner) == (8, None)         # so does the env
+    versions.reload_defaults()
+
+
+def test_the_table_is_read_once(tmp_path, monkeypatch):
+    path = tmp_path / "defaults.json"
+    path.write_text(json.dumps({"GPU": {"shapes": {kernels.shape_key(POINTWISE): 8}}}))
+    monkeypatch.setattr(versions, "DEFAULTS_FILE", path)
+    versions.reload_defaults()
+    reads = []
+    real = type(path).read_text
+    monkeypatch.setattr(type(path), "read_text", lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
+    for _ in range(5):
+        assert versions.default_version(POINTWISE, "GPU") == 8
+    assert len(reads) == 1
+    versions.reload_defaults()
