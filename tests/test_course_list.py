@@ -39,7 +39,7 @@ def test_own_error_models_are_declared_where_the_float32_bound_does_not_hold():
 @pytest.mark.parametrize("shape", [S(1, 28, 28, 50, 5), S(6, 30, 30, 16, 5), S(12, 33, 33, 24, 5), S(1, 70, 70, 12, 5)],
                          ids=str)
 def test_channel_slices_and_fft_sizes(shape):
-    v15, v19 = kernels.VERSIONS[14], kernels.VERSIONS[18]
+    v15, v19 = kernels.VERSIONS[15], kernels.VERSIONS[19]
     slices = v15.slices(shape)
     assert slices & (slices - 1) == 0 and slices <= min(shape.C, 4) and slices * 2 > min(shape.C, 4)
     size = v19.size(shape)
