@@ -179,5 +179,7 @@ def test_ranked_run_in_the_image(engine, image, tmp_path, request):
 def test_memory_limit_in_a_container(image, tmp_path, podman):
     team = team_project(tmp_path / "team", commands=["python /src/bomb.py"],
                         files={"bomb.py": "b = [bytearray(2**26) for _ in range(64)]\nprint('ALL', len(b))\n"})
-    out = cli("submit", team, "--engine", "podman", "--image", image, "--memory", 0.25, env=podman, timeout=600)
+    out = cli("submit", team, "--engine", "podman", "--image", image, "--memory", 0.25, env=podman, timeout=600,
+              cwd=tmp_path)
     assert out.returncode != 0 and "ALL 64" not in out.stdout
+    assert list(tmp_path.iterdir()) == [tmp_path / "team"]                  # nothing left where it ran

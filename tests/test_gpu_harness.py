@@ -46,7 +46,8 @@ def test_unknown_kernel_is_one_line_error(gpu):
     # bad input: --kernel 99 (no such version)
     result = run_script("m3_gpu.py", 10, "--kernel", "99")
     assert result.returncode != 0
-    assert result.stderr.strip().startswith("error: unknown kernel") and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]           # the usage, then one line saying what was wrong
+    assert last.startswith("error: --kernel 99: unknown kernel '99'") and "Traceback" not in result.stderr
 
 
 def test_operator_gpu_path_matches_cpu_in_mxnet(gpu):

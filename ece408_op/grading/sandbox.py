@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -501,10 +502,14 @@ class ContainerSandbox(Sandbox):
             argv += ["-e", f"{key}={value}"]
         argv += [self.image, *step.argv[1:]]
         engine = self.engine
+        # the client's own folder: conmon writes a file named "oom" into it when the kernel kills the
+        # container for its memory limit, and nothing of a run may be left behind
+        here = tempfile.mkdtemp(prefix="ece408-client-")
 
         def cleanup():
             _quiet([engine, "rm", "-f", name], timeout=120)
-        return Launch(argv, dict(os.environ), cleanup)
+            shutil.rmtree(here, ignore_errors=True)
+        return Launch(argv, dict(os.environ), cleanup, cwd=here)
 
 
 class BuildahSandbox(Sandbox):
