@@ -29,20 +29,11 @@ def send(sock, message):
     sock.sendall(wire.encode(message))
 
 
-def _exact(sock, n):
-    parts, got = [], 0
-    while got < n:
-        chunk = sock.recv(min(n - got, 1 << 20))
-        if not chunk:
-            raise ChannelError("the measuring process closed its channel before it reported")
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
 def recv(sock, limit):
     try:
-        return wire.decode(lambda n: _exact(sock, n), limit)
+        return wire.decode(lambda k: sock.recv(min(k, 1 << 20)), limit)
+    except EOFError as exc:
+        raise ChannelError("the measuring process closed its channel before it reported") from exc
     except ValueError as exc:
         raise ChannelError(f"a malformed report ({exc})") from exc
 

@@ -10,13 +10,26 @@ def encode(message):
     return struct.pack(">I", len(data)) + data
 
 
-def decode(read_exact, limit):
-    """The next message, read with ``read_exact(n)`` (n bytes, or EOFError); ValueError where it is
-    longer than ``limit`` bytes or not JSON."""
-    (n,) = struct.unpack(">I", read_exact(4))
+def read_exact(read, n):
+    """``n`` bytes from ``read(k)`` (which returns at most k bytes, none at the end); EOFError where
+    the other side closes first."""
+    parts, got = [], 0
+    while got < n:
+        chunk = read(n - got)
+        if not chunk:
+            raise EOFError("the other side closed its end")
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def decode(read, limit):
+    """The next message, read with ``read(k)`` (at most k bytes; none at the end: EOFError); ValueError
+    where it is longer than ``limit`` bytes or not JSON."""
+    (n,) = struct.unpack(">I", read_exact(read, 4))
     if n > limit:
         raise ValueError(f"a message of {n} bytes (at most {limit})")
     try:
-        return json.loads(read_exact(n))
+        return json.loads(read_exact(read, n))
     except UnicodeDecodeError as exc:
         raise ValueError(f"a message that is not UTF-8 ({exc})") from exc

@@ -36,20 +36,9 @@ def _write_all(fd, data):
         view = view[os.write(fd, view):]
 
 
-def read_exact(fd, n):
-    parts, got = [], 0
-    while got < n:
-        chunk = os.read(fd, n - got)
-        if not chunk:
-            raise EOFError("the other side closed the pipe")
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
 def recv(fd, limit):
     """One message (JSON), refusing one longer than ``limit`` bytes."""
-    return wire.decode(lambda n: read_exact(fd, n), limit)
+    return wire.decode(lambda k: os.read(fd, k), limit)
 
 
 def error_line(exc, path):
