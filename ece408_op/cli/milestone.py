@@ -307,8 +307,13 @@ def ncu_argv(milestone_name, argv):
 
 
 def _under_ncu(milestone_name, argv, console):
+    """The milestone again under ncu, with MXNet's synchronous engine: under ncu's injection MXNet's
+    threaded engine aborts ('Resource deadlock avoided', H100, 2026-11-24) before any kernel runs;
+    the naive engine runs each operator on the calling thread (Op Time and Correctness alike)."""
+    import os
     from ..kernels import ncu
-    return ncu.profile(ncu_argv(milestone_name, argv), say=console.say)
+    return ncu.profile(ncu_argv(milestone_name, argv), say=console.say,
+                       env={**os.environ, "MXNET_ENGINE_TYPE": "NaiveEngine"})
 
 
 def main(milestone_name, argv, prog=None):

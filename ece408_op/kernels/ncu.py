@@ -139,13 +139,13 @@ def table(rows):
     return "\n".join(lines)
 
 
-def profile(argv, kernels=None, keep_csv=None, say=print):
-    """Run ``argv`` under ncu (its output passes through), then print the kernels' table; returns the
-    command's exit status (ncu's where it failed to start the command)."""
+def profile(argv, kernels=None, keep_csv=None, say=print, env=None):
+    """Run ``argv`` under ncu (its output passes through; ``env`` its environment), then print the
+    kernels' table; returns the command's exit status (ncu's where it failed to start the command)."""
     ncu = find_ncu()
     with tempfile.TemporaryDirectory() as folder:
         log = os.path.join(folder, "ncu.csv")
-        status = subprocess.call(command(argv, log, ncu, kernels))
+        status = subprocess.call(command(argv, log, ncu, kernels), env=env)
         text = open(log, encoding="utf-8", errors="replace").read() if os.path.exists(log) else ""
     if keep_csv:
         with open(keep_csv, "w", encoding="utf-8") as handle:
