@@ -81,7 +81,7 @@ def test_bench_cpu_takes_short_layer_names(tmp_path):
 
 def test_bench_overhead_splits_an_imperative_call_into_invoke_and_engine_wait(tmp_path):
     """``bench overhead`` times each imperative call until it returns and then until its output is
-    ready (MXNet's engine hop): the split behind the README's statement of what CustomOp costs."""
+    ready (MXNet's engine hop): the split behind docs/benchmarks.md's statement of what CustomOp costs."""
     require_mxnet()
     import json
     out = tmp_path / "overhead.json"

@@ -1,4 +1,4 @@
-"""``python -m ece408_op selftest``: the reliability table of the README, run for real, and
+"""``python -m ece408_op selftest``: the reliability table of docs/reliability.md, run for real, and
 every claim it makes checked again from its JSON report (so the table cannot drift from
 what the code does); and the claims check itself shown to fail on a bad report."""
 import json
@@ -50,7 +50,7 @@ ISSUE_CLASSES = {
 
 @pytest.fixture(scope="module")
 def selftest(tmp_path_factory):
-    """The default selftest run (as the README shows it), with its JSON report."""
+    """The default selftest run (as docs/reliability.md shows it), with its JSON report."""
     out = tmp_path_factory.mktemp("selftest") / "report.json"
     result = subprocess.run([*python_command(), "-m", "ece408_op", "selftest", "--json", str(out)],
                             capture_output=True, text=True, cwd=ROOT, timeout=1200)

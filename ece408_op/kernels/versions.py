@@ -910,7 +910,7 @@ VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2
 FUSED = Fused()
 FUSED_ID = 100            # ONLY_KERNEL of the fused kernel's module
 # The fallback order where no table measured on this device names the layer's shape: from the H100
-# benchmark of the course layer (README): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
+# benchmark of the course layer (docs/benchmarks.md): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
 # v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
 # course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them;
 # v13 before v8 where it runs (depthwise layers, MobileNetV2 on the H100: docs/gpu-dropin.md).

@@ -5,7 +5,7 @@ graph is built, and on *every* imperative ``nd.Custom`` call), builds a new prop
 ten new ctypes callback objects (closures over it), and their arrays; then every inference
 callback runs the property's Python methods again, and every ``create_operator`` builds three
 more callback objects. For one imperative call that was most of its cost: an empty CustomOp
-took 0.34-0.42 ms before ``nd.Custom`` returned (README, "Fixed cost of one call").
+took 0.34-0.42 ms before ``nd.Custom`` returned (docs/benchmarks.md, "Fixed cost of one call").
 
 What this does instead, through the same C API (``MXCustomOpRegister``), so MXNet's side is
 unchanged:

@@ -27,7 +27,7 @@ reason (``failures.py``). Unknown dimensions (0 or -1: Gluon's deferred initiali
 Registration: ``lean.register`` rather than ``mx.operator.register``: one set of ctypes
 callbacks for the process and one property object per set of attribute strings, with shape and
 type inference remembered per input shapes and types, where MXNet's creator builds all of
-that again on every imperative call (``mx/lean.py``; the README's "Fixed cost of one call").
+that again on every imperative call (``mx/lean.py``; docs/benchmarks.md, "Fixed cost of one call").
 
 MKLDNN: MXNet hands a CustomOp inputs that an MKLDNN operator left in a blocked layout as a
 temporary default-layout copy that it frees before the (asynchronous) Python forward reads it;

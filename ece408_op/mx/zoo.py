@@ -5,7 +5,7 @@ every way MXNet runs a network.
     python -m ece408_op bench zoo [--nets resnet18_v1 ...] [--batch 8] [--size 224] [--repeats 5]
                                   [--device cpu|gpu] [--json FILE]
 
-prints the README's model-zoo table. Paths (``PATHS``):
+prints the model-zoo table of docs/benchmarks.md. Paths (``PATHS``):
 
   executor      Symbol.simple_bind of the swapped symbol (``swap_convolutions(symbol)``)
   module        mx.mod.Module of the same
@@ -152,7 +152,7 @@ def time_pair(name, batch=8, size=224, repeats=5, seed=408, **op_attrs):
 
 
 def table(results):
-    """The README's model-zoo table (markdown)."""
+    """The model-zoo table of docs/benchmarks.md (markdown)."""
     lines = ["| net | convolutions | swapped | max rel. diff (6 paths) | argmax agreement | timed input | "
              "time original | time swapped | swapped / original |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
