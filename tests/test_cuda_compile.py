@@ -95,6 +95,9 @@ def test_tuning_overrides_change_the_module_defines():
     with pytest.raises(ValueError, match="does not divide"):
         # bad input: a v9 tile whose x tile cannot be shared out among its threads
         kernels.module_defines(course, {"V9_ACOLS": 3})
+    with pytest.raises(ValueError, match=r"v8: tile .*V8_TP=2.* does not divide"):
+        # bad input: a v8 micro-tile the kernel's static_assert refuses, caught before nvcc
+        kernels.module_defines(course, {"V8_TP": 2, "V8_BP": 64, "V8_BF": 64, "V8_TF": 4})
 
 
 def test_sweep_winner_keeps_the_stored_tuning_within_noise():

@@ -47,7 +47,11 @@ TUNED = (13, 9, 8, 11, 7, 10)  # the order they are timed in (most often fastest
 # winners on ResNet-18's layers and the 1x1/Winograd GEMM shapes, v8's two common tiles.
 TILES = {
     9: [{}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}, {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
-        {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4}],
+        {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
+        # from a 133-tile sweep of the layers docs/gpu-dropin.md lists as not met (H100, 2026-11-24): the
+        # fastest on MobileNetV2's 1x1 7x7 -> 160 layers (0.024/0.036 ms against 0.041/0.064 for the
+        # default tile) and on ResNet-50's 1x1/2 512 -> 1024 (0.312 ms against v8's 0.335)
+        {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 2}, {"V9_WP": 4, "V9_WF": 4, "V9_MI": 4, "V9_NI": 4}],
     8: [{}, {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 8}, {"V8_BP": 64, "V8_BF": 64, "V8_TP": 4, "V8_TF": 4}],
     13: [{}, {"V13_VEC": 2}],
 }

@@ -432,6 +432,14 @@ class Gemm(_ImplicitGemm):
         bf = 4 * math.ceil(mg / 4)                  # few filters: all of them, 32 threads along positions
         return {"V8_BP": 256, "V8_BF": bf, "V8_TP": 8, "V8_TF": 4}
 
+    def defines(self, inner, tuning_overrides=None):
+        values = super().defines(inner, tuning_overrides)
+        bp, bf, tp, tf = (values[f"V8_{k}"] for k in ("BP", "BF", "TP", "TF"))
+        if tp % 4 or bp % tp or bf % tf:        # the kernel's static_assert, as one line before nvcc runs
+            raise ValueError(f"v8: tile V8_BP={bp} V8_BF={bf} V8_TP={tp} V8_TF={tf} does not divide "
+                             "(V8_TP a multiple of 4 dividing V8_BP, V8_TF dividing V8_BF)")
+        return values
+
     def threads_and_bp(self, values):
         bp = values["V8_BP"]
         return (bp // values["V8_TP"]) * (values["V8_BF"] // values["V8_TF"]), bp
