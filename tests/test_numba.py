@@ -32,6 +32,9 @@ LAYERS = [
     (1, 4, 15, 21, 6, dict(kernel="(2, 4)", dilate="(2, 1)", pad="(3, 0)", stride="(1, 3)", num_group=2)),
     (2, 16, 12, 12, 16, dict(kernel=3, pad=1, num_group=16, no_bias=False)),     # depthwise
     (2, 6, 13, 13, 12, dict(kernel=3, pad=1, stride=2, num_group=6)),            # depthwise x2, strided
+    (2, 6, 13, 15, 12, dict(kernel=3, pad="(2, 1)", dilate=2, num_group=6)),     # depthwise3x3: x2, dilated
+    (3, 5, 9, 9, 5, dict(kernel=3, num_group=5, no_bias=False)),                 # depthwise3x3, no padding
+    (1, 4, 11, 11, 4, dict(kernel=5, pad=2, num_group=4)),                       # depthwise 5x5, stride 1
     (2, 32, 7, 7, 20, dict(kernel=3, pad=1, no_bias=False)),           # 7x7: blocks over several rows
     (2, 24, 9, 9, 2, dict(kernel=1)),                                  # x read as it is, MB 2
     (2, 16, 15, 14, 12, dict(kernel=1, stride=2, no_bias=False)),      # strided 1x1: one phase plane
