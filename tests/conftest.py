@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,18 @@ os.environ.setdefault("ECE408_AUTOTUNE", "0")
 if not os.environ.get("ECE408_CUBIN_CACHE"):
     from ece408_op.kernels.device import cubin_cache_dir
     os.environ["ECE408_CUBIN_CACHE"] = str(cubin_cache_dir())
+
+
+@contextmanager
+def small_tmpfs(folder, size):
+    """A tmpfs of ``size`` (mount's syntax, e.g. "1m") made at ``folder`` for the block: a disk that
+    fills up (root only); unmounted lazily after, whatever the block left open."""
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def require_mxnet(module="ece408_op.mx.op"):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, python_command
+from conftest import ROOT, python_command, small_tmpfs
 from services import Postgres, SlurmCluster, Unavailable
 from submissions import parallel_writers
 from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, REPLAY, SLOW, SNOOPS, WRITES_PTH, WRONG,
@@ -326,10 +326,7 @@ def test_postgresql_gone_mid_grade_loses_no_record(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
 def test_database_disk_full_spools_the_record(tmp_path):
-    small = tmp_path / "small"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "small", "1m") as small:
         db = small / "runs.db"
         with open_store(str(db)):
             pass
@@ -348,8 +345,6 @@ def test_database_disk_full_spools_the_record(tmp_path):
         out = cli("ranking", "--db", db, "--milestone", "m2", "--size", SIZE, env=env)
         assert out.returncode == 0 and "1 spooled record(s) stored" in out.stderr
         assert out.stdout.splitlines()[2].split()[1] == "team"
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 # ---------------------------------------------------------------------------- the database

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, python_command
+from conftest import ROOT, python_command, small_tmpfs
 from teams import cli, rai_yaml
 
 from ece408_op.grading.sandbox import BubblewrapSandbox, Limits, SandboxError
@@ -329,10 +329,7 @@ def test_timeout_must_be_finite_and_positive(tmp_path, value):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
 def test_tmpdir_full_during_the_copy_is_one_line(tmp_path):
-    small = tmp_path / "small"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "small", "2m") as small:
         folder = team(tmp_path / "t", ["echo never"])
         (folder / "blob.bin").write_bytes(os.urandom(4 << 20))
         out = dev(folder, "--scratch", small)
@@ -340,8 +337,6 @@ def test_tmpdir_full_during_the_copy_is_one_line(tmp_path):
             f"error: cannot copy the submission into {small}/{os.listdir(small)[0] if os.listdir(small) else ''}".rstrip("/") \
             or "No space left on device" in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and os.listdir(small) == []
-    finally:
-        subprocess.run(["umount", str(small)], check=False)
 
 
 def test_host_engine_only_by_name_and_marked(tmp_path):
