@@ -72,7 +72,12 @@ def test_bench_cpu_takes_short_layer_names(tmp_path):
     out = tmp_path / "cpu.json"
     result = _module("bench", "cpu", "--layers", "1x1", "--repeats", 1, "--json", out)
     assert result.returncode == 0, result.stderr
-    assert list(json.loads(out.read_text())["layers"]) == ["1x1 (C=256)"]
+    layers = json.loads(out.read_text())["layers"]
+    assert list(layers) == ["1x1 (C=256)"]
+    row = layers["1x1 (C=256)"]               # MXNet's fresh output alone, timed beside the two calls
+    assert row["fresh_output"]["repeats"] == 1 and row["fresh_output"]["median_s"] > 0
+    assert row["ratio_fresh_output"] == row["fresh_output"]["median_s"] / row["builtin"]["median_s"]
+    assert "| MXNet's fresh y / built-in |" in result.stdout
     bad = _module("bench", "cpu", "--layers", "nope")          # bad input: a layer that does not exist
     assert bad.returncode == 2 and bad.stderr.startswith("usage: ece408_op bench cpu")
     assert bad.stderr.splitlines()[-1] == f"ece408_op bench cpu: error: unknown layer 'nope'; choose from " \
@@ -106,7 +111,8 @@ def test_bench_memory_measures_fresh_memory_per_thread_count(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     cores = os.cpu_count()
     assert sorted({r["threads"] for r in rows}) == sorted({1, min(4, cores), cores})
-    assert len(rows) == 2 * len({r["threads"] for r in rows}) and all(0 < r["GB_per_s"] < 1e4 for r in rows)
+    assert len(rows) == 2 * len({r["threads"] for r in rows})
+    assert all(0 < r["GB_per_s"] < 1e4 and 0 < r["first_GB_per_s"] < 1e4 for r in rows)
     assert all(r["huge_pages_MB"] is None or r["huge_pages_MB"] >= -1 for r in rows)
     assert result.stdout.count("\n| 1 | ") == 2
     bad = _module("bench", "memory", "--mb", 0)                          # bad input: one line, exit 2

@@ -179,16 +179,25 @@ def populate(array, slab_bytes=SLAB_BYTES):
     madvise = _madvise()
     if madvise is None or array.size == 0 or not array.flags.c_contiguous:
         return False
-    flat = array.reshape(-1).view(np.uint8)
+    start = array.ctypes.data
+    first, last = (start + PAGE - 1) // PAGE * PAGE, (start + array.nbytes) // PAGE * PAGE
+    if last <= first:
+        return True
+    # At least one piece per thread: an output below one slab (a network layer's) is faulted in by
+    # every thread too (VGG's first layer at B=4, 51 MB: 26 ms on one thread of this machine).
+    pages = (last - first) // PAGE
+    parts = max(min(pool_size(), pages), -(-(last - first) // max(PAGE, slab_bytes)))
+    bounds = [first + pages * i // parts * PAGE for i in range(parts)] + [last]
     ok = [True]
 
-    def work(part):
-        start = flat[part].ctypes.data
-        stop = start + flat[part].nbytes
-        first, last = (start + PAGE - 1) // PAGE * PAGE, stop // PAGE * PAGE
-        if last > first and madvise(first, last - first, MADV_POPULATE_WRITE) != 0:
+    def work(i):
+        if bounds[i + 1] > bounds[i] and madvise(bounds[i], bounds[i + 1] - bounds[i], MADV_POPULATE_WRITE) != 0:
             ok[0] = False
-    over_slabs(flat, work, slab_bytes)
+    if parts == 1:
+        work(0)
+    else:
+        for _ in thread_pool().map(work, range(parts)):
+            pass
     return ok[0]
 
 
