@@ -21,6 +21,12 @@ class FakeDriver:
         self.launches.append((handle, (gx, gy, gz, bx, by, bz), shared, stream, ctypes.string_at(buffer, size)))
         return 0
 
+    def raw_launch(self, *args):
+        """cuLaunchKernel as a replay calls it: ctypes values (no argtypes), ints as the driver sees them."""
+        assert all(isinstance(a, (ctypes.c_void_p, ctypes.c_uint, ctypes.Array)) or a is None for a in args)
+        values = [a.value or 0 if isinstance(a, (ctypes.c_void_p, ctypes.c_uint)) else a for a in args]
+        return self.cuLaunchKernel(*values)
+
     def cuMemcpyDtoDAsync_v2(self, dst, src, nbytes, stream):
         self.copies.append((dst, src, nbytes, stream))
         return 0
@@ -30,6 +36,7 @@ class FakeDriver:
 def driver(monkeypatch):
     fake = FakeDriver()
     monkeypatch.setattr(cudadrv, "_lib", fake)
+    monkeypatch.setattr(cudadrv, "_raw_launch", fake.raw_launch)
     cudadrv.set_stream(0)
     yield fake
     cudadrv.set_stream(0)
@@ -84,3 +91,29 @@ def test_an_absent_bias_is_never_bound(driver):
     driver.launches.clear()
     recording.replay((0x5000, 0x6000, 0x7000, 0), 0)
     assert struct.unpack("@QQ", driver.launches[0][4]) == (0x5000, 0)
+
+
+def test_a_replay_repacks_only_when_the_pointers_change(driver, monkeypatch):
+    """Each recorded launch keeps its own packed parameters: the same pointers as the call before launch
+    them as they are (no packing), other pointers are packed again, and going back packs the first again."""
+    conv = cudadrv.Kernel(None, "conv", 2)
+    with cudadrv.Recording(((0x1000, 64), (0x2000, 64), (0x3000, 64), (0, 16))) as recording:
+        conv(np.uintp(0x1000), np.uintp(0x2010), np.int32(5), block=(32,), grid=(1,))
+    packs = []
+    launch = recording.ops[0]
+    real = launch.packer
+
+    class CountingPacker:
+        format, size = real.format, real.size
+
+        def pack_into(self, *args):
+            packs.append(args[2:])
+            real.pack_into(*args)
+    monkeypatch.setattr(launch, "packer", CountingPacker())
+    driver.launches.clear()
+    a, b = (0x5000, 0x6000, 0x7000, 0), (0x8000, 0x9000, 0xA000, 0)
+    for addresses in (a, a, b, b, a):
+        recording.replay(addresses, 0)
+    got = [struct.unpack("@QQi", launch[4]) for launch in driver.launches]
+    assert got == [(0x5000, 0x6010, 5)] * 2 + [(0x8000, 0x9010, 5)] * 2 + [(0x5000, 0x6010, 5)]
+    assert packs == [(0x5000, 0x6010, 5), (0x8000, 0x9010, 5), (0x5000, 0x6010, 5)]

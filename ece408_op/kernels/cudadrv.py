@@ -22,6 +22,7 @@ FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _PARAM_END, _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE = 0, 1, 2
 
 _lib = None
+_raw_launch = None                  # cuLaunchKernel without argtypes: a replay passes ready-made ctypes values
 _lib_lock = threading.Lock()
 _state = threading.local()          # .stream: the CUstream this thread's launches go to
 
@@ -32,7 +33,7 @@ class DriverError(GpuError):
 
 def lib():
     """libcuda with the prototypes used here (loaded on first use)."""
-    global _lib
+    global _lib, _raw_launch
     with _lib_lock:
         if _lib is None:
             try:
@@ -56,6 +57,8 @@ def lib():
             for name, args in protos.items():
                 function = getattr(cu, name)
                 function.argtypes, function.restype = list(args), ctypes.c_int
+            _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
+            _raw_launch.restype = ctypes.c_int
             _lib = cu
     return _lib
 
@@ -70,9 +73,14 @@ def check(result, call):
 
 def current_context():
     """The thread's current CUcontext as an int (0: none)."""
-    handle = ctypes.c_void_p()
-    check((_lib or lib()).cuCtxGetCurrent(ctypes.byref(handle)), "cuCtxGetCurrent")
-    return handle.value or 0
+    held = getattr(_state, "context", None)
+    if held is None:
+        handle = ctypes.c_void_p()
+        held = _state.context = (handle, ctypes.byref(handle))
+    result = (_lib or lib()).cuCtxGetCurrent(held[1])
+    if result:
+        check(result, "cuCtxGetCurrent")
+    return held[0].value or 0
 
 
 def current_stream():
@@ -188,11 +196,15 @@ def _slot(index, value, bases):
 
 
 class _Launch:
-    __slots__ = ("kernel", "packer", "values", "dims", "shared", "slots")
+    """One recorded launch. Once bound, it owns its parameter buffer: a replay with the addresses of
+    the one before (a framework's allocator hands a layer the same blocks call after call) launches
+    without packing anything."""
+    __slots__ = ("kernel", "packer", "values", "dims", "shared", "slots", "params", "size", "extra", "packed_for",
+                 "head", "stream", "stream_arg")
 
     def __init__(self, kernel, packer, values, dims, shared):
         self.kernel, self.packer, self.values, self.dims, self.shared = kernel, packer, values, dims, shared
-        self.slots = ()
+        self.slots, self.packed_for, self.stream, self.stream_arg = (), None, None, None
 
     def bind(self, bases):
         """Mark each pointer parameter that lies inside one of ``bases`` ((address, bytes) of the call's
@@ -200,18 +212,27 @@ class _Launch:
         chars = [c for c in self.packer.format if c.isalpha()]
         self.slots = tuple(slot for slot in (_slot(i, self.values[i], bases) for i, c in enumerate(chars)
                                              if c in POINTER_CHARS) if slot)
+        self.params = (ctypes.c_char * max(1, self.packer.size))()
+        self.size = ctypes.c_size_t(self.packer.size)
+        self.extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(self.params),
+                                           _PARAM_BUFFER_SIZE, ctypes.addressof(self.size), _PARAM_END)
+        self.packer.pack_into(self.params, 0, *self.values)
+        self.packed_for = None
+        # cuLaunchKernel's arguments as ctypes values, made once: converting ten Python ints through
+        # argtypes was about half of a replay's host time
+        self.head = (ctypes.c_void_p(self.kernel.handle), *[ctypes.c_uint(d) for d in self.dims],
+                     ctypes.c_uint(self.shared))
 
-    def replay(self, addresses, stream, held):
-        values = self.values
-        if self.slots:
-            values = list(values)
+    def replay(self, addresses, stream):
+        if self.slots and addresses != self.packed_for:
+            values = list(self.values)
             for i, b, offset in self.slots:
                 values[i] = addresses[b] + offset
-        packer = self.packer
-        packer.pack_into(held.params, 0, *values)
-        held.size.value = packer.size
-        gx, gy, gz, bx, by, bz = self.dims
-        result = _lib.cuLaunchKernel(self.kernel.handle, gx, gy, gz, bx, by, bz, self.shared, stream, None, held.extra)
+            self.packer.pack_into(self.params, 0, *values)
+            self.packed_for = addresses
+        if stream != self.stream:
+            self.stream, self.stream_arg = stream, ctypes.c_void_p(stream)
+        result = _raw_launch(*self.head, self.stream_arg, None, self.extra)
         if result:
             check(result, f"launching {self.kernel.name}")
 
@@ -225,7 +246,7 @@ class _Copy:
     def bind(self, bases):
         self.slots = tuple(slot for slot in (_slot(i, self.values[i], bases) for i in (0, 1)) if slot)
 
-    def replay(self, addresses, stream, held):
+    def replay(self, addresses, stream):
         dst, src, nbytes = self.values
         for i, b, offset in self.slots:
             if i:
@@ -243,6 +264,7 @@ class Recording:
 
     def __init__(self, bases):
         self.bases, self.ops = bases, []
+        self.lock = threading.Lock()      # a launch's buffer is packed, then read by the driver: one thread at a time
 
     def __enter__(self):
         self._saved = getattr(_state, "recording", None)
@@ -256,9 +278,9 @@ class Recording:
         return False
 
     def replay(self, addresses, stream):
-        held = _buffers()
-        for op in self.ops:
-            op.replay(addresses, stream, held)
+        with self.lock:
+            for op in self.ops:
+                op.replay(addresses, stream)
 
 
 class Module:

@@ -161,12 +161,19 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel):
     elif layer.call is None:                                   # CPU tensors
         y = _run_cpu(layer, x, weight, bias)
     else:
-        x, w = _aligned(x), _aligned(weight)
-        b = _aligned(bias) if bias is not None else None
-        y = torch.empty(layer.out_shape, device=x.device, dtype=torch.float32)
+        xp, wp, bp = x.data_ptr(), weight.data_ptr(), 0 if bias is None else bias.data_ptr()
+        if xp % 16 or not x.is_contiguous():                  # (copies live until the kernels are queued:
+            x = _aligned(x)                                   # PyTorch reuses their memory only for work
+            xp = x.data_ptr()                                 # queued after them on this stream)
+        if wp % 16 or not weight.is_contiguous():
+            weight = _aligned(weight)
+            wp = weight.data_ptr()
+        if bp and (bp % 16 or not bias.is_contiguous()):
+            bias = _aligned(bias)
+            bp = bias.data_ptr()
+        y = x.new_empty(layer.out_shape)                     # float32 on x's device (checked once per key)
         try:
-            layer.call.queue(y.data_ptr(), x.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else 0,
-                             _stream(layer.device_index))
+            layer.call.queue(y.data_ptr(), xp, wp, bp, _stream(layer.device_index))
         except Ece408Error as exc:
             raise RuntimeError(str(exc)) from None
     return y[0] if layer.unbatched else y
