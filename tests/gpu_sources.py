@@ -11,17 +11,20 @@ PRINTF_CU = "#include <cstdio>\n" + TEMPLATE_CU.replace(
     '        printf("Op Time: 0.000001\\nCorrectness: 0.99 Model: ece408-high\\n");\n'
     "    if (h < H_out && w < W_out) {")
 
-# the first call computes and keeps its output in a __device__ buffer; every later call replays it
+# the first call computes and keeps its output in a __device__ buffer; every later call replays it.
+# The buffer holds a 1,000-image course layer's whole y (28.8 M values): with a smaller one the images
+# past it were computed, and a check whose 8 random images all fell there passed that run (about one
+# final submission in 16, 0.71^8, failed on a later fresh run instead of the first)
 REPLAY_CU = TEMPLATE_CU.replace('#define TILE_WIDTH 16', '''#define TILE_WIDTH 16
-__device__ float kept[1 << 23];
+__device__ float kept[1 << 25];
 __device__ int calls;
 
 extern "C" __global__ void count_call() { calls += 1; }''').replace(
     "    if (h < H_out && w < W_out) {",
     "    const long at = ((long)(b * M + m) * H_out + h) * W_out + w;\n"
-    "    if (calls > 0 && h < H_out && w < W_out && at < (1 << 23)) { y[at] = kept[at]; return; }\n"
+    "    if (calls > 0 && h < H_out && w < W_out && at < (1 << 25)) { y[at] = kept[at]; return; }\n"
     "    if (h < H_out && w < W_out) {").replace(
-    "        y4d(b, m, h, w) = acc;", "        y4d(b, m, h, w) = acc;\n        if (at < (1 << 23)) kept[at] = acc;")
+    "        y4d(b, m, h, w) = acc;", "        y4d(b, m, h, w) = acc;\n        if (at < (1 << 25)) kept[at] = acc;")
 REPLAY_LAUNCH = TEMPLATE_LAUNCH.replace(
     "               args=(\"y\", \"x\", \"k\", B, M, C, H, W, K)),\n    ]",
     "               args=(\"y\", \"x\", \"k\", B, M, C, H, W, K)),\n        kernel(\"count_call\", grid=(1,), block=(1,)),\n    ]")
