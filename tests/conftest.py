@@ -1,3 +1,5 @@
+import ctypes
+import mmap
 import os
 import subprocess
 import sys
@@ -17,6 +19,16 @@ os.environ.setdefault("ECE408_AUTOTUNE", "0")
 if not os.environ.get("ECE408_CUBIN_CACHE"):
     from ece408_op.kernels.device import cubin_cache_dir
     os.environ["ECE408_CUBIN_CACHE"] = str(cubin_cache_dir())
+
+
+def resident_pages(addr, nbytes):
+    """How many of the pages of [addr, addr + nbytes) are in memory (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    start, end = addr // mmap.PAGESIZE * mmap.PAGESIZE, -(-(addr + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * ((end - start) // mmap.PAGESIZE))()
+    assert libc.mincore(start, end - start, vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec)
 
 
 @contextmanager

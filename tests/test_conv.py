@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import assert_close
+from conftest import assert_close, resident_pages
 from ece408_op.conv import (conv2d_forward_cpu, conv2d_forward_reference, output_shape, parallel_copy,
                             reference_and_bound,
                             parallel_zero, parse_kernel)
@@ -285,18 +285,6 @@ def _kernel_has_populate():
     return platform.system() == "Linux" and tuple(int(p) for p in release[:2] if p.isdigit()) >= (5, 14)
 
 
-def _resident_pages(array):
-    import ctypes
-    import mmap
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-    start = array.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE
-    pages = -(-(array.ctypes.data + array.nbytes - start) // mmap.PAGESIZE)
-    vec = (ctypes.c_ubyte * pages)()
-    assert libc.mincore(start, pages * mmap.PAGESIZE, vec) == 0
-    return sum(v & 1 for v in vec), pages
-
-
 @pytest.mark.parametrize("slab_bytes", [1 << 20, 64 << 20])      # many slabs; one slab, split per thread
 def test_populate_maps_pages_without_changing_contents(slab_bytes):
     import mmap
@@ -304,11 +292,12 @@ def test_populate_maps_pages_without_changing_contents(slab_bytes):
     # fresh private anonymous memory (as malloc gives MXNet's output): zero pages, not mapped yet
     buffer = mmap.mmap(-1, (8 << 20) + 3 * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE)
     array = np.frombuffer(buffer, np.float32)[5:]              # not page-aligned at either end
-    assert _resident_pages(array)[0] == 0
+    addr, nbytes = array.ctypes.data, array.nbytes
+    assert resident_pages(addr, nbytes) == 0
     assert populate(array, slab_bytes=slab_bytes) == _kernel_has_populate()
     if _kernel_has_populate():                                 # every whole page inside is mapped
-        resident, pages = _resident_pages(array)
-        assert resident >= pages - 2
+        pages = -(-(addr + nbytes) // mmap.PAGESIZE) - addr // mmap.PAGESIZE
+        assert resident_pages(addr, nbytes) >= pages - 2
     assert not array.any()
     array[::1000] = 3.0
     populate(array)                                       # pages already there: contents untouched

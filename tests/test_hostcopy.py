@@ -8,25 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from conftest import resident_pages
 from ece408_op.errors import GpuError
 from ece408_op.kernels import hostcopy
 
 PAGE = mmap.PAGESIZE
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-
-
-def resident_pages(addr, nbytes):
-    """How many of the pages of [addr, addr + nbytes) are in memory (mincore)."""
-    start, end = addr // PAGE * PAGE, -(-(addr + nbytes) // PAGE) * PAGE
-    vec = (ctypes.c_ubyte * ((end - start) // PAGE))()
-    assert _libc.mincore(start, end - start, vec) == 0, ctypes.get_errno()
-    return sum(v & 1 for v in vec)
 
 
 def fresh_mapping(nbytes):
     """Anonymous memory that was never touched (as MXNet's fresh output is)."""
-    area = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    area = hostcopy.fresh_area(nbytes)
     return area, ctypes.addressof(ctypes.c_char.from_buffer(area))
 
 

@@ -9,9 +9,10 @@ the output is ready: whole calls, MXNet's fresh output memory included) and ece4
 (its computation); and, as a yardstick, MXNet's fresh output alone (``fresh_output``: an array
 of y's shape allocated, its pages faulted in as ece408_conv does before its clock, and released),
 which every whole call of the layer pays whatever its kernel. The course layers run at 10,000
-images, the real-network layers at their networks' batch sizes. MXNet's built-in uses ``OMP_NUM_THREADS`` threads (one by default on the
-project's CI machine): the CLI sets it to the number of CPUs before MXNet loads, unless it is
-set; ece408_conv's thread pool has as many threads (``$ECE408_CPU_THREADS``).
+images, the real-network layers at their networks' batch sizes. MXNet's built-in uses
+``OMP_NUM_THREADS`` threads (one by default on the project's CI machine): the CLI sets it to the
+number of CPUs before MXNet loads, unless it is set; ece408_conv's thread pool has as many threads
+(``$ECE408_CPU_THREADS``).
 
 ``bench overhead`` measures the fixed cost of one call: a bound graph (executor) of 50 chained
 1x1 convolutions on an 8x8 image (computation negligible), per node: MXNet's built-in, an empty
@@ -27,10 +28,10 @@ import time
 import numpy as np
 
 from ..conv import ConvSpec
-from ..conv.parallel import pool_size, populate
+from ..conv.parallel import pool_size
 from .compat import import_mxnet
 from . import lean
-from .op import POPULATE_BYTES, host_view, op_times
+from .op import fault_in_output, host_view, op_times
 
 mx = import_mxnet()
 
@@ -84,8 +85,7 @@ def bench_layer(shape, repeats=5, seed=408):
     def fresh_output():
         y = mx.nd.empty(y_shape)
         y.wait_to_read()
-        if y.size * 4 >= POPULATE_BYTES:
-            populate(host_view(y))
+        fault_in_output(host_view(y))
         del y
         mx.nd.waitall()
 

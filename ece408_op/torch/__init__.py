@@ -111,12 +111,17 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel):
 
 
 def _aligned(tensor):
-    """``tensor`` as a contiguous tensor whose data starts on a 16-byte boundary (copied if need be)."""
+    """(``tensor`` as a contiguous tensor whose data starts on a 16-byte boundary, its data pointer):
+    the tensor itself where it is one, else a copy. A copy lives until the kernels are queued, and
+    PyTorch reuses its memory only for work queued after them on the same stream."""
+    pointer = tensor.data_ptr()
+    if pointer % 16 == 0 and tensor.is_contiguous():
+        return tensor, pointer
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     if tensor.data_ptr() % 16:
         tensor = tensor.clone(memory_format=torch.contiguous_format)
-    return tensor
+    return tensor, tensor.data_ptr()
 
 
 def _check(input, weight, bias):
@@ -161,16 +166,9 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel):
     elif layer.call is None:                                   # CPU tensors
         y = _run_cpu(layer, x, weight, bias)
     else:
-        xp, wp, bp = x.data_ptr(), weight.data_ptr(), 0 if bias is None else bias.data_ptr()
-        if xp % 16 or not x.is_contiguous():                  # (copies live until the kernels are queued:
-            x = _aligned(x)                                   # PyTorch reuses their memory only for work
-            xp = x.data_ptr()                                 # queued after them on this stream)
-        if wp % 16 or not weight.is_contiguous():
-            weight = _aligned(weight)
-            wp = weight.data_ptr()
-        if bp and (bp % 16 or not bias.is_contiguous()):
-            bias = _aligned(bias)
-            bp = bias.data_ptr()
+        x, xp = _aligned(x)
+        weight, wp = _aligned(weight)
+        bias, bp = _aligned(bias) if bias is not None else (None, 0)
         y = x.new_empty(layer.out_shape)                     # float32 on x's device (checked once per key)
         try:
             layer.call.queue(y.data_ptr(), xp, wp, bp, _stream(layer.device_index))
