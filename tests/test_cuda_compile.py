@@ -7,6 +7,8 @@ import subprocess
 import pytest
 
 from ece408_op import kernels
+from ece408_op.kernels import autotune
+from ece408_op.kernels.versions import plan_defines
 from conftest import ROOT as ROOT_DIR
 
 NVCC = shutil.which("nvcc")
@@ -161,3 +163,39 @@ def test_v7_writes_y_in_16_byte_stores_where_its_rows_allow(shape, wide, tmp_pat
         assert all(s.endswith(".128") for s in stores), sorted(set(stores))
     else:                          # one float at a time, streamed whatever the tuning (Strip.stream)
         assert not any(s.endswith(".128") for s in stores) and all(".EF" in s for s in stores), sorted(set(stores))
+
+
+V20_LAYERS = [
+    kernels.ConvShape(128, 28, 28, 128, 3, PH=1, PW=1),     # ResNet-18's 28x28 stride-1 layer
+    kernels.ConvShape(64, 56, 56, 64, 3, PH=1, PW=1, BIAS=1),  # 64 filters: V20_BN 64, a bias
+    kernels.ConvShape(12, 36, 36, 24, 7),                   # 2019 conv2 (padded by the course harness)
+    kernels.ConvShape(256, 14, 14, 512, 1, SH=2, SW=2),     # 1x1 stride 2
+]
+
+
+def _ptxas(defines, arch, tmp_path):
+    result = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *[f"-D{k}={v}" for k, v in sorted(defines.items())],
+                             "-o", str(tmp_path / "v20.cubin"), str(kernels.SOURCE)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    block = result.stderr.split("Compiling entry function 'conv_forward_v20'")[1].split("Compiling entry function")[0]
+    registers = int(re.search(r"Used (\d+) registers", block).group(1))
+    return result.stderr, block, registers
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", [(0, {})] + [(0, o) for o in autotune.TILES[20][1:]] +
+                         [(i, {}) for i in range(1, len(V20_LAYERS))], ids=str)
+def test_v20_builds_its_wgmma_kernel_for_sm_90a_without_spills_or_serialisation(case, tmp_path):
+    from ece408_op.kernels.device import feature_arch
+    layer, overrides = V20_LAYERS[case[0]], case[1]
+    defines = plan_defines(20, layer, overrides)
+    assert feature_arch(tuple(defines.items()), "sm_90") == "sm_90a"          # wgmma exists only there
+    assert feature_arch(tuple(defines.items()), "sm_100") == "sm_100"         # (and v20 refuses 10.0 itself)
+    assert feature_arch(tuple(plan_defines(9, layer).items()), "sm_90") == "sm_90"
+    log, block, registers = _ptxas(defines, "sm_90a", tmp_path)
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", block), block
+    assert registers >= defines["V20_BN"] // 2, f"{registers} registers: the accumulators are not in registers"
+    # ptxas serialises wgmma (waits after each one) when it cannot prove the operands stay put: a 2-4x loss
+    assert "serialized" not in log, [line for line in log.splitlines() if "serialized" in line]
+    _, _, plain = _ptxas(defines, "sm_90", tmp_path)                         # without the feature set: the trap
+    assert plain < 24, f"the sm_90 (no wgmma) build of v20 has a body of {plain} registers"

@@ -24,6 +24,12 @@ SHAPES = [
 SAMPLE = 40                            # images checked per large batch
 
 
+def autotune_tiles(number):
+    """The autotuner's tile choices of a version besides its default."""
+    from ece408_op.kernels import autotune
+    return [t for t in autotune.TILES[number] if t]
+
+
 def _data(shape, seed):
     b, c, h, w, m, ksize = shape
     rng = np.random.default_rng(seed)
@@ -399,26 +405,35 @@ def test_depthwise_runs_its_layers_and_refuses_the_rest():
     assert kernels.default_version(kernels.ConvShape(32, 28, 28, 32, 3, PH=1, PW=1, G=32)) == 13
 
 
-@pytest.mark.parametrize("overrides", [{}, {"V13_VEC": 2}, {"V13_VEC": 1, "V13_THREADS": 128}], ids=str)
-@pytest.mark.parametrize("layer", DEPTHWISE, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
-def test_depthwise_matches_reference(gpu, layer, overrides):
-    from ece408_op.conv import reference_and_bound
-    spec, x, k, bias = _general_data(*layer, seed=13)
-    x = x / 255 - 0.5                                        # full mantissas, both signs
+def _plan_on_general_layer(gpu, version, layer, overrides, seed):
+    """(y, x, k, bias, spec): ``version``'s plan with ``overrides`` run once (forward) on a GENERAL-style
+    layer of full-mantissa data of both signs, y first filled with NaN."""
+    spec, x, k, bias = _general_data(*layer, seed=seed)
+    x = x / 255 - 0.5
     shape = kernels.ConvShape.of(x.shape, k.shape, spec)
     import pycuda.gpuarray as gpuarray
     with gpu.active():
-        plan = kernels.plan_for(gpu, shape, 13, overrides)
+        plan = kernels.plan_for(gpu, shape, version, overrides)
         xd, kd = gpuarray.to_gpu(x), gpuarray.to_gpu(k)
         bias_d = gpuarray.to_gpu(bias) if bias is not None else None
         yd = gpuarray.empty(spec.output_shape(x.shape), np.float32)
         yd.fill(np.nan)
         plan.forward(int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), int(bias_d.gpudata) if bias_d is not None else 0, len(x))
-        y = yd.get()
-    images = _sample(len(x), 13)
+        return yd.get(), x, k, bias, spec
+
+
+def _check_sample(what, y, x, k, bias, spec, images):
+    from ece408_op.conv import reference_and_bound
     ref, bound = reference_and_bound(x[images], k, bias, spec)
     bad = ~(np.abs(y[images] - ref) <= bound)
-    assert not bad.any(), f"v13 {layer} {overrides}: {int(bad.sum())} of {bad.size} off, first at {np.argwhere(bad)[0]}"
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} off, first at {np.argwhere(bad)[0]}"
+
+
+@pytest.mark.parametrize("overrides", [{}, {"V13_VEC": 2}, {"V13_VEC": 1, "V13_THREADS": 128}], ids=str)
+@pytest.mark.parametrize("layer", DEPTHWISE, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
+def test_depthwise_matches_reference(gpu, layer, overrides):
+    y, x, k, bias, spec = _plan_on_general_layer(gpu, 13, layer, overrides, seed=13)
+    _check_sample(f"v13 {layer} {overrides}", y, x, k, bias, spec, _sample(len(x), 13))
 
 
 def test_v7_adds_the_bias_from_the_constant_bank(gpu):
@@ -432,3 +447,47 @@ def test_v7_adds_the_bias_from_the_constant_bank(gpu):
     y, _ = kernels.conv2d_forward_gpu(x, k, bias, spec, version=7)
     ref, bound = reference_and_bound(x, k, bias, spec)
     assert (np.abs(y - ref) <= bound).all()
+
+
+# v20 (wgmma): filters not a multiple of its 64/128-filter tile, k not of its 16/32-k stage, positions
+# not of its 64/128-position block; padding, stride, dilation, a rectangular window, a bias.
+WGMMA = [
+    (3, 70, 11, 13, 96, dict(kernel=3, pad=1, no_bias="False")),
+    (2, 5, 17, 15, 130, dict(kernel="(3, 5)", stride="(2, 1)", pad="(1, 2)")),
+    (4, 33, 9, 9, 64, dict(kernel=3, dilate=2, pad=2)),
+    (65, 24, 7, 7, 40, dict(kernel=1)),
+]
+
+
+@pytest.mark.parametrize("overrides", [{}, *autotune_tiles(20), {"V20_STAGES": 3, "V20_MINB": 1}], ids=str)
+@pytest.mark.parametrize("layer", WGMMA, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
+def test_wgmma_tiles_match_reference(gpu, layer, overrides):
+    _require_available(20)
+    spec, x, k, _ = _general_data(*layer, seed=20)
+    assert kernels.VERSIONS[20].unsupported(kernels.ConvShape.of(x.shape, k.shape, spec), overrides) is None
+    y, x, k, bias, spec = _plan_on_general_layer(gpu, 20, layer, overrides, seed=20)
+    _check_sample(f"v20 {layer} {overrides}", y, x, k, bias, spec, np.arange(len(x)))
+
+
+def test_wgmma_refuses_what_it_cannot_run_in_one_line():
+    v20 = kernels.VERSIONS[20]
+    assert "one group" in v20.unsupported(kernels.ConvShape(32, 28, 28, 32, 3, PH=1, PW=1, G=32))
+    assert "63-tap" in v20.unsupported(kernels.ConvShape(3, 20, 20, 8, 9))
+    assert "tile" in v20.unsupported(kernels.ConvShape(64, 8, 8, 64, 3), {"V20_BN": 96})
+    assert "tile" in v20.unsupported(kernels.ConvShape(64, 8, 8, 64, 3), {"V20_WG": 4})
+    assert v20.unsupported(kernels.ConvShape(64, 8, 8, 64, 3), {"V20_BK": 16, "V20_WG": 2}) is None
+    # never a fallback (it exists on compute capability 9.0 only): the table or the autotuner choose it
+    assert 20 not in kernels.PREFERENCE
+
+
+def test_asking_for_wgmma_where_it_cannot_run_is_one_line():
+    from ece408_op.errors import GpuError
+    shape = kernels.ConvShape(64, 8, 8, 64, 3)
+    why = kernels.VERSIONS[20].available()
+    if why is None:                          # an H100/H200: it runs
+        assert kernels.choose_version(20, shape) == 20
+        return
+    with pytest.raises(GpuError) as info:    # no GPU, or not compute capability 9.0: refused before any build
+        kernels.choose_version("wgmma", shape)
+    message = str(info.value)
+    assert "\n" not in message and "v20 wgmma cannot run here" in message and why in message

@@ -103,9 +103,16 @@ def atomic_write(path, data):
         raise
 
 
+def feature_arch(defines, arch):
+    """``arch``, or its architecture-specific target where the defines ask for it (ARCH_FEATURES: v20's
+    wgmma exists only on sm_90a)."""
+    return arch + "a" if dict(defines).get("ARCH_FEATURES") and arch == "sm_90" else arch
+
+
 def build_cubin(defines, arch):
     """The cubin of conv_forward.cu built with ``defines`` (sorted (name, value) pairs) for ``arch``: from
     the cache, else nvcc (then cached). Needs no GPU and no PyCUDA."""
+    arch = feature_arch(defines, arch)
     path = cubin_path(defines, arch)
     try:
         return gzip.decompress(path.read_bytes())

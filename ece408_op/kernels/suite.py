@@ -35,7 +35,7 @@ from .versions import DEFAULTS_FILE, FUSED, VERSIONS, load_defaults, reload_defa
 COURSE_BATCHES = (100, 1000, 10000, 100000)
 BASELINE_LIMIT = 100000         # the unfused baselines of the fused layer run below this batch (memory)
 LADDER_BATCH = 10000            # course layers: every version at this batch; elsewhere only FAST ones
-FAST = (7, 8, 9, 10, 11, 12)    # besides the default version
+FAST = (7, 8, 9, 10, 11, 12, 20)    # besides the default version
 
 
 @dataclass(frozen=True)

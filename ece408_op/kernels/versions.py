@@ -54,6 +54,7 @@ class Version:
     exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
     defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
     own_error_model = False   # checked against its own error model (v17 FP16, v19 FFT), not the float32 bound
+    arch_features = False     # built for the device's architecture-specific target (v20: sm_90a's wgmma)
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -672,6 +673,87 @@ class Winograd(Version):
                 grid=(math.ceil(n * s.M * tt / 256), 1))
 
 
+class Wgmma(Version):
+    """3xTF32 like v9, on Hopper's warpgroup MMA (wgmma, sm_90a): a warpgroup multiplies 64 positions x
+    V20_BN filters per instruction, x gathered into its registers, the weights split once per call by
+    ``wgmma_weights`` into the shared-memory stages' layout (V20_INLINE 1: staged raw and split by the
+    kernel itself, one launch). One group; compute capability 9.0 only."""
+    number, name, kernels = 20, "wgmma", ("conv_forward_v20", "wgmma_weights")
+    general = True
+    exact = False
+    arch_features = True
+    tuning_keys = ("V20_BN", "V20_WG", "V20_BK", "V20_STAGES", "V20_MINB", "V20_INLINE")
+    MAX_IMAGE = 2**25         # C*H*W: the k table packs an offset and a 6-bit tap into 32 bits
+    MAX_X = _ImplicitGemm.MAX_X
+
+    WAVE_BLOCKS = 660         # 5 blocks per SM of an H100 (132 SMs)
+
+    def values(self, inner, tuning_overrides=None):
+        # From a 48-tile sweep on the H100 (docs/kernel-notes.md, "v20"): 2 stages of 32 k, registers capped
+        # for 2 blocks per SM, 128 filters per block (64 for at most 64 filters); 2 warpgroups where that
+        # still leaves WAVE_BLOCKS blocks (VGG's 28x28 layers at B=32, 784), else 1 (ResNet-18's 28x28
+        # layer at B=64: 0.157 ms with 1, 0.172 with 2, whose grid is 392 blocks). The grid's size is not
+        # known here (the batch is not part of a plan): the rule takes a batch of 64.
+        bn = 128 if inner.M > 64 else 64
+        blocks = math.ceil(64 * inner.HO * inner.WO / 128) * math.ceil(inner.M / bn)
+        values = {"V20_BN": bn, "V20_WG": 2 if blocks >= self.WAVE_BLOCKS else 1, "V20_BK": 32, "V20_STAGES": 2,
+                  "V20_MINB": 2, "V20_INLINE": 0}
+        values.update(self.own(tuning_overrides))
+        return {k: int(v) for k, v in values.items()}
+
+    def shared_bytes(self, defines):
+        d = defines
+        if "V20_BN" not in d:
+            return 0
+        kpad = math.ceil(d["CONV_C"] * d["CONV_KH"] * d["CONV_KW"] / d["V20_BK"]) * d["V20_BK"]
+        return d["V20_STAGES"] * 2 * d["V20_BK"] * d["V20_BN"] * 4 + kpad * 4
+
+    def limits(self, inner, tuning_overrides=None):
+        s, v = inner, self.values(inner, tuning_overrides)
+        if s.G != 1:
+            return "needs one group"
+        if s.KH * s.KW > 63:
+            return f"a {s.KH}x{s.KW} window has more taps than its 63-tap mask"
+        if s.C * s.H * s.W >= self.MAX_IMAGE:
+            return f"one image has {s.C * s.H * s.W} elements (its k table: below {self.MAX_IMAGE})"
+        if (v["V20_BN"] not in (64, 128) or v["V20_BK"] % 8 or not v["V20_BK"] or v["V20_WG"] not in (1, 2)
+                or v["V20_STAGES"] < 2 or v["V20_MINB"] not in (1, 2) or v["V20_INLINE"] not in (0, 1)):
+            return f"tile {v} (V20_BN 64 or 128, V20_BK a multiple of 8, 1 or 2 warpgroups and blocks, 2+ stages)"
+        kpad = math.ceil(s.CKK / v["V20_BK"]) * v["V20_BK"]
+        shared = v["V20_STAGES"] * 2 * v["V20_BK"] * v["V20_BN"] * 4 + kpad * 4
+        if shared > MAX_SHARED:
+            return f"its stages need {shared} bytes of shared memory (at most {MAX_SHARED})"
+        return None
+
+    def defines(self, inner, tuning_overrides=None):
+        return self.values(inner, tuning_overrides)
+
+    def available(self):
+        from .device import GpuDevice          # (device does not import this module's users)
+        try:
+            arch = GpuDevice.get().arch
+        except GpuError as exc:
+            return str(exc)
+        return None if arch == "sm_90" else f"wgmma needs compute capability 9.0 (sm_90a), not {arch}"
+
+    def launch(self, plan, y, x, k, bias, batch):
+        s, d, dev = plan.inner, plan.defines, plan.device
+        conv, weights = plan.kernels
+        ftiles, kt = math.ceil(s.M / d["V20_BN"]), math.ceil(s.CKK / d["V20_BK"])
+        count = ftiles * kt * 2 * d["V20_BK"] * d["V20_BN"]
+        w2 = k                                # V20_INLINE: the kernel stages and splits k itself
+        if not d["V20_INLINE"]:
+            w2 = int(dev.buffer("v20 split weights", count * 4))
+            weights(np.uintp(w2), np.uintp(k), block=(256, 1, 1), grid=(min(math.ceil(count / 256), 1 << 16), 1))
+        image, out = s.C * s.H * s.W, s.M * s.HO * s.WO
+        chunk = min(batch, self.MAX_X // image)
+        for b0 in range(0, batch, chunk):
+            n = min(chunk, batch - b0)
+            conv(np.uintp(y + 4 * b0 * out), np.uintp(x + 4 * b0 * image), np.uintp(w2), np.uintp(bias), np.int32(n),
+                 block=(128 * d["V20_WG"], 1, 1), grid=(math.ceil(n * s.HO * s.WO / (64 * d["V20_WG"])), ftiles),
+                 shared=plan.shared_bytes)
+
+
 # ------------------------------------------------------------------ v14-v19: the rest of the course's list
 # (docs/course-map.md). None is ever a default: v14-v16 are steps of the ladder, slower than the defaults
 # on every course layer; v17 and v19 do not keep the float32 bound; v18 depends on a library.
@@ -914,7 +996,7 @@ class Fused:
 
 VERSIONS = {v.number: v for v in (Naive(), Shared(), Constant(), Register(), Im2col(), Implicit(), Strip(), Gemm(),
                                   Tensor(), Filters(), Resident(), Winograd(), Depthwise(), RestrictUnroll(),
-                                  ChannelTree(), ChannelAtomics(), Half(), Cublas(), Fft())}
+                                  ChannelTree(), ChannelAtomics(), Half(), Cublas(), Fft(), Wgmma())}
 FUSED = Fused()
 FUSED_ID = 100            # ONLY_KERNEL of the fused kernel's module
 # The fallback order where no table measured on this device names the layer's shape: from the H100
@@ -922,7 +1004,8 @@ FUSED_ID = 100            # ONLY_KERNEL of the fused kernel's module
 # v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
 # course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them;
 # v13 before v8 where it runs (depthwise layers, MobileNetV2 on the H100: docs/gpu-dropin.md).
-# v1, v5, v6, v8 and v9 run every shape. v12 (Winograd) is never a default: only asked for.
+# v1, v5, v6, v8 and v9 run every shape. v12 (Winograd) is never a default: only asked for. v20 (wgmma) runs on
+# compute capability 9.0 only, so it is never a fallback: a default where the table or the autotuner chose it.
 PREFERENCE = (7, 10, 13, 8, 4, 6, 5, 1, 3, 2, 9, 11)
 
 
@@ -945,7 +1028,10 @@ def module_defines(inner, tuning_overrides=None):
 def plan_defines(owner, inner, tuning_overrides=None):
     """The #defines of the module a plan loads: ``module_defines`` plus ONLY_KERNEL, so that only the
     kernels of ``owner`` (a version number, or FUSED) are compiled (a sixth of the build time)."""
-    return {**module_defines(inner, tuning_overrides), "ONLY_KERNEL": FUSED_ID if owner is FUSED else int(owner)}
+    defines = {**module_defines(inner, tuning_overrides), "ONLY_KERNEL": FUSED_ID if owner is FUSED else int(owner)}
+    if owner is not FUSED and VERSIONS[int(owner)].arch_features:
+        defines["ARCH_FEATURES"] = 1          # device.build_cubin: sm_90 -> sm_90a
+    return defines
 
 
 FAST = "fast"             # the request "v12 (Winograd) where it runs the layer, else the default"
@@ -1044,6 +1130,10 @@ def resolve_version(requested, shape, device_name=None, tune=None):
     reason = VERSIONS[number].unsupported(shape)
     if reason:
         raise ShapeError(f"kernel {VERSIONS[number].label} cannot run this layer: {reason}; use kernel=auto")
+    if VERSIONS[number].arch_features:        # (v20: built for sm_90a; elsewhere its entry point traps)
+        missing = VERSIONS[number].available()
+        if missing:
+            raise GpuError(f"kernel {VERSIONS[number].label} cannot run here: {missing}; use kernel=auto")
     return number, None
 
 
