@@ -64,7 +64,7 @@ def test_choose_times_once_picks_the_fastest_and_a_second_process_reads_the_cach
     path = cache_home / "ece408_op" / "autotune" / "Test_GPU_80GB.json"
     entry = json.loads(path.read_text())["entries"][autotune.cache_key(POINTWISE, 64)]
     assert entry["version"] == 9 and entry["overrides"] == {} and len(entry["timings"]) == len(
-        autotune.candidates(POINTWISE))
+        autotune.candidates(POINTWISE, FakeDevice.arch))
     assert autotune.choose(FakeDevice(), POINTWISE, 60, measure=measure) == (9, {})     # same batch class
     assert len(calls) == 1
     autotune.forget_caches()                                    # a new process: the file, no timing
@@ -85,7 +85,7 @@ def test_a_tile_can_win(cache_home):
 def test_untimed_candidates_are_never_picked(cache_home):
     def measure(dev, shape, batch, options, budget):
         return [(n, o, None if i else 5e-3) for i, (n, o) in enumerate(options)]
-    first = autotune.candidates(POINTWISE)[0]
+    first = autotune.candidates(POINTWISE, FakeDevice.arch)[0]      # (the device's: v20 first on sm_90)
     assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure) == first
     assert autotune.pick([(8, {}, None)]) is None
 

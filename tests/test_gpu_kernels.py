@@ -491,3 +491,16 @@ def test_asking_for_wgmma_where_it_cannot_run_is_one_line():
         kernels.choose_version("wgmma", shape)
     message = str(info.value)
     assert "\n" not in message and "v20 wgmma cannot run here" in message and why in message
+
+
+def test_wgmma_is_a_candidate_only_on_compute_capability_9_0():
+    from ece408_op.kernels import autotune
+    shape = kernels.ConvShape(128, 28, 28, 128, 3, PH=1, PW=1)
+    on_hopper = {n for n, _ in autotune.candidates(shape, "sm_90")}
+    assert 20 in on_hopper and 9 in on_hopper
+    assert 20 not in {n for n, _ in autotune.candidates(shape, "sm_80")}
+    assert "9.0" in kernels.VERSIONS[20].arch_reason("sm_100") and kernels.VERSIONS[9].arch_reason("sm_80") is None
+    # a dilated window that reaches past 2^25 elements into an image (its k table's offsets are 26 bits)
+    far = kernels.ConvShape(7, 2048, 2048, 8, 3, PH=2049, DH=2048)
+    assert far.HO > 0 and "reaches" in kernels.VERSIONS[20].unsupported(far)
+    assert kernels.VERSIONS[20].launches({"V20_INLINE": 1}) == 1 and kernels.VERSIONS[20].launches({"V20_INLINE": 0}) == 2

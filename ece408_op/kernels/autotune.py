@@ -17,13 +17,15 @@ default stream without an L2 flush (network use: layers back to back), each repe
 consecutive launches for 0.5 ms of work (a small layer's launch cost stays out), the median kept;
 20 ms of launches first, so that the first candidate does not run at idle clocks. Two passes: every
 candidate 3 repeats, then what is left of the budget on those within 1.25x of the best so far (up to
-15 repeats each), so a long candidate list does not leave the last ones untimed (v20's six tiles
+15 repeats each), so a long candidate list does not leave the last ones untimed (v20's eight tiles
 come first; at the course layers' batch of 10,000 they had left v11 out). A repeat's figure is the
 larger of the GPU's time per call and the launches' host time plus CALLER_HOST_S: on a layer of
 0.01-0.02 ms a network waits on the host, and a version of two launches (v20: the weight split, then
 the convolution) loses there what its faster kernel gains (MobileNetV2's 1x1 192->64 on 14x14: kernel
-0.57x cuDNN, whole call 1.12x back to back). Runs before
-the caller's kernels are queued, so never inside the course's timed region (``_TimedPlan.forward``).
+0.57x cuDNN, whole call 1.12-1.14x back to back). The same choice serves the course's path for a
+shape the table does not name (Op Time counts the GPU alone): there the floor can cost at most its
+15 us. Runs before the caller's kernels are queued, so never inside the course's timed region
+(``_TimedPlan.forward``).
 A cache entry names the kernel source it was measured with; a changed source tunes again. A file
 that cannot be read as a cache is ignored with a one-line warning and replaced on the next write
 (written atomically: a temporary file, then a rename).
@@ -38,6 +40,7 @@ import sys
 import threading
 import time
 
+from ..errors import GpuError
 from .device import atomic_write, precompile, source_text, user_cache_dir
 from .versions import VERSIONS, plan_defines, shape_key
 
@@ -92,13 +95,15 @@ def cache_key(shape, batch):
     return f"{shape_key(shape)} B{bucket(batch)}"
 
 
-def candidates(shape):
-    """[(version, overrides)] to time on ``shape``: each default-able version of TUNED that runs it, with
-    its TILES (tiles that do not divide or fit the layer dropped, and tiles equal to another one)."""
+def candidates(shape, arch=None):
+    """[(version, overrides)] to time on ``shape``: each default-able version of TUNED that runs it (on a
+    device of ``arch``, default the default device's), with its TILES (tiles that do not divide or fit
+    the layer dropped, and tiles equal to another one)."""
     out, seen = [], set()
     for number in TUNED:
         version = VERSIONS[number]
-        if not version.defaultable or version.available() is not None:
+        missing = version.available() if arch is None else version.arch_reason(arch)
+        if not version.defaultable or missing is not None:
             continue
         for overrides in TILES.get(number, [{}]):
             try:
@@ -213,7 +218,7 @@ def choose(dev, shape, batch, measure=None, log=_warn):
     stored = cache.get(shape, batch)
     if stored is not None:
         return stored
-    options = candidates(shape)
+    options = candidates(shape, dev.arch)
     if not options:
         return None
     start = time.perf_counter()
@@ -238,7 +243,18 @@ def measure_on_device(dev, shape, batch, options, budget):
     from . import cudadrv
     from .launch import plan_for
     modules = [plan_defines(n, VERSIONS[n].inner(shape), o) for n, o in options]
-    precompile(modules, dev.arch)                            # nvcc in parallel, before any timing
+    try:
+        precompile(modules, dev.arch)                        # nvcc in parallel, before any timing
+    except GpuError:                                         # one that does not build (v20 with an nvcc
+        built = []                                           # without sm_90a): the others are timed
+        for option, defines in zip(options, modules):
+            try:
+                precompile([defines], dev.arch)
+                built.append(option)
+            except GpuError as exc:
+                _warn(f"not tuning {describe(*option)}: {str(exc).splitlines()[0]}")
+        return [(n, o, None) for n, o in options if (n, o) not in built] + \
+            measure_on_device(dev, shape, batch, built, budget) if built else [(n, o, None) for n, o in options]
     spent = 0.0
     previous = cudadrv.set_stream(0)
     try:

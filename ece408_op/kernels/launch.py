@@ -63,6 +63,9 @@ class ConvPlan(_TimedPlan):
 
     def __init__(self, device, shape, version, tuning_overrides=None):
         self.device, self.shape, self.version = device, shape, VERSIONS[version]
+        wrong_device = self.version.arch_reason(device.arch)
+        if wrong_device:                      # (v20 on another GPU: its entry point would trap)
+            raise GpuError(f"kernel {self.version.label} cannot run on device {device.index}: {wrong_device}")
         self.tuning_overrides = dict(tuning_overrides or {})
         self.inner = self.version.inner(shape)
         self.defines = plan_defines(version, self.inner, tuning_overrides)   # the launch sizes its grid from them

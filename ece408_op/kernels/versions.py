@@ -99,6 +99,14 @@ class Version:
         cuFFT), else why not; checked where it runs, not by ``unsupported`` (a property of the layer)."""
         return None
 
+    def arch_reason(self, arch):
+        """None if its kernels run on a device of ``arch`` ('sm_90'), else why not (v20: 9.0 only)."""
+        return None
+
+    def launches(self, defines):
+        """Kernel launches per call (besides a course-style version's padding and bias passes)."""
+        return len(self.kernels)
+
     def reference_and_bound(self, x, k, bias=None, spec=None):
         """(float64 reference, elementwise bound its results must meet): the float32 bound, or the
         version's own error model (``own_error_model``; ece408_op/conv/bounds.py)."""
@@ -683,7 +691,7 @@ class Wgmma(Version):
     exact = False
     arch_features = True
     tuning_keys = ("V20_BN", "V20_WG", "V20_BK", "V20_STAGES", "V20_MINB", "V20_INLINE")
-    MAX_IMAGE = 2**25         # C*H*W: the k table packs an offset and a 6-bit tap into 32 bits
+    MAX_IMAGE = 2**25         # offsets into an image: the k table packs one and a 6-bit tap into 32 bits
     MAX_X = _ImplicitGemm.MAX_X
 
     WAVE_BLOCKS = 660         # 5 blocks per SM of an H100 (132 SMs)
@@ -714,8 +722,9 @@ class Wgmma(Version):
             return "needs one group"
         if s.KH * s.KW > 63:
             return f"a {s.KH}x{s.KW} window has more taps than its 63-tap mask"
-        if s.C * s.H * s.W >= self.MAX_IMAGE:
-            return f"one image has {s.C * s.H * s.W} elements (its k table: below {self.MAX_IMAGE})"
+        reach = max(s.C * s.H * s.W, (s.C - 1) * s.H * s.W + (s.KH - 1) * s.DH * s.W + (s.KW - 1) * s.DW + 1)
+        if reach >= self.MAX_IMAGE:
+            return f"a window reaches {reach} elements into an image (its k table: below {self.MAX_IMAGE})"
         if (v["V20_BN"] not in (64, 128) or v["V20_BK"] % 8 or not v["V20_BK"] or v["V20_WG"] not in (1, 2)
                 or v["V20_STAGES"] < 2 or v["V20_MINB"] not in (1, 2) or v["V20_INLINE"] not in (0, 1)):
             return f"tile {v} (V20_BN 64 or 128, V20_BK a multiple of 8, 1 or 2 warpgroups and blocks, 2+ stages)"
@@ -729,12 +738,19 @@ class Wgmma(Version):
         return self.values(inner, tuning_overrides)
 
     def available(self):
+        """Whether the default device ($ECE408_GPU) has it; ``arch_reason`` checks a given device."""
         from .device import GpuDevice          # (device does not import this module's users)
         try:
             arch = GpuDevice.get().arch
         except GpuError as exc:
             return str(exc)
+        return self.arch_reason(arch)
+
+    def arch_reason(self, arch):
         return None if arch == "sm_90" else f"wgmma needs compute capability 9.0 (sm_90a), not {arch}"
+
+    def launches(self, defines):
+        return 1 if defines.get("V20_INLINE") else 2
 
     def launch(self, plan, y, x, k, bias, batch):
         s, d, dev = plan.inner, plan.defines, plan.device

@@ -118,7 +118,7 @@ def hot_path(torch):
             "plan_launch_us": _host_us(launch_only, sync=sync),
             "module_forward_us": _host_us(lambda: conv(x), sync=sync),
             "cudnn_module_forward_us": _host_us(lambda: ref(x), sync=sync),
-            "launches_per_call": len(plan.version.kernels) + (plan.add_bias is not None) + (plan.pad_input is not None),
+            "launches_per_call": plan.version.launches(plan.defines) + (plan.add_bias is not None) + (plan.pad_input is not None),
         }
     sync()
     result["before_queued_us"] = result["lean_call_us"] - result["replay_only_us"]
@@ -202,7 +202,7 @@ def autotune_check(torch, shapes, log, repeats=20):
     dev = GpuDevice.get()
     out = []
     for name, shape, batch in shapes:
-        options = autotune.candidates(shape)
+        options = autotune.candidates(shape, dev.arch)
         first = autotune.measure_on_device(dev, shape, batch, options, autotune.budget_s())
         chosen = autotune.pick(first)
         saved = autotune.REPEATS
