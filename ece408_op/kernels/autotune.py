@@ -253,8 +253,8 @@ def measure_on_device(dev, shape, batch, options, budget):
                 built.append(option)
             except GpuError as exc:
                 _warn(f"not tuning {describe(*option)}: {str(exc).splitlines()[0]}")
-        return [(n, o, None) for n, o in options if (n, o) not in built] + \
-            measure_on_device(dev, shape, batch, built, budget) if built else [(n, o, None) for n, o in options]
+        timings = measure_on_device(dev, shape, batch, built, budget) if built else []
+        return timings + [(n, o, None) for n, o in options if (n, o) not in built]
     spent = 0.0
     previous = cudadrv.set_stream(0)
     try:
@@ -278,9 +278,11 @@ def measure_on_device(dev, shape, batch, options, budget):
                 return max(start.time_till(end) / 1e3 / calls, host + CALLER_HOST_S)
 
             def recorded(plan):
-                with cudadrv.Recording(()) as recording:             # once untimed; then its launches
-                    plan.launch(int(y), int(x), int(k), int(bias) if shape.BIAS else 0, batch)  # replayed
-                return recording, dev.generation                      # (as a network call does)
+                """(run: a replay of the plan's launches, recorded once untimed, as a network call does;
+                the device's workspace generation it was recorded in)."""
+                with cudadrv.Recording(()) as recording:
+                    plan.launch(int(y), int(x), int(k), int(bias) if shape.BIAS else 0, batch)
+                return (lambda: recording.replay((), 0)), dev.generation
 
             # Pass 1: each candidate set up and timed REPEATS[0] times, while the budget lasts.
             plans, times = [], []
@@ -290,8 +292,7 @@ def measure_on_device(dev, shape, batch, options, budget):
                     times.append([])
                     continue
                 plan = plan_for(dev, shape, number, overrides)
-                recording, generation = recorded(plan)
-                run = lambda recording=recording: recording.replay((), 0)   # noqa: E731
+                run, generation = recorded(plan)
                 began = time.perf_counter()
                 if index == 0:                   # raise the clocks first (WARM_S of this candidate)
                     while time.perf_counter() - began < WARM_S:
@@ -300,7 +301,7 @@ def measure_on_device(dev, shape, batch, options, budget):
                 # host cost stays out of a small layer's figure
                 calls = max(1, min(MAX_CALLS, math.ceil(MIN_REPEAT_S / max(timed(run, 1), 1e-7))))
                 times.append([timed(run, calls) for _ in range(REPEATS[0])])
-                plans.append([plan, recording, generation, calls])
+                plans.append([plan, run, generation, calls])
                 spent += time.perf_counter() - began
             # Pass 2: the rest of the budget on the contenders (within CONTENDERS of the best median so far),
             # a repeat each in turn, up to REPEATS[1]: the precision goes where the choice is made.
@@ -315,11 +316,11 @@ def measure_on_device(dev, shape, batch, options, budget):
                     break
                 began = time.perf_counter()
                 for i in todo:
-                    plan, recording, generation, calls = plans[i]
+                    plan, run, generation, calls = plans[i]
                     if generation != dev.generation:     # a workspace it replays into was reallocated since
-                        recording, generation = recorded(plan)
-                        plans[i][1:3] = recording, generation
-                    times[i].append(timed(lambda recording=recording: recording.replay((), 0), calls))
+                        run, generation = recorded(plan)
+                        plans[i][1:3] = run, generation
+                    times[i].append(timed(run, calls))
                 spent += time.perf_counter() - began
             out = [(number, overrides, statistics.median(t) if t else None)
                    for (number, overrides), t in zip(options, times)]

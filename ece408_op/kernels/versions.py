@@ -709,12 +709,14 @@ class Wgmma(Version):
         values.update(self.own(tuning_overrides))
         return {k: int(v) for k, v in values.items()}
 
+    @staticmethod
+    def _shared(ckk, v):
+        """Bytes of shared memory: the weight stages (hi and lo) and the k table padded to whole stages."""
+        return v["V20_STAGES"] * 2 * v["V20_BK"] * v["V20_BN"] * 4 + math.ceil(ckk / v["V20_BK"]) * v["V20_BK"] * 4
+
     def shared_bytes(self, defines):
         d = defines
-        if "V20_BN" not in d:
-            return 0
-        kpad = math.ceil(d["CONV_C"] * d["CONV_KH"] * d["CONV_KW"] / d["V20_BK"]) * d["V20_BK"]
-        return d["V20_STAGES"] * 2 * d["V20_BK"] * d["V20_BN"] * 4 + kpad * 4
+        return self._shared(d["CONV_C"] * d["CONV_KH"] * d["CONV_KW"], d) if "V20_BN" in d else 0
 
     def limits(self, inner, tuning_overrides=None):
         s, v = inner, self.values(inner, tuning_overrides)
@@ -728,8 +730,7 @@ class Wgmma(Version):
         if (v["V20_BN"] not in (64, 128) or v["V20_BK"] % 8 or not v["V20_BK"] or v["V20_WG"] not in (1, 2)
                 or v["V20_STAGES"] < 2 or v["V20_MINB"] not in (1, 2) or v["V20_INLINE"] not in (0, 1)):
             return f"tile {v} (V20_BN 64 or 128, V20_BK a multiple of 8, 1 or 2 warpgroups and blocks, 2+ stages)"
-        kpad = math.ceil(s.CKK / v["V20_BK"]) * v["V20_BK"]
-        shared = v["V20_STAGES"] * 2 * v["V20_BK"] * v["V20_BN"] * 4 + kpad * 4
+        shared = self._shared(s.CKK, v)
         if shared > MAX_SHARED:
             return f"its stages need {shared} bytes of shared memory (at most {MAX_SHARED})"
         return None
@@ -755,10 +756,10 @@ class Wgmma(Version):
     def launch(self, plan, y, x, k, bias, batch):
         s, d, dev = plan.inner, plan.defines, plan.device
         conv, weights = plan.kernels
-        ftiles, kt = math.ceil(s.M / d["V20_BN"]), math.ceil(s.CKK / d["V20_BK"])
-        count = ftiles * kt * 2 * d["V20_BK"] * d["V20_BN"]
+        ftiles = math.ceil(s.M / d["V20_BN"])
         w2 = k                                # V20_INLINE: the kernel stages and splits k itself
         if not d["V20_INLINE"]:
+            count = ftiles * math.ceil(s.CKK / d["V20_BK"]) * 2 * d["V20_BK"] * d["V20_BN"]
             w2 = int(dev.buffer("v20 split weights", count * 4))
             weights(np.uintp(w2), np.uintp(k), block=(256, 1, 1), grid=(min(math.ceil(count / 256), 1 << 16), 1))
         image, out = s.C * s.H * s.W, s.M * s.HO * s.WO
