@@ -82,6 +82,21 @@ def test_a_tile_can_win(cache_home):
         9, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4})
 
 
+def test_host_bound_ties_go_to_the_fastest_kernel():
+    """Figures within HOST_TIE of the fastest tie (a small layer: the host's floor sets them all); the least
+    GPU time among them wins. Outside the tie the figure decides, however fast the kernel (two launches
+    that cost more host time than their kernel saves lose)."""
+    tie = 1 + autotune.HOST_TIE
+    floor = 22e-6
+    timings = [(9, {}, floor, 21e-6), (20, {"V20_INLINE": 1}, floor * (1 + 0.5 * autotune.HOST_TIE), 12e-6),
+               (13, {}, floor * 1.01, 18e-6), (20, {}, floor * tie * 1.01, 8e-6)]
+    assert autotune.pick(timings)[:2] == (20, {"V20_INLINE": 1})
+    assert autotune.pick(timings[:1] + timings[3:])[:2] == (9, {})
+    # no GPU figure (an injected measure): the figure alone
+    assert autotune.pick([(8, {}, 2e-3), (9, {}, 1e-3)])[0] == 9
+    assert autotune.pick([(8, {}, 1e-3, None), (9, {}, 1.02e-3, 0.5e-3)])[0] == 9
+
+
 def test_untimed_candidates_are_never_picked(cache_home):
     def measure(dev, shape, batch, options, budget):
         return [(n, o, None if i else 5e-3) for i, (n, o) in enumerate(options)]

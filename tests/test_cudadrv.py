@@ -15,6 +15,7 @@ class FakeDriver:
 
     def __init__(self):
         self.launches, self.copies = [], []
+        self.ex_launches = 0
 
     def cuLaunchKernel(self, handle, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         buffer, size = extra[1], ctypes.c_size_t.from_address(extra[3]).value
@@ -27,16 +28,27 @@ class FakeDriver:
         values = [a.value or 0 if isinstance(a, (ctypes.c_void_p, ctypes.c_uint)) else a for a in args]
         return self.cuLaunchKernel(*values)
 
+    def raw_launch_ex(self, config_ref, function, params, extra):
+        """cuLaunchKernelEx as a replay calls it: the CUlaunchConfig by reference, the function as a c_void_p."""
+        self.ex_launches += 1
+        config = config_ref._obj
+        assert isinstance(config, cudadrv._LaunchConfig) and isinstance(function, ctypes.c_void_p)
+        assert params is None and config.num_attrs == 0
+        return self.cuLaunchKernel(function.value, *config.grid, *config.block, config.shared, config.stream or 0,
+                                   params, extra)
+
     def cuMemcpyDtoDAsync_v2(self, dst, src, nbytes, stream):
         self.copies.append((dst, src, nbytes, stream))
         return 0
 
 
-@pytest.fixture
-def driver(monkeypatch):
+@pytest.fixture(params=["cuLaunchKernelEx", "cuLaunchKernel"])
+def driver(monkeypatch, request):
+    """The fake driver; a replay launches with cuLaunchKernelEx, or cuLaunchKernel where the driver has no Ex."""
     fake = FakeDriver()
     monkeypatch.setattr(cudadrv, "_lib", fake)
     monkeypatch.setattr(cudadrv, "_raw_launch", fake.raw_launch)
+    monkeypatch.setattr(cudadrv, "_raw_launch_ex", fake.raw_launch_ex if request.param == "cuLaunchKernelEx" else None)
     cudadrv.set_stream(0)
     yield fake
     cudadrv.set_stream(0)
@@ -93,27 +105,27 @@ def test_an_absent_bias_is_never_bound(driver):
     assert struct.unpack("@QQ", driver.launches[0][4]) == (0x5000, 0)
 
 
-def test_a_replay_repacks_only_when_the_pointers_change(driver, monkeypatch):
+def test_a_replay_rewrites_only_the_pointers_and_only_when_they_change(driver, monkeypatch):
     """Each recorded launch keeps its own packed parameters: the same pointers as the call before launch
-    them as they are (no packing), other pointers are packed again, and going back packs the first again."""
+    them as they are (nothing written), other pointers are written into their slots alone (the int
+    parameter's bytes are never touched), and going back writes the first ones again."""
     conv = cudadrv.Kernel(None, "conv", 2)
     with cudadrv.Recording(((0x1000, 64), (0x2000, 64), (0x3000, 64), (0, 16))) as recording:
         conv(np.uintp(0x1000), np.uintp(0x2010), np.int32(5), block=(32,), grid=(1,))
-    packs = []
+    writes = []
     launch = recording.ops[0]
-    real = launch.packer
+    real = launch.words
 
-    class CountingPacker:
-        format, size = real.format, real.size
-
-        def pack_into(self, *args):
-            packs.append(args[2:])
-            real.pack_into(*args)
-    monkeypatch.setattr(launch, "packer", CountingPacker())
+    class CountingWords:
+        def __setitem__(self, index, value):
+            writes.append((index, value))
+            real[index] = value
+    monkeypatch.setattr(launch, "words", CountingWords())
     driver.launches.clear()
     a, b = (0x5000, 0x6000, 0x7000, 0), (0x8000, 0x9000, 0xA000, 0)
     for addresses in (a, a, b, b, a):
         recording.replay(addresses, 0)
+    assert driver.ex_launches == (5 if cudadrv._raw_launch_ex else 0)          # the driver's Ex where it has it
     got = [struct.unpack("@QQi", launch[4]) for launch in driver.launches]
     assert got == [(0x5000, 0x6010, 5)] * 2 + [(0x8000, 0x9010, 5)] * 2 + [(0x5000, 0x6010, 5)]
-    assert packs == [(0x5000, 0x6010, 5), (0x8000, 0x9010, 5), (0x5000, 0x6010, 5)]
+    assert writes == [(0, 0x5000), (1, 0x6010), (0, 0x8000), (1, 0x9010), (0, 0x5000), (1, 0x6010)]

@@ -18,7 +18,7 @@ from conftest import check_against_reference
 from ece408_op import kernels
 from ece408_op.conv import ConvSpec, reference_and_bound
 from ece408_op.errors import ShapeError
-from ece408_op.kernels import autotune, device, launch, versions
+from ece408_op.kernels import autotune, cudadrv, device, launch, versions
 
 
 def _to_device(gpu, *arrays):
@@ -110,6 +110,18 @@ def test_a_seen_layer_reads_no_file_builds_nothing_and_never_synchronises(gpu, m
     assert not files.counts, f"file reads on the hot path: {dict(files.counts)}"
     assert not defines.counts, f"define building / version choice on the hot path: {dict(defines.counts)}"
     assert not syncs.counts, f"synchronisation or zeroing on the hot path: {dict(syncs.counts)}"
+    # with the device's context current (as PyTorch leaves it), the driver is asked for the current context
+    # only before a replay that starts with a copy (the course's constant-bank versions); one that starts
+    # with a launch just launches
+    with gpu.active():
+        call.queue(*args[:3], args[5] or 0)         # (the calls above had no context current: this one asks)
+        contexts = Counting(monkeypatch, [(cudadrv, "current_context")])
+        for _ in range(20):
+            call.queue(*args[:3], args[5] or 0)
+    recording = call.recordings[(False, 0)][0]
+    first_op = type(recording.ops[0]).__name__
+    assert recording.launch_first == (first_op == "_Launch")
+    assert sum(contexts.counts.values()) == (0 if recording.launch_first else 20), (first_op, dict(contexts.counts))
     monkeypatch.undo()
     _synchronize(gpu)
     with gpu.active():
@@ -160,6 +172,35 @@ def test_async_accumulate_and_a_non_default_stream(gpu):
         assert (np.abs(y - base - ref) <= bound + 1e-6 * np.abs(base)).all()
 
 
+@pytest.mark.parametrize("x_shape, attrs, version", [LAYERS[0], LAYERS[3]], ids=["copy first", "launch first"])
+def test_another_context_current_on_the_thread(gpu, x_shape, attrs, version):
+    """A caller with its own context current (PyCUDA's make_context): the layer still runs in the device's
+    context and the caller's stays current. A replay that starts with a launch finds out by that launch
+    failing (nothing queued), one that starts with a copy by asking first."""
+    spec, x, k, bias = _layer(x_shape, attrs, 11)
+    y_shape = spec.output_shape(x.shape)
+    xd, kd, bd, yd = _to_device(gpu, x, k, bias if bias is not None else np.zeros(1, np.float32),
+                                np.full(y_shape, np.nan, np.float32))
+    args = (_ptr(yd), _ptr(xd), _ptr(kd), x.shape, k.shape, _ptr(bd) if bias is not None else None, spec, version)
+    kernels.conv2d_forward_async(*args)                 # resolve and record with the device's context
+    _synchronize(gpu)
+    with gpu.active():
+        yd.fill(np.nan)
+    _synchronize(gpu)
+    other = gpu.cuda.Device(gpu.index).make_context()   # pushed: current on this thread
+    try:
+        kernels.conv2d_forward_async(*args)
+        assert gpu.cuda.Context.get_current() == other
+    finally:
+        other.pop()
+        other.detach()
+    _synchronize(gpu)
+    with gpu.active():
+        y = yd.get()
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    assert (np.abs(y - ref) <= bound).all(), f"max error {np.nanmax(np.abs(y - ref))}"
+
+
 def test_misaligned_pointers_and_missing_bias_are_refused(gpu):
     spec, x, k, bias = _layer((2, 4, 8, 8), dict(num_filter=4, kernel=3, no_bias="False"), 2)
     xd, kd, bd, yd = _to_device(gpu, x, k, bias, np.zeros(spec.output_shape(x.shape), np.float32))
@@ -200,8 +241,15 @@ def test_autotuning_a_new_layer_and_its_cache(gpu, tmp_path, monkeypatch, x_shap
     path = autotune.cache_for(gpu.name).path
     assert path.parent == tmp_path / "ece408_op" / "autotune"
     entry = json.loads(path.read_text())["entries"][autotune.cache_key(shape, len(x))]
-    timed = [ms for _, ms in entry["timings"] if ms is not None]
-    assert len(timed) >= 2 and entry["ms"] == min(timed)
+    timed = [(ms, kernel_ms) for _, ms, kernel_ms in entry["timings"] if ms is not None]
+    # the chosen one is within HOST_TIE of the fastest figure, and the fastest kernel among those (the
+    # file's figures are rounded to 1e-4 ms: the tie's edge is that fuzzy)
+    edge, fuzz = min(timed)[0] * (1 + autotune.HOST_TIE), 1e-4
+    chosen = next((ms, kernel_ms) for name, ms, kernel_ms in entry["timings"]
+                  if name == autotune.describe(entry["version"], entry["overrides"]))
+    assert chosen[0] == entry["ms"]
+    assert len(timed) >= 2 and chosen[0] <= edge + fuzz
+    assert chosen[1] <= min(k for ms, k in timed if ms <= edge - fuzz) + fuzz, (chosen, timed)
     chosen = kernels.layer_call(x.shape, k.shape, spec, bias is not None).plan
     assert chosen.version.number == entry["version"] and chosen.tuning_overrides == entry["overrides"]
     # a fresh process: the file is read, nothing is timed

@@ -138,6 +138,30 @@ def test_an_empty_batch_and_an_unbatched_input():
         assert torch.allclose(conv(one), conv(one[None])[0])
 
 
+def _changed_after_a_call(device):
+    """Stride, padding, dilation and groups set on a module after its first call take effect, as they do
+    on nn.Conv2d (the module's resolved layers are dropped)."""
+    torch.manual_seed(9)
+    ours = Conv2d(4, 6, 3, padding=1).eval().to(device)
+    x = (torch.rand(2, 4, 13, 12) * 4 - 2).to(device)
+    changes = [("padding", (2, 0)), ("stride", (2, 1)), ("dilation", (1, 2)), ("groups", 2)]
+    with torch.no_grad():
+        ours(x)
+        for count in range(1, len(changes) + 1):
+            kwargs = dict(changes[:count])
+            if "groups" in kwargs:
+                ours.weight = nn.Parameter(ours.weight[:, :2].contiguous())
+            for name, value in changes[count - 1:count]:
+                setattr(ours, name, value)
+            fresh = nn.Conv2d(4, 6, 3, **kwargs).eval()
+            fresh.load_state_dict({k: v.cpu() for k, v in ours.state_dict().items()})
+            _check(ours(x), *_reference(fresh, x.cpu()), what=f"after setting {changes[count - 1][0]}")
+
+
+def test_attributes_changed_after_a_call_take_effect():
+    _changed_after_a_call("cpu")
+
+
 def test_only_float32():
     # bad input: a float64 module and input
     conv = Conv2d(3, 5, 3).double().eval()
@@ -218,6 +242,10 @@ def test_explicit_kernels(cuda, version):
         assert np.abs(y.cpu().numpy() - ref).max() <= 1e-5 * np.abs(ref).max()
     else:
         _check(y, ref, bound, what=f"kernel {version}")
+
+
+def test_cuda_attributes_changed_after_a_call_take_effect(cuda):
+    _changed_after_a_call(cuda)
 
 
 def test_cuda_empty_batch(cuda):

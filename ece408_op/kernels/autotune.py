@@ -24,7 +24,7 @@ larger of the GPU's time per call and the launches' host time plus CALLER_HOST_S
 the convolution) loses there what its faster kernel gains (MobileNetV2's 1x1 192->64 on 14x14: kernel
 0.57x cuDNN, whole call 1.12-1.14x back to back). The same choice serves the course's path for a
 shape the table does not name (Op Time counts the GPU alone): there the floor can cost at most its
-15 us. Runs before the caller's kernels are queued, so never inside the course's timed region
+10 us. Runs before the caller's kernels are queued, so never inside the course's timed region
 (``_TimedPlan.forward``).
 A cache entry names the kernel source it was measured with; a changed source tunes again. A file
 that cannot be read as a cache is ignored with a one-line warning and replaced on the next write
@@ -52,8 +52,10 @@ REPEATS = (3, 15)              # timed repeats per candidate: at least, at most
 MIN_REPEAT_S = 0.5e-3          # a repeat times at least this much work (several launches of a small layer)
 MAX_CALLS = 50
 CONTENDERS = 1.25              # candidates within this of the best median get the repeats beyond REPEATS[0]
-CALLER_HOST_S = 15e-6          # host time of a front-end's call besides the replay (ece408_op.torch.Conv2d on the
-                               # H100 machine: forward 22.0 us, of which Recording.replay 7.3; docs/gpu-dropin.md)
+CALLER_HOST_S = 10e-6          # host time of a front-end's call besides the replay (ece408_op.torch.Conv2d on the
+                               # H100 machine, 2026-11-24: forward 13.9 us, of which Recording.replay 5.1;
+                               # docs/gpu-dropin.md)
+HOST_TIE = 0.05                # figures within this of the fastest tie; the least GPU time among them is kept
 WARM_S = 0.02                  # before the first candidate: this long of launches (clocks up)
 TUNED = (20, 13, 9, 8, 11, 7, 10)  # the order they are timed in (most often fastest first, for the budget)
 # Tile choices per version besides its default tile (from the tile sweeps, docs/bench/tiles*.md): v9's
@@ -203,9 +205,21 @@ def forget_caches():
 
 
 def pick(timings):
-    """The fastest of [(version, overrides, seconds)] (seconds None: not timed)."""
+    """The fastest of [(version, overrides, seconds[, GPU seconds])] (seconds None: not timed). Among those
+    within HOST_TIE of the fastest, the one of least GPU time: where the host's floor sets the figure
+    (a small layer), every one-launch candidate ties there, and the choice goes to the fastest kernel
+    (what a layer whose input is not in L2 waits for) instead of to the noise."""
     timed = [t for t in timings if t[2] is not None]
-    return min(timed, key=lambda t: t[2]) if timed else None
+    if not timed:
+        return None
+    best = min(t[2] for t in timed)
+    tied = [t for t in timed if t[2] <= best * (1 + HOST_TIE)]
+    return min(tied, key=lambda t: (_seconds(t)[1], t[2]))
+
+
+def _seconds(timing):
+    """(figure, GPU seconds) of one timing; a timing without a GPU figure: its figure twice."""
+    return timing[2], timing[3] if len(timing) > 3 and timing[3] is not None else timing[2]
 
 
 def choose(dev, shape, batch, measure=None, log=_warn):
@@ -230,16 +244,23 @@ def choose(dev, shape, batch, measure=None, log=_warn):
     cache.put(shape, batch, {
         "version": best[0], "overrides": best[1], "ms": round(best[2] * 1e3, 4), "batch": int(batch),
         "source": source_text()[1][:16], "date": datetime.date.today().isoformat(), "seconds": round(seconds, 2),
-        "timings": [[describe(n, o), None if s is None else round(s * 1e3, 4)] for n, o, s in timings]})
+        "timings": [[describe(t[0], t[1])] + [None if v is None else round(v * 1e3, 4) for v in _seconds(t)]
+                    for t in timings]})
     if seconds > NOTE_S and log is not None:
         log(f"autotuned {cache_key(shape, batch)} in {seconds:.1f} s: {describe(best[0], best[1])} "
-            f"{best[2] * 1e3:.3f} ms, fastest of {sum(t[2] is not None for t in timings)}; cached in {cache.path}")
+            f"{best[2] * 1e3:.3f} ms (kernel {_seconds(best)[1] * 1e3:.3f}), chosen of "
+            f"{sum(t[2] is not None for t in timings)}; cached in {cache.path}")
     return best[0], best[1]
+
+
+def _median(repeats, which=0):
+    return statistics.median(r[which] for r in repeats)
 
 
 def measure_on_device(dev, shape, batch, options, budget):
     """Time each of ``options`` on scratch data of the layer's size (on the legacy default stream, with
-    the caller's stream set aside); [(version, overrides, median seconds or None)]."""
+    the caller's stream set aside); [(version, overrides, median seconds, median GPU seconds)], the
+    seconds None where not timed."""
     from . import cudadrv
     from .launch import plan_for
     modules = [plan_defines(n, VERSIONS[n].inner(shape), o) for n, o in options]
@@ -254,7 +275,7 @@ def measure_on_device(dev, shape, batch, options, budget):
             except GpuError as exc:
                 _warn(f"not tuning {describe(*option)}: {str(exc).splitlines()[0]}")
         timings = measure_on_device(dev, shape, batch, built, budget) if built else []
-        return timings + [(n, o, None) for n, o in options if (n, o) not in built]
+        return timings + [(n, o, None, None) for n, o in options if (n, o) not in built]
     spent = 0.0
     previous = cudadrv.set_stream(0)
     try:
@@ -266,8 +287,9 @@ def measure_on_device(dev, shape, batch, options, budget):
             start, end = dev.cuda.Event(), dev.cuda.Event()
 
             def timed(run, calls):
-                """The cost of one call: the GPU's time, or where the launches' host time plus a front-end's
-                (CALLER_HOST_S) is longer, that: a small layer called back to back waits on the host."""
+                """(the cost of one call: the GPU's time, or where the launches' host time plus a front-end's
+                (CALLER_HOST_S) is longer, that: a small layer called back to back waits on the host;
+                the GPU's time)."""
                 start.record()
                 began = time.perf_counter()
                 for _ in range(calls):
@@ -275,7 +297,8 @@ def measure_on_device(dev, shape, batch, options, budget):
                 host = (time.perf_counter() - began) / calls
                 end.record()
                 end.synchronize()
-                return max(start.time_till(end) / 1e3 / calls, host + CALLER_HOST_S)
+                gpu = start.time_till(end) / 1e3 / calls
+                return max(gpu, host + CALLER_HOST_S), gpu
 
             def recorded(plan):
                 """(run: a replay of the plan's launches, recorded once untimed, as a network call does;
@@ -299,19 +322,19 @@ def measure_on_device(dev, shape, batch, options, budget):
                         timed(run, 4)
                 # each repeat times enough back-to-back launches for MIN_REPEAT_S of work: the launches'
                 # host cost stays out of a small layer's figure
-                calls = max(1, min(MAX_CALLS, math.ceil(MIN_REPEAT_S / max(timed(run, 1), 1e-7))))
+                calls = max(1, min(MAX_CALLS, math.ceil(MIN_REPEAT_S / max(timed(run, 1)[0], 1e-7))))
                 times.append([timed(run, calls) for _ in range(REPEATS[0])])
                 plans.append([plan, run, generation, calls])
                 spent += time.perf_counter() - began
             # Pass 2: the rest of the budget on the contenders (within CONTENDERS of the best median so far),
             # a repeat each in turn, up to REPEATS[1]: the precision goes where the choice is made.
             while spent < budget:
-                timed_ones = [statistics.median(t) for t in times if t]
+                timed_ones = [_median(t) for t in times if t]
                 if not timed_ones:
                     break
                 best = min(timed_ones)
                 todo = [i for i, t in enumerate(times)
-                        if t and len(t) < REPEATS[1] and statistics.median(t) <= CONTENDERS * best]
+                        if t and len(t) < REPEATS[1] and _median(t) <= CONTENDERS * best]
                 if not todo:
                     break
                 began = time.perf_counter()
@@ -322,7 +345,7 @@ def measure_on_device(dev, shape, batch, options, budget):
                         plans[i][1:3] = run, generation
                     times[i].append(timed(run, calls))
                 spent += time.perf_counter() - began
-            out = [(number, overrides, statistics.median(t) if t else None)
+            out = [(number, overrides, _median(t), _median(t, 1)) if t else (number, overrides, None, None)
                    for (number, overrides), t in zip(options, times)]
     finally:
         for name in SCRATCH:

@@ -23,17 +23,26 @@ _PARAM_END, _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE = 0, 1, 2
 
 _lib = None
 _raw_launch = None                  # cuLaunchKernel without argtypes: a replay passes ready-made ctypes values
+_raw_launch_ex = None               # cuLaunchKernelEx likewise (None: a driver before CUDA 11.8)
 _lib_lock = threading.Lock()
 _state = threading.local()          # .stream: the CUstream this thread's launches go to
 
 
 class DriverError(GpuError):
-    """A CUDA driver call failed (the message names the call and the CUDA error)."""
+    """A CUDA driver call failed (the message names the call and the CUDA error; ``code``: the CUresult)."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+
+WRONG_CONTEXT = (201, 400)          # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE: a launch of a kernel
+                                    # of one context while another is current (H100, CUDA 13: 400, nothing queued)
 
 
 def lib():
     """libcuda with the prototypes used here (loaded on first use)."""
-    global _lib, _raw_launch
+    global _lib, _raw_launch, _raw_launch_ex
     with _lib_lock:
         if _lib is None:
             try:
@@ -59,6 +68,11 @@ def lib():
                 function.argtypes, function.restype = list(args), ctypes.c_int
             _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
             _raw_launch.restype = ctypes.c_int
+            try:
+                _raw_launch_ex = cu["cuLaunchKernelEx"]
+                _raw_launch_ex.restype = ctypes.c_int
+            except AttributeError:
+                _raw_launch_ex = None
             _lib = cu
     return _lib
 
@@ -68,7 +82,7 @@ def check(result, call):
     if result:
         name = ctypes.c_char_p()
         lib().cuGetErrorName(result, ctypes.byref(name))
-        raise DriverError(f"{call} failed: {(name.value or b'CUDA error %d' % result).decode()}")
+        raise DriverError(f"{call} failed: {(name.value or b'CUDA error %d' % result).decode()}", result)
 
 
 def current_context():
@@ -187,6 +201,12 @@ class Kernel:
 POINTER_CHARS = frozenset("LPQ")     # the parameter types that hold device pointers (np.uintp, allocations)
 
 
+def _offsets(packer):
+    """The byte offset of each parameter in ``packer``'s buffer (C alignment, as struct lays it out)."""
+    chars = [c for c in packer.format if c.isalpha()]
+    return [struct.calcsize("".join(chars[:i + 1])) - struct.calcsize(chars[i]) for i in range(len(chars))]
+
+
 def _slot(index, value, bases):
     """(index, base, offset) for the first of ``bases`` ((address, bytes)) that holds ``value``, or None."""
     for b, (address, size) in enumerate(bases):
@@ -195,12 +215,20 @@ def _slot(index, value, bases):
     return None
 
 
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig: cuLaunchKernelEx's grid, block, shared memory and stream in one struct."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
 class _Launch:
     """One recorded launch. Once bound, it owns its parameter buffer: a replay with the addresses of
     the one before (a framework's allocator hands a layer the same blocks call after call) launches
-    without packing anything."""
+    without packing anything; a replay with new addresses rewrites only their slots. It launches with
+    cuLaunchKernelEx (a struct made once, four arguments: about 1 us less host time per launch than
+    cuLaunchKernel's eleven through ctypes, docs/gpu-dropin.md)."""
     __slots__ = ("kernel", "packer", "values", "dims", "shared", "slots", "params", "size", "extra", "packed_for",
-                 "head", "stream", "stream_arg")
+                 "head", "stream", "stream_arg", "config", "config_ref", "function", "pointers", "words")
 
     def __init__(self, kernel, packer, values, dims, shared):
         self.kernel, self.packer, self.values, self.dims, self.shared = kernel, packer, values, dims, shared
@@ -212,27 +240,38 @@ class _Launch:
         chars = [c for c in self.packer.format if c.isalpha()]
         self.slots = tuple(slot for slot in (_slot(i, self.values[i], bases) for i, c in enumerate(chars)
                                              if c in POINTER_CHARS) if slot)
-        self.params = (ctypes.c_char * max(1, self.packer.size))()
+        self.params = (ctypes.c_char * max(8, self.packer.size))()
         self.size = ctypes.c_size_t(self.packer.size)
         self.extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(self.params),
                                            _PARAM_BUFFER_SIZE, ctypes.addressof(self.size), _PARAM_END)
         self.packer.pack_into(self.params, 0, *self.values)
         self.packed_for = None
-        # cuLaunchKernel's arguments as ctypes values, made once: converting ten Python ints through
-        # argtypes was about half of a replay's host time
+        # the launch's arguments as ctypes values, made once: converting ten Python ints through argtypes
+        # was about half of a replay's host time
         self.head = (ctypes.c_void_p(self.kernel.handle), *[ctypes.c_uint(d) for d in self.dims],
                      ctypes.c_uint(self.shared))
+        self.function = self.head[0]
+        self.config = _LaunchConfig(self.dims[:3], self.dims[3:], self.shared, None, None, 0)
+        self.config_ref = ctypes.byref(self.config)
+        # each pointer slot as (8-byte word of the buffer, base, offset): a new address is one store
+        offsets = _offsets(self.packer)
+        self.words = (ctypes.c_uint64 * (len(self.params) // 8)).from_buffer(self.params)
+        assert all(offsets[i] % 8 == 0 for i, _, _ in self.slots), self.packer.format    # 8-byte types, C alignment
+        self.pointers = tuple((offsets[i] // 8, b, offset) for i, b, offset in self.slots)
 
     def replay(self, addresses, stream):
-        if self.slots and addresses != self.packed_for:
-            values = list(self.values)
-            for i, b, offset in self.slots:
-                values[i] = addresses[b] + offset
-            self.packer.pack_into(self.params, 0, *values)
+        if addresses != self.packed_for:
+            words = self.words
+            for word, b, offset in self.pointers:
+                words[word] = addresses[b] + offset
             self.packed_for = addresses
         if stream != self.stream:
             self.stream, self.stream_arg = stream, ctypes.c_void_p(stream)
-        result = _raw_launch(*self.head, self.stream_arg, None, self.extra)
+            self.config.stream = stream
+        if _raw_launch_ex is not None:
+            result = _raw_launch_ex(self.config_ref, self.function, None, self.extra)
+        else:
+            result = _raw_launch(*self.head, self.stream_arg, None, self.extra)
         if result:
             check(result, f"launching {self.kernel.name}")
 
@@ -263,7 +302,7 @@ class Recording:
     network hot path of a layer seen before (``launch.LayerCall``)."""
 
     def __init__(self, bases):
-        self.bases, self.ops = bases, []
+        self.bases, self.ops, self.launch_first = bases, [], False
         self.lock = threading.Lock()      # a launch's buffer is packed, then read by the driver: one thread at a time
 
     def __enter__(self):
@@ -275,6 +314,9 @@ class Recording:
         _state.recording = self._saved
         for op in self.ops:
             op.bind(self.bases)
+        # a replay that starts with a launch queues nothing when another context is current: that launch
+        # fails (WRONG_CONTEXT), so a caller may replay first and check the context only then
+        self.launch_first = bool(self.ops) and isinstance(self.ops[0], _Launch)
         return False
 
     def replay(self, addresses, stream):

@@ -66,16 +66,19 @@ class Timer:
                                                         calls=calls)]
 
 
-def _host_us(fn, calls=1000, rounds=5, sync=None):
-    """Median over ``rounds`` of the host microseconds per call of ``calls`` calls in a row."""
+def _host_us(fn, torch, calls=200, rounds=9):
+    """Median over ``rounds`` of the host microseconds per call of ``calls`` calls in a row, each round queued
+    behind a GPU sleep longer than itself: the figure is the host's alone (without the sleep, a kernel
+    longer than the host's part fills the launch queue and the loop runs at the GPU's pace)."""
     out = []
     for _ in range(rounds):
-        if sync:
-            sync()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(20_000_000)                       # ~10 ms of GPU work ahead
         start = time.perf_counter()
         for _ in range(calls):
             fn()
         out.append((time.perf_counter() - start) / calls * 1e6)
+    torch.cuda.synchronize()
     return statistics.median(out)
 
 
@@ -111,13 +114,13 @@ def hot_path(torch):
         result = {
             "layer": "1x8x8x8, 3x3, padding 1, bias",
             "version": call.plan.version.label,
-            "lookup_us": _host_us(lambda: kernels.layer_call(args[3], args[4], spec, True), sync=sync),
-            "lean_call_us": _host_us(lambda: kernels.conv2d_forward_async(*args, stream=stream), sync=sync),
-            "queue_us": _host_us(lambda: call.queue(args[0], args[1], args[2], args[5], stream), sync=sync),
-            "replay_only_us": _host_us(lambda: recording.replay(addresses, stream), sync=sync),
-            "plan_launch_us": _host_us(launch_only, sync=sync),
-            "module_forward_us": _host_us(lambda: conv(x), sync=sync),
-            "cudnn_module_forward_us": _host_us(lambda: ref(x), sync=sync),
+            "lookup_us": _host_us(lambda: kernels.layer_call(args[3], args[4], spec, True), torch),
+            "lean_call_us": _host_us(lambda: kernels.conv2d_forward_async(*args, stream=stream), torch),
+            "queue_us": _host_us(lambda: call.queue(args[0], args[1], args[2], args[5], stream), torch),
+            "replay_only_us": _host_us(lambda: recording.replay(addresses, stream), torch),
+            "plan_launch_us": _host_us(launch_only, torch),
+            "module_forward_us": _host_us(lambda: conv(x), torch),
+            "cudnn_module_forward_us": _host_us(lambda: ref(x), torch),
             "launches_per_call": plan.version.launches(plan.defines) + (plan.add_bias is not None) + (plan.pad_input is not None),
         }
     sync()
@@ -212,7 +215,7 @@ def autotune_check(torch, shapes, log, repeats=20):
         finally:
             autotune.REPEATS = saved
         best = autotune.pick(again)
-        chosen_again = next(s for n, o, s in again if (n, o) == (chosen[0], chosen[1]))
+        chosen_again = next(t[2] for t in again if (t[0], t[1]) == (chosen[0], chosen[1]))
         row = {"layer": name, "batch": batch, "candidates": len(options),
                "chosen": autotune.describe(chosen[0], chosen[1]), "best": autotune.describe(best[0], best[1]),
                "chosen_ms": chosen_again * 1e3, "best_ms": best[2] * 1e3, "ratio": chosen_again / best[2]}
