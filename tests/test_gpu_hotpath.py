@@ -36,6 +36,15 @@ def _synchronize(gpu):
         gpu.synchronize()
 
 
+def _assert_within_bound(gpu, yd, x, k, bias, spec):
+    """y on the device (once its queue has run) against the float64 reference, within the float32 bound."""
+    _synchronize(gpu)
+    with gpu.active():
+        y = yd.get()
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    assert (np.abs(y - ref) <= bound).all(), f"max error {np.nanmax(np.abs(y - ref))} (bound {bound.max()})"
+
+
 class Counting:
     """Patches ``(owner, name)`` pairs with wrappers that count their calls on this thread (pytest-xdist's
     I/O thread is not ours) and still run them."""
@@ -123,11 +132,7 @@ def test_a_seen_layer_reads_no_file_builds_nothing_and_never_synchronises(gpu, m
     assert recording.launch_first == (first_op == "_Launch")
     assert sum(contexts.counts.values()) == (0 if recording.launch_first else 20), (first_op, dict(contexts.counts))
     monkeypatch.undo()
-    _synchronize(gpu)
-    with gpu.active():
-        y = yd.get()
-    ref, bound = reference_and_bound(x, k, bias, spec)
-    assert (np.abs(y - ref) <= bound).all(), f"max error {np.abs(y - ref).max()} (bound {bound.max()})"
+    _assert_within_bound(gpu, yd, x, k, bias, spec)
     # new arrays for the recorded launches: the replay uses this call's pointers
     x2 = x[::-1].copy()
     xd2, yd2 = _to_device(gpu, x2, np.full(y_shape, np.nan, np.float32))
@@ -194,11 +199,7 @@ def test_another_context_current_on_the_thread(gpu, x_shape, attrs, version):
     finally:
         other.pop()
         other.detach()
-    _synchronize(gpu)
-    with gpu.active():
-        y = yd.get()
-    ref, bound = reference_and_bound(x, k, bias, spec)
-    assert (np.abs(y - ref) <= bound).all(), f"max error {np.nanmax(np.abs(y - ref))}"
+    _assert_within_bound(gpu, yd, x, k, bias, spec)
 
 
 def test_misaligned_pointers_and_missing_bias_are_refused(gpu):
