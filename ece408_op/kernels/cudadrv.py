@@ -201,9 +201,8 @@ class Kernel:
 POINTER_CHARS = frozenset("LPQ")     # the parameter types that hold device pointers (np.uintp, allocations)
 
 
-def _offsets(packer):
-    """The byte offset of each parameter in ``packer``'s buffer (C alignment, as struct lays it out)."""
-    chars = [c for c in packer.format if c.isalpha()]
+def _offsets(chars):
+    """The byte offset of each parameter of a struct format's ``chars`` (C alignment, as struct lays it out)."""
     return [struct.calcsize("".join(chars[:i + 1])) - struct.calcsize(chars[i]) for i in range(len(chars))]
 
 
@@ -254,7 +253,7 @@ class _Launch:
         self.config = _LaunchConfig(self.dims[:3], self.dims[3:], self.shared, None, None, 0)
         self.config_ref = ctypes.byref(self.config)
         # each pointer slot as (8-byte word of the buffer, base, offset): a new address is one store
-        offsets = _offsets(self.packer)
+        offsets = _offsets(chars)
         self.words = (ctypes.c_uint64 * (len(self.params) // 8)).from_buffer(self.params)
         assert all(offsets[i] % 8 == 0 for i, _, _ in self.slots), self.packer.format    # 8-byte types, C alignment
         self.pointers = tuple((offsets[i] // 8, b, offset) for i, b, offset in self.slots)

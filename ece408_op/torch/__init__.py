@@ -75,8 +75,9 @@ def _pairs(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (int(value), int(value))
 
 
-def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel):
-    """PyTorch's shape checks (its messages), then the layer (its LayerCall on CUDA)."""
+def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel, unbatched=False):
+    """PyTorch's shape checks (its messages), then the layer (its LayerCall on CUDA; the hot path's
+    ``queue`` and ``template`` for a batched input). ``input`` is batched (``unbatched``: by the caller)."""
     if weight.dim() != 4:
         raise RuntimeError(f"Expected 4-dimensional weight for 4-dimensional input {list(input.shape)}, "
                            f"but got {weight.dim()}-dimensional weight of size {list(weight.shape)} instead")
@@ -102,7 +103,7 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel):
     spec = ConvSpec(num_filter=int(m), kernel=(int(kh), int(kw)), stride=(sh, sw), pad=(ph, pw), dilate=(dh, dw),
                     num_group=int(groups), no_bias=bias is None)
     out_shape = (input.shape[0], int(m), (h + 2 * ph - span_h) // sh + 1, (w + 2 * pw - span_w) // sw + 1)
-    layer = _Layer(out_shape, spec)
+    layer = _Layer(out_shape, spec, unbatched=unbatched)
     if input.device.type == "cuda" and input.shape[0]:
         layer.device_index = input.device.index
         try:
@@ -110,8 +111,9 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel):
                                     input.device.index)
         except Ece408Error as exc:
             raise RuntimeError(str(exc)) from None
-        layer.queue = layer.call.queue
-        layer.template = torch.empty(1, device=input.device).expand(out_shape)
+        if not unbatched:
+            layer.queue = layer.call.queue
+            layer.template = torch.empty(1, device=input.device).expand(out_shape)
     return layer
 
 
@@ -161,11 +163,9 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel):
     layer = cache.get(key)
     if layer is None:
         _check(input, weight, bias)
-        batched = input if input.dim() == 4 else input.unsqueeze(0)
-        layer = _resolve(batched, weight, bias, stride, padding, dilation, groups, kernel)
-        layer.unbatched = input.dim() == 3
-        if layer.unbatched or not layer.out_shape[0]:
-            layer.queue = None
+        unbatched = input.dim() == 3
+        layer = _resolve(input.unsqueeze(0) if unbatched else input, weight, bias, stride, padding, dilation,
+                         groups, kernel, unbatched)
         cache[key] = layer
     queue = layer.queue
     if queue is not None:                # the hot path: a batched CUDA layer, its tensors usable as they are
