@@ -510,28 +510,10 @@ def check_device(milestone):
 
 
 def team_digest(folder, milestone):
-    """SHA-256 over the team's files a milestone takes (name, size, bytes; streamed), or None where
-    one cannot be read: what ``grade`` compares to skip a team already graded."""
-    digest = hashlib.sha256()
-    for name in project.MILESTONE_FILES[milestone]:
-        path = os.path.join(os.fsencode(folder), name.encode())
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return None
-        try:
-            size = os.fstat(fd).st_size
-            if size > project.MAX_FILE_BYTES:
-                return None
-            digest.update(f"{name}\0{size}\0".encode())
-            while True:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    break
-                digest.update(chunk)
-        finally:
-            os.close(fd)
-    return digest.hexdigest()
+    """SHA-256 over the team's files a milestone takes (name, size, bytes), each read once
+    (``project.read_team_files``): what ``grade`` compares to skip a team already graded.
+    TeamError (one line) where a file is missing or not a regular file."""
+    return project.read_team_files(folder, project.MILESTONE_FILES[milestone]).digest
 
 
 def _take_artifact(path, dest, limit=ART_LIMIT):

@@ -34,7 +34,7 @@ LOCK_KEY = 408408                              # pg_advisory_xact_lock key for m
 
 COLUMNS = ("id", "created_at", "team", "milestone", "size", "status", "exit_code", "op_time",
            "correct", "models", "git_commit", "content_hash", "device", "engine", "image", "host",
-           "duration_s", "transcript", "team_files", "isolated")
+           "duration_s", "transcript", "team_files", "isolated", "options", "options_key")
 SPOOL_ENV = "ECE408_SPOOL"
 RETRY_ENV = "ECE408_DB_RETRY"              # seconds a failing write is retried (default RETRY_SECONDS)
 RETRY_SECONDS = 20.0
@@ -71,6 +71,10 @@ MIGRATIONS = [
     # 2: the team's files a ranked run measured (JSON: name, sha256, size) and whether it ran isolated
     ["ALTER TABLE runs ADD COLUMN team_files TEXT",
      "ALTER TABLE runs ADD COLUMN isolated INTEGER"],
+    # 3: what a ranked run was measured with (grading/options.py): the skip key and the ranking's groups
+    ["ALTER TABLE runs ADD COLUMN options TEXT",
+     "ALTER TABLE runs ADD COLUMN options_key TEXT",
+     "CREATE INDEX runs_options ON runs (milestone, size, options_key)"],
 ]
 
 
@@ -101,10 +105,13 @@ class Record:
     transcript: str = ""
     team_files: list = field(default_factory=list)   # [{name, sha256, size}] a ranked run measured
     isolated: bool = False                           # its engine isolated the team's processes
+    options: dict = None                             # what it was measured with (grading/options.py)
+    options_key: str = None                          # options_key(options)
 
     def row(self):
         values = {**self.__dict__, "models": json.dumps(self.models), "correct": int(bool(self.correct)),
-                  "team_files": json.dumps(self.team_files), "isolated": int(bool(self.isolated))}
+                  "team_files": json.dumps(self.team_files), "isolated": int(bool(self.isolated)),
+                  "options": None if self.options is None else json.dumps(self.options, sort_keys=True)}
         return tuple(values[c] for c in COLUMNS)
 
     @classmethod
@@ -115,6 +122,7 @@ class Record:
         values["team_files"] = json.loads(values["team_files"]) if values.get("team_files") else []
         values["correct"] = bool(values["correct"])
         values["isolated"] = bool(values.get("isolated"))
+        values["options"] = json.loads(values["options"]) if values.get("options") else None
         if not isinstance(values["models"], list) or not all(isinstance(m, dict) for m in values["models"]):
             raise ValueError("models is not a list of objects")
         if values["op_time"] is not None and (not isinstance(values["op_time"], (int, float))

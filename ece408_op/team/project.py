@@ -4,6 +4,7 @@ Only the template's own file names are ever taken from a team folder, as regular
 symbolic link is refused), each at most MAX_FILE_BYTES, hashed (SHA-256) as they are copied:
 the record of a ranked run lists exactly the files it measured and their digests.
 """
+import errno
 import hashlib
 import os
 import shutil
@@ -80,39 +81,83 @@ def require_files(folder, names):
                         f"copy it from a new project (python -m ece408_op init DIR)")
 
 
-def copy_files(folder, names, dest, max_bytes=MAX_FILE_BYTES):
-    """Copy ``names`` from the team ``folder`` into ``dest`` (regular files only, never through a
-    symbolic link, each at most ``max_bytes``), hashing them on the way; returns [TeamFile]."""
-    dest = Path(dest)
-    taken = []
+@dataclass(frozen=True)
+class TeamFiles:
+    """The team's files a run takes, read ONCE: their bytes, what the record lists, and the digest
+    ``grade`` compares. What is written into the sandbox, hashed and recorded is the same read."""
+    files: tuple                      # ((name, bytes), ...)
+    taken: tuple                      # (TeamFile, ...)
+
+    @property
+    def digest(self):
+        """SHA-256 over (name, size, bytes) of every file, in order."""
+        digest = hashlib.sha256()
+        for name, data in self.files:
+            digest.update(f"{name}\0{len(data)}\0".encode())
+            digest.update(data)
+        return digest.hexdigest()
+
+    def write(self, dest):
+        """Write the files into the folder ``dest``; returns [TeamFile]."""
+        for name, data in self.files:
+            with open(Path(dest) / name, "wb") as out:
+                out.write(data)
+        return list(self.taken)
+
+
+def read_file_once(folder, name, max_bytes=MAX_FILE_BYTES):
+    """The bytes of ``folder/name``: opened once without following a link and without blocking
+    (a FIFO or device never hangs the reader), checked to be a regular file of at most
+    ``max_bytes`` on that descriptor, and read from it. TeamError (one line) otherwise."""
+    path = os.path.join(os.fsencode(folder), os.fsencode(name))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise TeamError(f"the submission has no {name}; a team project needs it "
+                        "(python -m ece408_op init DIR makes one)") from None
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        raise TeamError(f"the submission's {name} cannot be taken: {why}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TeamError(f"the submission's {name} is not a regular file ({_kind(info.st_mode)})")
+        if info.st_size > max_bytes:
+            raise TeamError(f"the submission's {name} has {info.st_size} bytes; at most {max_bytes}")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                raise TeamError(f"the submission's {name} grew past {max_bytes} bytes while it was read")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise TeamError(f"the submission's {name} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _kind(mode):
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a file"
+
+
+def read_team_files(folder, names, max_bytes=MAX_FILE_BYTES):
+    """TeamFiles of ``names`` in the team ``folder`` (each read once: ``read_file_once``)."""
+    files, taken = [], []
     for name in names:
-        path = os.path.join(os.fsencode(folder), os.fsencode(name))
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            raise TeamError(f"the submission has no {name}; a team project needs it "
-                            "(python -m ece408_op init DIR makes one)") from None
-        except OSError as exc:
-            why = "it is a symbolic link" if exc.errno in (40,) else (exc.strerror or str(exc))
-            raise TeamError(f"the submission's {name} cannot be taken: {why}") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise TeamError(f"the submission's {name} is not a regular file")
-            if info.st_size > max_bytes:
-                raise TeamError(f"the submission's {name} has {info.st_size} bytes; at most {max_bytes}")
-            digest, size = hashlib.sha256(), 0
-            with open(dest / name, "wb") as out:
-                while True:
-                    chunk = os.read(fd, CHUNK)
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise TeamError(f"the submission's {name} grew past {max_bytes} bytes while it was read")
-                    digest.update(chunk)
-                    out.write(chunk)
-            taken.append(TeamFile(name, digest.hexdigest(), size))
-        finally:
-            os.close(fd)
-    return taken
+        data = read_file_once(folder, name, max_bytes)
+        files.append((name, data))
+        taken.append(TeamFile(name, hashlib.sha256(data).hexdigest(), len(data)))
+    return TeamFiles(tuple(files), tuple(taken))
+
+
+def copy_files(folder, names, dest, max_bytes=MAX_FILE_BYTES):
+    """Copy ``names`` from the team ``folder`` into ``dest`` (each read once); returns [TeamFile]."""
+    return read_team_files(folder, names, max_bytes).write(dest)
