@@ -665,4 +665,5 @@ def make_record(request, record_id, created, status, reason, report, taken, devi
         device=(report or {}).get("device") or device,
         engine=sandbox.engine if sandbox else None, image=sandbox.image_id if sandbox else None,
         host=socket.gethostname(), duration_s=round(duration, 3), transcript=transcript,
-        team_files=[f.to_dict() for f in taken], isolated=bool(sandbox and sandbox.isolated))
+        team_files=[f.to_dict() for f in taken], isolated=bool(sandbox and sandbox.isolated),
+        reason=None if status == "ok" and complete else printable(reason or status, limit=500))

@@ -34,7 +34,7 @@ LOCK_KEY = 408408                              # pg_advisory_xact_lock key for m
 
 COLUMNS = ("id", "created_at", "team", "milestone", "size", "status", "exit_code", "op_time",
            "correct", "models", "git_commit", "content_hash", "device", "engine", "image", "host",
-           "duration_s", "transcript", "team_files", "isolated", "options", "options_key")
+           "duration_s", "transcript", "team_files", "isolated", "options", "options_key", "reason")
 SPOOL_ENV = "ECE408_SPOOL"
 RETRY_ENV = "ECE408_DB_RETRY"              # seconds a failing write is retried (default RETRY_SECONDS)
 RETRY_SECONDS = 20.0
@@ -71,9 +71,11 @@ MIGRATIONS = [
     # 2: the team's files a ranked run measured (JSON: name, sha256, size) and whether it ran isolated
     ["ALTER TABLE runs ADD COLUMN team_files TEXT",
      "ALTER TABLE runs ADD COLUMN isolated INTEGER"],
-    # 3: what a ranked run was measured with (grading/options.py): the skip key and the ranking's groups
+    # 3: what a ranked run was measured with (grading/options.py): the skip key and the ranking's
+    # groups; and why a run is not valid, in one line
     ["ALTER TABLE runs ADD COLUMN options TEXT",
      "ALTER TABLE runs ADD COLUMN options_key TEXT",
+     "ALTER TABLE runs ADD COLUMN reason TEXT",
      "CREATE INDEX runs_options ON runs (milestone, size, options_key)"],
 ]
 
@@ -107,6 +109,7 @@ class Record:
     isolated: bool = False                           # its engine isolated the team's processes
     options: dict = None                             # what it was measured with (grading/options.py)
     options_key: str = None                          # options_key(options)
+    reason: str = None                               # why a run is not valid (one line), else None
 
     def row(self):
         values = {**self.__dict__, "models": json.dumps(self.models), "correct": int(bool(self.correct)),
