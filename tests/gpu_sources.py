@@ -34,3 +34,26 @@ TOO_BIG_GRID = TEMPLATE_LAUNCH.replace("grid=(tiles, M, B)", "grid=(tiles, 70000
 NO_SUCH_KERNEL = TEMPLATE_LAUNCH.replace('kernel("forward_kernel"', 'kernel("forward_kernal"')
 TOO_MANY_THREADS = TEMPLATE_LAUNCH.replace("block=(TILE_WIDTH, TILE_WIDTH, 1)", "block=(32, 32, 1)").replace(
     "TILE_WIDTH = 16", "TILE_WIDTH = 32")
+
+# computes only image 0 of every call (a team that "foresees" which images are checked and computes
+# those): the grader's kernel checks every value, so any skipped image fails
+ONE_IMAGE_CU = TEMPLATE_CU.replace("    if (h < H_out && w < W_out) {", "    if (b == 0 && h < H_out && w < W_out) {")
+
+# writes zeros into x and k, then y = 0: consistent with what it left in the buffers it was given,
+# wrong against the grader's own copies (uploaded after the timed run)
+TAMPER_CU = TEMPLATE_CU.replace("#define TILE_WIDTH 16", '''#define TILE_WIDTH 16
+extern "C" __global__ void wipe(float *y, float *x, float *k, long nx, long nk, long ny)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < nx; i += (long)gridDim.x * blockDim.x) x[i] = 0.0f;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < nk; i += (long)gridDim.x * blockDim.x) k[i] = 0.0f;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < ny; i += (long)gridDim.x * blockDim.x) y[i] = 0.0f;
+}''')
+TAMPER_LAUNCH = """
+from ece408_op.team import i64, kernel
+
+
+def launch(B, M, C, H, W, K):
+    n_y = B * M * (H - K + 1) * (W - K + 1)
+    return [kernel("wipe", grid=(64,), block=(256,), args=("y", "x", "k", i64(B * C * H * W), i64(M * C * K * K),
+                                                             i64(n_y)))]
+"""

@@ -160,7 +160,7 @@ def test_ranked_run_in_the_image(engine, image, tmp_path, request):
     team = team_project(tmp_path / "team", cpu=PLAIN)
     db = tmp_path / "runs.db"
     out = cli("submit", team, "--submit", "m2", "--size", 100, "--engine", engine, "--image", image,
-              "--team", "in-image", "--db", db, env=env, timeout=900)
+              "--name", "in-image", "--db", db, env=env, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     from ece408_op.grading.store import open_store
     with open_store(str(db)) as store:

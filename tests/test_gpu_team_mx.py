@@ -77,7 +77,7 @@ def test_ranked_m3_and_final_of_a_team_made_by_init(expected, tmp_path):
     db = tmp_path / "r.db"
     for milestone in ("m3", "final"):
         out = cli("submit", team, "--submit", milestone, "--size", 1000, "--engine", engine(), "--db", db,
-                  "--team", "gpu-team")
+                  "--name", "gpu-team")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     from ece408_op.grading.store import open_store
     with open_store(str(db)) as store:

@@ -69,7 +69,7 @@ def test_team_forward_really_runs(tmp_path, expected_100):
     wrong = team_project(tmp_path / "wrong", cpu=PLAIN.replace("for p in range(K):", "for p in range(K - 1):"))
     out = cli("m2", 100, "--team", wrong)
     assert out.returncode == 1, out.stdout
-    assert "the output differs from the reference on image" in out.stderr and len(out.stderr.splitlines()) == 1
+    assert "the output differs from the reference at (b, m, h, w)" in out.stderr and len(out.stderr.splitlines()) == 1
     broken = team_project(tmp_path / "broken", cpu=PLAIN.replace("def forward(y, x, k):", "def forward(y, x, k):\n    1 / 0"))
     out = cli("m2", 100, "--team", broken)
     assert out.returncode == 1
@@ -166,24 +166,26 @@ def _run_cpu(team, runtime_kwargs=None, batch=6):
 
 def test_runtime_computes_checks_and_keeps_figures(tmp_path):
     team = team_project(tmp_path / "team", cpu=PLAIN)
-    seconds, out, x, k, layers = _run_cpu(team, {"repeats": 3, "seed": 7})
+    seconds, out, x, k, layers = _run_cpu(team, {"repeats": 3})
     from ece408_op.conv import reference_and_bound
     ref, bound = reference_and_bound(x, k)
     assert np.all(np.abs(out - ref) <= bound)
     (layer,) = layers
     assert layer["layer"] == {"B": 6, "M": 3, "C": 2, "H": 9, "W": 10, "K": 3} and len(layer["fresh"]) == 3
-    assert seconds == layer["op_time"] == sorted(layer["fresh"])[1] and len(layer["checked_images"]) == 6
+    assert seconds == layer["op_time"] == sorted(layer["fresh"])[1] and layer["checked"] == "all"
+    start, end = layer["window"]
+    assert start <= end and end - start < 600                        # the team's window (the timing lease)
 
 
 @pytest.mark.parametrize("source, message", [
     (FORKS, "PermissionError: [Errno 1] Operation not permitted; a team's forward may not start processes"),
-    (EARLY_THREAD, "the output differs from the reference on image"),
+    (EARLY_THREAD, "the output differs from the reference at"),
     (REPLAY, "fresh run 2: the output differs from the reference"),
 ])
 def test_team_process_attacks_fail_in_one_line(tmp_path, source, message):
     team = team_project(tmp_path / "team", cpu=source)
     with pytest.raises((TeamError, CheckError)) as info:
-        _run_cpu(team, {"repeats": 2, "seed": 1})
+        _run_cpu(team, {"repeats": 2})
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -252,48 +254,68 @@ def test_plan_from_the_team_process(tmp_path):
 
 # ---------------------------------------------------------------------------- fresh inputs, checks, floor
 
-def test_fresh_values_match_plain_integer_arithmetic():
-    seed, start = 123456789, (1 << 32) - 3                # across the 32-bit boundary of the index
-    got = checks.fresh_values(seed, start, 6)
-    want = []
-    for i in range(start, start + 6):
-        m = 0xFFFFFFFF
-        h = ((i & m) * 0x9E3779B1 + (i >> 32) * 0x85EBCA77 + seed) & m
-        h ^= h >> 16
-        h = (h * 0x7FEB352D) & m
-        h ^= h >> 15
-        h = (h * 0x846CA68B) & m
-        h ^= h >> 16
-        want.append((h >> 8) / 2 ** 24)
-    assert got.tolist() == want and np.all((got >= 0) & (got < 1))
-    layer = Layer(3, 2, 2, 5, 5, 3)
-    whole = np.empty(layer.x_shape, np.float32)
-    checks.fill_fresh(whole, seed)
-    assert np.array_equal(checks.fresh_images(seed, layer, [2, 0]), whole[[2, 0]])
+def test_fresh_inputs_and_checked_values_come_from_secret_randomness():
+    """Every fresh input is new (no two alike, nothing to predict from a seed a team could recover)
+    and the sampled values are uniform over the whole output."""
+    a, b = checks.fresh_input((2, 3, 8, 8)), checks.fresh_input((2, 3, 8, 8))
+    assert a.dtype == np.float32 and np.all((a >= 0) & (a < 1)) and not np.array_equal(a, b)
+    shared = np.empty((2, 3, 8, 8), np.float32)
+    assert not np.array_equal(checks.fill_fresh(shared), a)
+    picks = np.concatenate([checks.secret_indices(1000, 2048) for _ in range(20)])
+    assert picks.min() >= 0 and picks.max() < 1000
+    counts = np.bincount(picks // 100, minlength=10)                    # ten bins of 100 indices
+    assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()
+    assert not np.array_equal(checks.secret_indices(10 ** 9, 64), checks.secret_indices(10 ** 9, 64))
 
 
-def test_check_images_names_the_first_wrong_value():
-    rng = np.random.default_rng(0)
-    x = rng.random((2, 1, 6, 6), dtype=np.float32)
-    k = rng.random((2, 1, 3, 3), dtype=np.float32)
+def _layer_data(layer, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.random(layer.x_shape, dtype=np.float32)
+    k = rng.standard_normal(layer.k_shape).astype(np.float32)
     from ece408_op.conv import conv2d_forward_reference
-    y = conv2d_forward_reference(x, k).astype(np.float32)
-    checks.check_images(y, x, k, [4, 9], "layer 1")
+    return x, k, conv2d_forward_reference(x, k).astype(np.float32)
+
+
+def test_check_output_names_the_first_wrong_value():
+    layer = Layer(2, 2, 1, 6, 6, 3)
+    x, k, y = _layer_data(layer)
+    checks.check_output(y, x, k, layer, "layer 1")
     y[1, 1, 2, 3] += 1e-3
-    with pytest.raises(CheckError, match=r"layer 1: the output differs from the reference on image 9 \(1 of 64 "
-                                         r"checked values; at \(m, h, w\) = \(1, 2, 3\)"):
-        checks.check_images(y, x, k, [4, 9], "layer 1")
+    with pytest.raises(CheckError, match=r"layer 1: the output differs from the reference at \(b, m, h, w\) = "
+                                         r"\(1, 1, 2, 3\): got .* \(1 of 64 checked values\)"):
+        checks.check_output(y, x, k, layer, "layer 1")
+
+
+def test_a_large_output_is_sampled_and_a_skipped_percent_is_caught(monkeypatch):
+    """Past WHOLE_CHECK_MACS the check samples SAMPLED_VALUES secret indices: a forward that skips
+    1% of its outputs (here every 100th value left at 0) is caught every time (0.99^2048 = 1e-9)."""
+    monkeypatch.setattr(checks, "WHOLE_CHECK_MACS", 1000)
+    layer = Layer(40, 8, 2, 12, 12, 3)
+    x, k, y = _layer_data(layer, 1)
+    checks.check_output(y, x, k, layer, "layer 1")                 # a right output passes the sample
+    skipped = y.copy().reshape(-1)
+    skipped[::100] = 0.0
+    for _ in range(20):
+        with pytest.raises(CheckError, match=r"of 2048 checked values"):
+            checks.check_output(skipped.reshape(y.shape), x, k, layer, "layer 1")
+    images = y.copy()
+    images[7] = 0.0                                                   # one whole image of 40 skipped
+    with pytest.raises(CheckError, match=r"at \(b, m, h, w\) = \(7, "):
+        checks.check_output(images, x, k, layer, "layer 1")
 
 
 def test_an_op_time_below_the_physical_floor_is_refused():
     layer = Layer(10000, 50, 1, 28, 28, 5)
-    floor = checks.floor_seconds(layer, 1e12, 1e15)
+    peaks = checks.Peaks(1e12, 1e15)
+    floor = checks.floor_seconds(layer, peaks)
     assert floor == pytest.approx(layer.bytes / 1e12)
-    checks.check_floor(floor * 1.01, layer, 1e12, 1e15, "layer 1")
+    checks.check_floor(floor * 1.01, layer, peaks, "layer 1")
     with pytest.raises(CheckError, match="Op Time 0.000001 s is below what this device can do"):
-        checks.check_floor(1e-6, layer, 1e12, 1e15, "layer 1")
+        checks.check_floor(1e-6, layer, peaks, "layer 1")
     with pytest.raises(CheckError):
-        checks.check_floor(float("nan"), layer, 1e12, 1e15, "layer 1")
+        checks.check_floor(float("nan"), layer, peaks, "layer 1")
+    cached = checks.Peaks(1e12, 1e15, cache=50 << 20)                 # what an L2 can hold is not counted
+    assert checks.floor_seconds(layer, cached) == pytest.approx((layer.bytes - (50 << 20)) / 1e12)
 
 
 def test_course_layer_refuses_what_the_team_interface_does_not_compute():
@@ -323,6 +345,26 @@ EXAMPLES = ROOT / "docs" / "team-examples"
 COURSE_LAYERS = [{"B": 10000, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5},      # 2017
                  {"B": 10000, "M": 16, "C": 6, "H": 30, "W": 30, "K": 5},      # 2018 conv2
                  {"B": 10000, "M": 24, "C": 12, "H": 33, "W": 33, "K": 5}]     # 2019 conv2
+
+
+def test_grader_kernels_and_the_gpu_attack_kernels_compile_for_hopper(tmp_path):
+    """What the GPU machine runs, compiled here first: the grader's fill and check kernels (no disk
+    cache: a fresh build per process) and the attack kernels of tests/test_gpu_team.py."""
+    import shutil
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    from gpu_sources import ONE_IMAGE_CU, TAMPER_CU, TAMPER_LAUNCH
+    from ece408_op.kernels.team import grader_cubin
+    from ece408_op.team.build import compile_kernels
+    image = grader_cubin("sm_90")
+    assert image[:4] == b"\x7fELF" and b"grader_fill" in image and b"grader_check" in image
+    for name, source, launch in (("one", ONE_IMAGE_CU, None), ("tamper", TAMPER_CU, TAMPER_LAUNCH)):
+        team = team_project(tmp_path / name, gpu=source, launch=launch)
+        image = compile_kernels(team, "sm_90")
+        with TeamWorker(team, "gpu") as worker:
+            plan = worker.plan(COURSE_LAYERS[0])
+        assert all(step.name.encode() in image for step in plan.kernels)
+
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir()))

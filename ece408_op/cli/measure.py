@@ -4,9 +4,12 @@
 
 Its first act is to connect to the runner's channel (``grading/channel.py``) and to make itself
 undumpable (no process of its user may read its memory, environment or descriptors); only then
-does it start the team's process. For each model of the job it runs MXNet's own convolution on
-the images (the Correctness to equal), then the milestone with the team's forward
-(``team/runtime.py``), printing the course's lines, and sends the figures back over the channel.
+does it start the team's process. Everything secret or private comes over the channel, never as
+a file its sandbox shows (a team's process shares that sandbox): the test images, the models,
+the hidden model, the grader's check kernels. For each model of the job it runs MXNet's own
+convolution on the images (the Correctness to equal), then the milestone with the team's forward
+(``team/runtime.py``), printing the course's lines, and sends the figures back over the channel;
+while the team's code runs it holds the machine's timing lease (``channel.Lease``).
 A failure (the team's code, a check, a plan) is one ``error:`` line in the transcript and a
 ``failed`` report naming it.
 """
@@ -37,27 +40,43 @@ def failure_line(exc):
     raise exc
 
 
-def run_job(job, console):
+def register_job_inputs(job):
+    """The job's images, models and hidden model, registered in memory (never written)."""
+    import numpy as np
+    from ..data.lookup import register_memory_split
+    from ..mx.models import register_memory_model
+    data = job["data"]
+    images = np.frombuffer(base64.b64decode(data["images"]), np.uint8).reshape(data["shape"])
+    labels = np.frombuffer(base64.b64decode(data["labels"]), np.uint8)
+    register_memory_split("test", images, labels)
+    for name, files in job.get("model_files", {}).items():
+        register_memory_model(name, files["symbol"], base64.b64decode(files["params"]))
+    hidden = job.get("hidden")
+    if hidden:
+        register_memory_model(hidden["name"], hidden["symbol"], base64.b64decode(hidden["params"]))
+
+
+def run_job(job, console, lease=None):
     """The report of ``job`` (a dict from the runner), its transcript printed through ``console``."""
     import ece408_op
     ece408_op.require_mxnet()
     from .milestone import MILESTONES, Args, run_milestone
     from ..mx.inference import run_inference
-    from ..mx.models import register_memory_model
+    from ..team.client import DEFAULT_TIME_LIMIT
     from ..team.runtime import TeamRuntime
     milestone = MILESTONES[job["milestone"]]
-    hidden = job.get("hidden")
-    if hidden:
-        register_memory_model(hidden["name"], hidden["symbol"], base64.b64decode(hidden["params"]))
+    register_job_inputs(job)
     image = None
     if job.get("kernels"):
         with open(job["kernels"], "rb") as f:
             image = f.read()
+    grader_image = base64.b64decode(job["grader_kernels"]) if job.get("grader_kernels") else None
     report = {"status": "ok", "reason": None, "device": _device_name(job["milestone"]), "models": []}
-    for index, model in enumerate(job["models"]):
+    for model in job["models"]:
         expected = run_inference(model, job["size"], use_custom=False)["accuracy"]
-        runtime = TeamRuntime(job["team"], image, repeats=job.get("repeats", milestone.repeats),
-                              seed=job["seed"] + index, stdout=None)
+        runtime = TeamRuntime(job["team"], image, repeats=job.get("repeats", milestone.repeats), stdout=None,
+                              grader_image=grader_image, time_limit=job.get("time_limit", DEFAULT_TIME_LIMIT),
+                              lease=lease)
         args = Args(model=model, size=job["size"])
         entry = {"model": model, "expected": expected, "op_times": [], "correctness": None, "layers": []}
         report["models"].append(entry)
@@ -90,7 +109,7 @@ def main(argv=None):
     from .errors import Console
     console = Console()
     try:
-        report = run_job(job, console)
+        report = run_job(job, console, channel.Lease(sock))
     except Ece408Error as exc:
         console.say(f"error: {exc}")
         report = {"status": "failed", "reason": str(exc).splitlines()[0], "models": []}

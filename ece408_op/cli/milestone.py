@@ -53,6 +53,7 @@ class Args:
     help: bool = False     # -h/--help: print the usage, run nothing
     ncu: bool = False      # --ncu: re-run under Nsight Compute, then the kernels' metrics (kernels/ncu.py)
     use_team: bool = False  # a team's forward runs the custom layers (set by run_milestone)
+    time_limit: str = None  # --time-limit: seconds one forward of a team's may take
 
     @property
     def extra(self):
@@ -78,6 +79,16 @@ def _kernel_help():
     names = ", ".join(v.name for v in VERSIONS.values())
     return (f"GPU kernel version {min(VERSIONS)}-{max(VERSIONS)} (or v3, or its name: {names}), or fast "
             "(v12 where it runs the layer, else auto); default auto: $ECE408_KERNEL, else the fastest for the layer")
+
+
+def _check_time_limit(value):
+    import math
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise Ece408Error("give the seconds a team's forward may take, a number above 0")
 
 
 def _check_kernel(value):
@@ -112,6 +123,9 @@ OPTIONS = (
            "bandwidth, FP32 FLOP rate and occupancy", "ncu", milestones=GPU),
     Option(("--team",), "run the team project in DIR (default: this folder when it holds a team project)",
            "team", "DIR", milestones=CUSTOM),
+    Option(("--time-limit",), "seconds one forward of the team's may take before its process is killed (default "
+           "600, or $ECE408_TIME_LIMIT); Ctrl-C stops it at once", "time_limit", "SECONDS", milestones=CUSTOM,
+           check=_check_time_limit),
     Option(("--debug",), "tracebacks instead of one-line errors (also ECE408_DEBUG=1)"),
     Option(("-h", "--help"), "print this text and exit", "help"),
 )
@@ -231,13 +245,15 @@ def team_runtime(milestone, args, device=None):
     team_dir = find_team(args.team)
     if team_dir is None:
         return None
-    from ..team.client import numba_cache_dir
+    from ..team.client import numba_cache_dir, time_limit_from_env
     from ..team.runtime import TeamRuntime
     image = None
     if milestone.device == "gpu":
         from ..team.build import compile_kernels
         image = compile_kernels(team_dir, device.arch)
-    return TeamRuntime(team_dir, image, repeats=milestone.repeats, numba_cache=numba_cache_dir())
+    time_limit = float(args.time_limit) if args.time_limit is not None else time_limit_from_env()
+    return TeamRuntime(team_dir, image, repeats=milestone.repeats, numba_cache=numba_cache_dir(),
+                       time_limit=time_limit)
 
 
 def run_milestone(milestone, args, console=None, clock=None, runtime=None):
@@ -333,6 +349,7 @@ def main(milestone_name, argv, prog=None):
         if args.ncu:
             return _under_ncu(milestone_name, argv, console)
         from ..mx.op import quiet_callback_tracebacks
-        with quiet_callback_tracebacks():
+        from ..team.client import watch_interrupts
+        with quiet_callback_tracebacks(), watch_interrupts():
             run_milestone(milestone, args, console, clock)
     return run(command, argv, console)

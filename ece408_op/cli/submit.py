@@ -3,6 +3,7 @@
 with ``--submit m2|m3|final`` a ranked run of the team's forward (the grader's harness measures
 it; a record for the ranking)."""
 import math
+import os
 
 from ..grading import runner
 from ..grading.sandbox import ENGINES, Limits
@@ -56,7 +57,8 @@ def add_run_options(parser):
     parser.add_argument("--hidden-model", metavar="PREFIX",
                         help="with --submit: staff's hidden third model (checkpoint prefix)")
     parser.add_argument("--repeats", type=int, metavar="N",
-                        help="with --submit: timed runs on fresh inputs per layer (default: 5 for final, 0 otherwise)")
+                        help="with --submit: timed runs on fresh inputs per layer, 1-100 (default: 5 for final, "
+                             "1 otherwise)")
     parser.add_argument("--db", help=f"database: a SQLite path or a postgresql:// URL "
                                      f"(default ${DB_ENV}, else {default_sqlite_path()})")
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
@@ -77,9 +79,13 @@ def check_size(parser, size):
         parser.error(f"--size must be from 1 to 10000, not {size}")
 
 
-def check_repeats(parser, repeats):
-    if repeats is not None and not 0 <= repeats <= 100:
-        parser.error(f"--repeats must be from 0 to 100, not {repeats}")
+def check_repeats(parser, repeats, ranked=True):
+    """Ranked runs time at least one fresh input per layer: the time that ranks must come from an
+    input no team can know in advance."""
+    low = 1 if ranked else 0
+    if repeats is not None and not low <= repeats <= 100:
+        parser.error(f"--repeats must be from {low} to 100, not {repeats}"
+                     + (" (a ranked run times at least one fresh input a layer)" if ranked and repeats == 0 else ""))
 
 
 def command(argv):
@@ -87,25 +93,36 @@ def command(argv):
                             description="Run a submission folder's rai_build.yml in a sandbox like the course "
                                         "server (a development run); --submit measures the team's forward with "
                                         "the grader's harness and stores a ranked record.")
-    parser.add_argument("folder", nargs="?", default=".", help="the submission (default: this folder)")
+    parser.add_argument("folder", nargs="?", help="the team's folder (default: --team, else this folder)")
     parser.add_argument("--submit", choices=runner.MILESTONES, metavar="{m2,m3,final}",
                         help="a ranked run: the team's new-forward.py (m2) or new-forward.cu + launch.py (m3, final) "
                              "on both course models, measured by the grader's harness; stores the record")
-    parser.add_argument("--team", help=f"team name in the record (default ${runner.TEAM_ENV}, else the user name)")
+    parser.add_argument("--team", metavar="DIR", help="the team's folder, as for the milestones (default: this folder)")
+    parser.add_argument("--name", help="the team's name in the record (default: the team folder's name)")
     parser.add_argument("--keep-scratch", action="store_true", help="keep the scratch copy (its path is printed)")
+    parser.add_argument("--allow-network", action="store_true",
+                        help="development runs: give commands the network when rai_build.yml says network: true "
+                             "(refused otherwise: the grading host's own services would be in reach)")
     add_run_options(parser)
     args = parser.parse_args(argv)
+    if args.folder is not None and args.team is not None and \
+            os.path.realpath(args.folder) != os.path.realpath(args.team):
+        parser.error(f"give the team's folder once: FOLDER {args.folder!r} and --team {args.team!r} differ")
+    folder = args.folder or args.team or "."
+    if not os.path.isdir(folder):
+        parser.error(f"{folder}: no such folder; give the team's folder (python -m ece408_op init DIR makes one)")
     check_size(parser, args.size)
-    check_repeats(parser, args.repeats)
+    check_repeats(parser, args.repeats, ranked=args.submit is not None)
     options = options_of(args, args.keep_scratch)
+    options.allow_network = args.allow_network
     if args.submit is None:
-        for flag, value in (("--hidden-model", args.hidden_model), ("--repeats", args.repeats)):
+        for flag, value in (("--hidden-model", args.hidden_model), ("--repeats", args.repeats), ("--name", args.name)):
             if value is not None:
                 parser.error(f"{flag} goes with --submit")
-        build = runner.run_development(args.folder, options)
+        build = runner.run_development(folder, options)
         print("* Development run: no record is stored (ranked runs: --submit m2|m3|final)")
         return 0 if build.status == "ok" else (build.exit_code or 1)
-    request = runner.SubmitRequest(args.folder, args.submit, args.size, args.team, args.hidden_model,
+    request = runner.SubmitRequest(folder, args.submit, args.size, args.name, args.hidden_model,
                                    options=options, repeats=args.repeats)
     runner.check_device(args.submit)                   # before opening anything: a clear error
     with open_store(args.db) as store:                 # a database that cannot be used: said before the run

@@ -123,7 +123,9 @@ def load_resized(split="test", size=64, count=None, data_dir=None, cache=True, c
     resized as the module doc says; the whole split is resized once and cached."""
     if not isinstance(size, (int, np.integer)) or size < 1:
         raise DataError(f"resize size must be a positive integer, got {size!r}")
+    from .lookup import is_memory_split
     source, labels = load_fashion_mnist(split, None, data_dir)
+    cache = cache and not is_memory_split(split, data_dir)        # a ranked run's images: never on disk
     if size == source.shape[1] == source.shape[2]:
         images = source
     else:

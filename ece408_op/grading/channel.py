@@ -7,18 +7,30 @@ models, the hidden model's bytes, the secret seed of fresh inputs) goes in, the 
 Times, Correctness, the device) come back. Printed text is for people: the record never parses it.
 
 Messages: a 4-byte big-endian length, then JSON. Sizes are bounded on both sides.
+
+The timing lease: while the team's code runs (its import, plan, warm-up, timed runs and their
+checks), the measuring process holds the machine's timing lock through this channel
+(``{"lease": "acquire"}`` -> ``{"lease": "granted"}``, then ``{"lease": "release"}``): the runner
+takes an exclusive ``flock`` on a lock file shared by every runner on the machine (per GPU for
+GPU milestones, one for the CPU), so that no two teams' code runs at once there, warm-ups
+included. The time spent waiting for it is added to the measuring command's time limit.
 """
+import contextlib
+import fcntl
 import os
 import socket
+import tempfile
 import threading
+import time
 
 from ..errors import Ece408Error
 from ..team import wire
 
 SOCKET = "channel.sock"
 TARGET = "/run/ece408"                 # where the measuring sandbox sees the socket's folder
-JOB_LIMIT = 256 << 20
+JOB_LIMIT = 512 << 20
 RESULT_LIMIT = 4 << 20
+LOCK_DIR_ENV = "ECE408_LOCK_DIR"
 
 
 class ChannelError(Ece408Error):
@@ -38,11 +50,43 @@ def recv(sock, limit):
         raise ChannelError(f"a malformed report ({exc})") from exc
 
 
+class TimingLock:
+    """The machine's timing lock for ``key`` (``cpu``, or ``gpu-<uuid>``): an exclusive flock on
+    ``<lock dir>/ece408-timing-<key>.lock`` ($ECE408_LOCK_DIR, else the temporary folder), which
+    every runner on the machine takes while a team's code runs. Released when its holder's
+    descriptor closes, so a killed runner never leaves it held."""
+
+    def __init__(self, key):
+        folder = os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir()
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+        self.path = os.path.join(folder, f"ece408-timing-{safe}.lock")
+        self.fd = None
+
+    def acquire(self):
+        if self.fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.fd = fd
+
+    def release(self):
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)                         # closing the descriptor drops the flock
+
+
 class Listener:
     """The runner's end: ``start(job)`` serves one connection in a thread; ``result()`` is the
-    report, or None with ``error`` saying why there is none."""
+    report, or None with ``error`` saying why there is none. ``lock``: the TimingLock lent to
+    the measuring process on request (None: granted at once); ``waited`` is the time spent
+    waiting for it."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, lock=None):
+        self.lock = lock
+        self.waited = 0.0
         self.path = os.path.join(str(folder), SOCKET)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
@@ -69,10 +113,27 @@ class Listener:
             try:
                 self.error = "the measuring process ended before it reported"
                 send(conn, job)
-                self.report = recv(conn, RESULT_LIMIT)
-                self.error = None
+                while True:
+                    message = recv(conn, RESULT_LIMIT)
+                    lease = message.get("lease") if isinstance(message, dict) else None
+                    if lease == "acquire":
+                        started = time.monotonic()
+                        if self.lock is not None:
+                            self.lock.acquire()
+                        self.waited += time.monotonic() - started
+                        send(conn, {"lease": "granted"})
+                    elif lease == "release":
+                        if self.lock is not None:
+                            self.lock.release()
+                    else:
+                        self.report = message
+                        self.error = None
+                        return
             except (OSError, ChannelError, ValueError) as exc:
                 self.error = f"its report could not be read ({exc})"
+            finally:
+                if self.lock is not None:
+                    self.lock.release()
 
     def close_listener(self):
         try:
@@ -96,3 +157,29 @@ def connect(path):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
     return sock
+
+
+class Lease:
+    """The measuring process's end of the timing lease: ``lease()`` is a context manager (nested
+    uses hold it once) that asks the runner for the machine's timing lock and gives it back."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.depth = 0
+        self.lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def __call__(self):
+        with self.lock:
+            if self.depth == 0:
+                send(self.sock, {"lease": "acquire"})
+                answer = recv(self.sock, RESULT_LIMIT)
+                if not (isinstance(answer, dict) and answer.get("lease") == "granted"):
+                    raise ChannelError("the runner did not grant the timing lease")
+            self.depth += 1
+            try:
+                yield
+            finally:
+                self.depth -= 1
+                if self.depth == 0:
+                    send(self.sock, {"lease": "release"})

@@ -24,7 +24,6 @@ import getpass
 import hashlib
 import math
 import os
-import random
 import shutil
 import signal
 import socket
@@ -142,7 +141,12 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def default_team():
+def default_team(folder=None):
+    """A record's team name: the team folder's own name (``--name`` overrides it where given)."""
+    if folder is not None:
+        name = os.path.basename(os.path.abspath(os.fsdecode(folder)))
+        if name:
+            return name
     return os.environ.get(TEAM_ENV) or getpass.getuser()
 
 
@@ -237,10 +241,13 @@ def _kill_group(proc):
             continue
 
 
-def execute(sandbox, step, transcript, timeout, label=None):
-    """Run ``step`` in ``sandbox``, its output streamed into ``transcript`` (stopped past the
-    output limit), killed past ``timeout`` seconds; whatever it started is gone when this
-    returns. Returns a CommandResult (Stopped and KeyboardInterrupt propagate, after cleanup)."""
+def execute(sandbox, step, transcript, timeout, label=None, extra_time=None):
+    """Run ``step`` in ``sandbox``, its output streamed into ``transcript`` with every control
+    character escaped (``transcript.OutputEscaper``: no escape sequence of a team's ever reaches
+    a terminal or a record), stopped past the output limit, killed past ``timeout`` seconds
+    (plus ``extra_time()``: the time it waited for the timing lease); whatever it started is gone
+    when this returns. Returns a CommandResult (Stopped and KeyboardInterrupt propagate, after
+    cleanup)."""
     result = CommandResult(label or " ".join(step.argv))
     launch = sandbox.prepare(step)
     limit = sandbox.limits.output
@@ -259,6 +266,7 @@ def execute(sandbox, step, transcript, timeout, label=None):
 
     def pump():
         decoder = getincrementaldecoder("utf-8")("replace")
+        escaper = tx.OutputEscaper()
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
             if over.is_set():
                 continue
@@ -267,8 +275,8 @@ def execute(sandbox, step, transcript, timeout, label=None):
                 over.set()
                 _kill_group(proc)
                 continue
-            transcript.write(decoder.decode(chunk))
-        transcript.write(decoder.decode(b"", final=True))
+            transcript.write(escaper.escape(decoder.decode(chunk)))
+        transcript.write(escaper.escape(decoder.decode(b"", final=True), final=True))
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
@@ -280,7 +288,7 @@ def execute(sandbox, step, transcript, timeout, label=None):
             except subprocess.TimeoutExpired:
                 if over.is_set():
                     continue
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline + (extra_time() if extra_time else 0.0):
                     _kill_group(proc)
                     code = None
                     result.status = "timeout"
@@ -349,6 +357,7 @@ class Options:
     scratch_parent: str = None
     keep_scratch: bool = False
     limits: Limits = field(default_factory=Limits)
+    allow_network: bool = False   # development runs: honour rai_build.yml's network: true
 
 
 def check_timeout(value):
@@ -392,16 +401,25 @@ def harness_mounts(sandbox):
     return mounts, env
 
 
+def sandbox_import_path(sandbox):
+    """The grader's import path as a command in ``sandbox`` sees it (bubblewrap: the package bound
+    alone, never its checkout: ``sandbox.package_binding``)."""
+    from ..team.client import trusted_path
+    if sandbox.engine == "bubblewrap":
+        from .sandbox import package_binding
+        return package_binding()[0]
+    return trusted_path()
+
+
 def step_environment(sandbox, gpu=False):
     """The whole environment of a team command: nothing of the grader's (no database, no
     password, no paths of the grader's), what Python, CUDA and the harness need."""
-    from ..team.client import trusted_path
     env = {"HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "USER": "team", "PYTHONUNBUFFERED": "1",
            "PYTHONDONTWRITEBYTECODE": "1", "NUMBA_CACHE_DIR": "/tmp/numba", "PYCUDA_CACHE_DIR": "/tmp/pycuda"}
     if sandbox.engine in ("bubblewrap", "host"):
         bins = [os.path.dirname(sys.executable)] + [p for p in ("/usr/local/cuda/bin",) if os.path.isdir(p)]
         env["PATH"] = ":".join(bins + ["/usr/local/bin", "/usr/bin", "/bin"])
-        env["PYTHONPATH"] = ":".join(trusted_path())
+        env["PYTHONPATH"] = ":".join(sandbox_import_path(sandbox))
         if sandbox.engine == "host":
             env["HOME"] = env["TMPDIR"] = tempfile_dir()
             env["NUMBA_CACHE_DIR"] = os.path.join(env["TMPDIR"], "numba")
@@ -431,6 +449,10 @@ def run_development(folder, options, transcript=None):
     config = load_config(folder)
     transcript = transcript or Transcript()
     check_timeout(options.timeout)
+    if config.network and not options.allow_network:
+        raise SubmitError("rai_build.yml asks for network: true, and this grader gives commands no network "
+                          "(the grading host's own services would be in reach); set network: false, or run "
+                          "with --allow-network where the grader allows it")
     clean_stale(options.scratch_parent)
     engine = choose_engine(options.engine)
     sandbox = open_sandbox(engine, options.limits, options.image or config.image, config.network)
@@ -438,7 +460,8 @@ def run_development(folder, options, transcript=None):
     started = time.monotonic()
     results, status = [], "ok"
     with Scratch(options.scratch_parent, sandbox.uid, options.limits.disk, options.keep_scratch) as scratch:
-        copy_submission(folder, scratch.src)
+        for note in copy_submission(folder, scratch.src):
+            transcript.line(note)
         if options.keep_scratch:
             print(f"* Scratch folder kept: {scratch.root}", file=sys.stderr)
         mounts, env = harness_mounts(sandbox) if sandbox.engine in ("bubblewrap", "host") else ([], {})
@@ -543,13 +566,72 @@ def measure_argv(sandbox, sock):
     """The measuring process's command: the grader's own Python and package, isolated."""
     from ..team.client import isolated_python
     if sandbox.engine in ("bubblewrap", "host"):
-        return isolated_python("ece408_op.cli.measure", "--channel", sock)
+        return isolated_python("ece408_op.cli.measure", "--channel", sock, paths=sandbox_import_path(sandbox))
     return ["python", "-I", "-m", "ece408_op.cli.measure", "--channel", sock]
 
 
+@dataclass
+class RankedRun:
+    """What the build and measuring steps of a ranked run gave."""
+    status: str                      # ok, failed, timeout
+    reason: str = None               # one line where not ok
+    report: dict = None              # the measuring process's report (None: none came)
+    taken: list = field(default_factory=list)     # [TeamFile] the run measured
+    digest: str = None               # SHA-256 of exactly those bytes (TeamFiles.digest)
+    sandbox: object = None
+
+
+def course_model_files(name):
+    """{symbol, params (base64)} of the grader's course model ``name``, for the job."""
+    for folder in model_dirs():
+        if (folder / f"{name}-symbol.json").is_file():
+            symbol, params = hidden_files(folder / name)
+            return {"symbol": symbol.read_text(encoding="utf-8"),
+                    "params": base64.b64encode(params.read_bytes()).decode("ascii")}
+    raise SubmitError(f"the grader's model {name} is not installed here (looked in "
+                      f"{', '.join(str(d) for d in model_dirs()) or 'no model folder'}); set $ECE408_MODEL_DIR")
+
+
+def test_images(size):
+    """{images, labels (base64), shape} of the first ``size`` test images, for the job: the
+    measuring process gets them over its channel, never as a file its sandbox shows."""
+    from ..data import load_fashion_mnist
+    try:
+        images, labels = load_fashion_mnist("test", size)
+    except Ece408Error as exc:
+        raise SubmitError(f"the grader's data: {exc}") from exc
+    return {"images": base64.b64encode(images.tobytes()).decode("ascii"),
+            "labels": base64.b64encode(labels.tobytes()).decode("ascii"), "shape": list(images.shape)}
+
+
+def timing_key(milestone):
+    """The machine's timing lock a run takes (channel.TimingLock): one per GPU, one for the CPU."""
+    if milestone not in GPU_MILESTONES:
+        return "cpu"
+    return "gpu-" + (gpu_query("uuid") or os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0] or "0")
+
+
+def build_team_kernels(sandbox, scratch, arch, transcript, timeout):
+    """The ranked build: nvcc compiles the team's /src/new-forward.cu (device code only) in its own
+    sandbox, which shows the team's files, the build folder and the read-only system (nvcc,
+    CUDA's headers): nothing of the grader's or another team's. Returns (the cubin taken out of
+    /build into the scratch folder's art/, None) or (None, reason)."""
+    from ..team.build import CUBIN, SOURCE, nvcc_argv
+    argv = nvcc_argv(f"/src/{SOURCE}", f"/build/{CUBIN}", arch)
+    base = [Mount(str(scratch.src), "/src"), Mount(str(scratch.build), "/build", writable=True)]
+    transcript.line(tx.running_line(" ".join(argv)))
+    result = execute(sandbox, Step(argv, base, step_environment(sandbox, False), "/build"), transcript, timeout)
+    if result.status != "ok":
+        return None, f"{SOURCE} did not compile"
+    if not _take_artifact(scratch.build / CUBIN, scratch.art / CUBIN):
+        transcript.line(f"error: the build left no usable {CUBIN} (a regular file of at most {ART_LIMIT >> 20} MiB)")
+        return None, f"no {CUBIN}"
+    return scratch.art / CUBIN, None
+
+
 def run_ranked(request, transcript):
-    """The build and measuring steps of a ranked run. Returns (status, reason, report, taken files,
-    engine, isolated, image id)."""
+    """The build and measuring steps of a ranked run: a RankedRun."""
+    from .options import ranked_repeats
     options = request.options
     milestone = request.milestone
     check_timeout(options.timeout)
@@ -559,60 +641,60 @@ def run_ranked(request, transcript):
         raise SubmitError(f"--submit {milestone} needs the GPU's compute capability (nvidia-smi "
                           "--query-gpu=compute_cap) and none was read")
     hidden = read_hidden(request.hidden_model) if request.hidden_model else None
+    job = {"milestone": milestone, "size": request.size, "repeats": ranked_repeats(milestone, request.repeats),
+           "hidden": hidden, "data": test_images(request.size),
+           "model_files": {name: course_model_files(name) for name in MODELS}, "time_limit": options.timeout}
+    if gpu:
+        from ..team.build import grader_cubin
+        job["grader_kernels"] = base64.b64encode(grader_cubin(arch)).decode("ascii")
     clean_stale(options.scratch_parent)
     engine = choose_engine(options.engine)
     sandbox = open_sandbox(engine, options.limits, options.image or "ece408_op:latest", network=False)
     _announce(transcript, sandbox)
-    taken = []
+    run = RankedRun("failed", sandbox=sandbox)
     with Scratch(options.scratch_parent, sandbox.uid, options.limits.disk, options.keep_scratch) as scratch:
         scratch.src.mkdir(mode=0o755)
         try:
-            taken = project.copy_files(request.folder, project.MILESTONE_FILES[milestone], scratch.src)
+            files = project.read_team_files(request.folder, project.MILESTONE_FILES[milestone])
+            run.taken, run.digest = files.write(scratch.src), files.digest
         except project.TeamError as exc:
             transcript.line(f"error: {exc}")
-            return "failed", str(exc), None, taken, sandbox
-        for f in taken:
+            run.reason = str(exc)
+            return run
+        for f in run.taken:
             transcript.line(f"* Team file {f.name}: {f.size} bytes, sha256 {f.sha256}")
-        mounts, env = harness_mounts(sandbox)
         base = [Mount(str(scratch.src), "/src"), Mount(str(scratch.build), "/build", writable=True)]
-        env = {**step_environment(sandbox, gpu), **env}
-        kernels = None
+        env = step_environment(sandbox, gpu)
+        lock = channel.TimingLock(timing_key(milestone))
         if gpu:
-            from ..team.build import CUBIN, SOURCE, nvcc_argv
-            argv = nvcc_argv(f"/src/{SOURCE}", f"/build/{CUBIN}", arch)
-            transcript.line(tx.running_line(" ".join(argv)))
-            result = execute(sandbox, Step(argv, base, env, "/build"), transcript, options.timeout)
-            if result.status != "ok":
-                return "failed", f"{SOURCE} did not compile", None, taken, sandbox
-            if not _take_artifact(scratch.build / CUBIN, scratch.art / CUBIN):
-                transcript.line(f"error: the build left no usable {CUBIN} (a regular file of at most "
-                                f"{ART_LIMIT >> 20} MiB)")
-                return "failed", f"no {CUBIN}", None, taken, sandbox
-            kernels = str(scratch.art / CUBIN) if sandbox.engine == "host" else f"/art/{CUBIN}"
-        listener = channel.Listener(scratch.channel)
+            cubin, run.reason = build_team_kernels(sandbox, scratch, arch, transcript, options.timeout)
+            if cubin is None:
+                return run
+            job["kernels"] = str(cubin) if sandbox.engine == "host" else f"/art/{cubin.name}"
+        job["team"] = str(scratch.src) if sandbox.engine == "host" else "/src"
+        listener = channel.Listener(scratch.channel, lock)
         sock = f"{channel.TARGET}/{channel.SOCKET}"
         models = list(MODELS) + (["hidden"] if hidden else [])
-        job = {"milestone": milestone, "size": request.size, "models": models, "hidden": hidden,
-               "repeats": request.repeats, "seed": random.SystemRandom().randrange(1 << 31),
-               "team": str(scratch.src) if sandbox.engine == "host" else "/src", "kernels": kernels}
-        if job["repeats"] is None:
-            del job["repeats"]
+        job["models"] = models
         listener.start(job)
         argv = measure_argv(sandbox, sock)
         steps = base + [Mount(str(scratch.art), "/art"), Mount(str(scratch.channel), channel.TARGET, writable=True)]
         transcript.line(tx.running_line(f"python -m ece408_op {milestone} (the grader's harness) on "
                                         f"{', '.join(m if m != 'hidden' else 'the hidden model' for m in models)}, "
                                         f"{request.size} images"))
-        result = execute(sandbox, Step(argv, steps + mounts, env, "/build", gpu=gpu), transcript, options.timeout,
-                         label="measure")
+        result = execute(sandbox, Step(argv, steps, env, "/build", gpu=gpu), transcript, options.timeout,
+                         label="measure", extra_time=lambda: listener.waited)
         report = listener.result()
         if report is None:
             why = {"timeout": "the time limit", "output": "the output limit", "memory": "the memory limit",
                    "cpu": "the CPU-time limit"}.get(result.status)
-            reason = f"stopped at {why}" if why else f"no report: {listener.error}"
-            return ("timeout" if result.status == "timeout" else "failed"), reason, None, taken, sandbox
-        status = "ok" if report.get("status") == "ok" and result.status == "ok" else "failed"
-        return status, report.get("reason"), report, taken, sandbox
+            run.status = "timeout" if result.status == "timeout" else "failed"
+            run.reason = f"stopped at {why}" if why else f"no report: {listener.error}"
+            return run
+        run.report = report
+        run.status = "ok" if report.get("status") == "ok" and result.status == "ok" else "failed"
+        run.reason = report.get("reason")
+        return run
 
 
 def submit(request, store, transcript=None):
@@ -625,26 +707,32 @@ def submit(request, store, transcript=None):
     created = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     record_id = request.record_id or uuid.uuid4().hex
     started = time.monotonic()
-    sandbox = None
-    taken, report, reason = [], None, None
+    run = RankedRun("failed")
     with stop_on_signals():
         try:
-            status, reason, report, taken, sandbox = run_ranked(request, transcript)
+            run = run_ranked(request, transcript)
         except Stopped as exc:
             transcript.line(tx.killed_line(exc.signal_name))
-            status, reason = "killed", f"stopped ({exc.signal_name})"
+            run.status, run.reason = "killed", f"stopped ({exc.signal_name})"
         except KeyboardInterrupt:
             transcript.line(tx.killed_line("SIGINT"))
-            status, reason = "killed", "stopped (SIGINT)"
-    record = make_record(request, record_id, created, status, reason, report, taken, device, sandbox,
-                         transcript.text(), time.monotonic() - started)
+            run.status, run.reason = "killed", "stopped (SIGINT)"
+    record = make_record(request, record_id, created, run, device, transcript.text(), time.monotonic() - started)
     store.add(record)
     return record
 
 
-def make_record(request, record_id, created, status, reason, report, taken, device, sandbox, transcript,
-                duration):
+def record_options(request, engine):
+    """The run options the record keeps (grading/options.py), from the request and the engine it ran on."""
+    from .options import hidden_digest, run_options
+    hidden = hidden_digest(*hidden_files(request.hidden_model)) if request.hidden_model else None
+    return run_options(request.milestone, request.size, request.repeats, hidden, engine)
+
+
+def make_record(request, record_id, created, run, device, transcript, duration):
     """The Record of a finished (or stopped) ranked run, from the measuring process's report."""
+    from .options import options_key
+    status, reason, report, sandbox = run.status, run.reason, run.report, run.sandbox
     results = []
     for entry in (report or {}).get("models", []):
         results.append(tx.ModelResult(str(entry.get("model")), [float(t) for t in entry.get("op_times", [])],
@@ -653,17 +741,24 @@ def make_record(request, record_id, created, status, reason, report, taken, devi
         all(r.correctness is not None and r.op_times for r in results)
     if status == "ok" and not complete:
         status, reason = "failed", reason or "the report lacks a model's Op Times or Correctness"
-    if reason and status != "ok":
+    correct = complete and all(r.correct for r in results)
+    if status == "ok" and not correct:
+        wrong = next(r for r in results if not r.correct)
+        reason = (f"Correctness {wrong.correctness} on {printable(wrong.model, limit=40)} is not the "
+                  f"{wrong.expected} of MXNet's own convolution")
+    if reason and not (status == "ok" and correct):
         transcript += f"* Not ranked: {printable(reason, limit=500)}\n"
+    engine = sandbox.engine if sandbox else None
+    options = record_options(request, engine)
     return Record(
-        id=record_id, created_at=created, team=team_name(request.team or default_team()),
+        id=record_id, created_at=created, team=team_name(request.team or default_team(request.folder)),
         milestone=request.milestone, size=request.size, status=status, exit_code=None,
-        op_time=sum(r.op_time for r in results) if complete else None,
-        correct=complete and all(r.correct for r in results),
+        op_time=sum(r.op_time for r in results) if complete else None, correct=correct,
         models=[{**r.to_dict(), "layers": e.get("layers", [])} for r, e in zip(results, (report or {}).get("models", []))],
-        git_commit=None, content_hash=team_digest(request.folder, request.milestone),
+        git_commit=None, content_hash=run.digest,
         device=(report or {}).get("device") or device,
-        engine=sandbox.engine if sandbox else None, image=sandbox.image_id if sandbox else None,
+        engine=engine, image=sandbox.image_id if sandbox else None,
         host=socket.gethostname(), duration_s=round(duration, 3), transcript=transcript,
-        team_files=[f.to_dict() for f in taken], isolated=bool(sandbox and sandbox.isolated),
-        reason=None if status == "ok" and complete else printable(reason or status, limit=500))
+        team_files=[f.to_dict() for f in run.taken], isolated=bool(sandbox and sandbox.isolated),
+        options=options, options_key=options_key(options),
+        reason=None if status == "ok" and correct else printable(reason or status, limit=500))

@@ -144,12 +144,41 @@ def run_uid():
     return UID_BASE + random.SystemRandom().randrange(UID_SPAN)
 
 
+SHM_BYTES = 64 << 20            # a sandbox's /dev/shm
+PACKAGE_ROOT = "/ece408"        # where a checkout's package is bound in a sandbox: the package alone
+
+
+def _within(path, root):
+    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return path == root or root in path.parents
+
+
+def package_binding():
+    """(the grader's import path inside a bubblewrap sandbox, the package folder to bind at
+    ``PACKAGE_ROOT/ece408_op`` or None). An installed package is seen where it is installed (its
+    site-packages); a package run from a checkout (an editable install) is bound ALONE, never its
+    checkout (which may hold models, databases, a class folder): every path in or above the
+    checkout leaves the import path, except the interpreter's own prefixes (a virtual environment
+    kept inside the checkout)."""
+    import ece408_op
+    from ..team.client import trusted_path
+    package = Path(ece408_op.__file__).resolve().parent
+    home = package.parent
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    paths = trusted_path()
+    if any(_within(home, prefix) for prefix in prefixes) or home.name in ("site-packages", "dist-packages"):
+        return paths, None
+    kept = [p for p in paths[1:] if any(_within(p, prefix) for prefix in prefixes)
+            or not (_within(p, home) or _within(home, p))]
+    return [PACKAGE_ROOT] + kept, str(package)
+
+
 def python_paths():
     """What the grader's Python needs to be visible read-only inside a sandbox: its prefixes and
-    every folder on its import path (the team's files are never among them)."""
-    from ..team.client import trusted_path
+    every folder on its import path (``package_binding``: never a checkout; the team's files are
+    never among them)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths.update(p for p in trusted_path() if os.path.exists(p))
+    paths.update(p for p in package_binding()[0] if p != PACKAGE_ROOT and os.path.exists(p))
     return sorted({os.path.realpath(p) for p in paths} | paths)
 
 
@@ -425,15 +454,20 @@ class BubblewrapSandbox(Sandbox):
             if os.path.exists(f"/etc/{name}"):
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(self.limits.disk), "--tmpfs", "/tmp"]
+        # POSIX semaphores (Numba's thread-pool start-up lock, multiprocessing): a small /dev/shm of the sandbox's own
+        argv += ["--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         if not probe:
             paths = [p for p in python_paths() if not p.startswith(SYSTEM_DIRS) and os.path.exists(p)]
+            package = package_binding()[1]
             # the folders above every mount, made traversable (bwrap would make them root-only)
-            parents = sorted({str(a) for t in paths + [m.target for m in step.mounts]
-                              for a in Path(t).parents if str(a) not in ("/", "/tmp")})
+            targets = paths + [m.target for m in step.mounts] + ([f"{PACKAGE_ROOT}/ece408_op"] if package else [])
+            parents = sorted({str(a) for t in targets for a in Path(t).parents if str(a) not in ("/", "/tmp")})
             for parent in parents:
                 argv += ["--perms", "0755", "--dir", parent]
             for path in paths:
                 argv += ["--ro-bind", path, path]
+            if package is not None:
+                argv += ["--ro-bind", package, f"{PACKAGE_ROOT}/ece408_op"]
             if step.gpu:
                 for node in gpu_device_nodes():
                     argv += ["--dev-bind", node, node]

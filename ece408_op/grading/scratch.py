@@ -55,14 +55,34 @@ def _unmount(path):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
+def link_stays_inside(rel, target):
+    """Whether the link at ``rel`` (bytes, relative to the submission's root) pointing at ``target``
+    resolves inside the submission, read as text: a relative target that never climbs above the
+    root. An absolute target never does (inside the sandbox it would name the sandbox's files)."""
+    if target.startswith(b"/"):
+        return False
+    depth = rel.count(b"/")                 # folders between the root and the link
+    for part in target.split(b"/"):
+        if part == b"..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in (b"", b"."):
+            depth += 1
+    return True
+
+
 def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBMISSION_FILES):
     """Copy the folder ``src`` into ``dst`` (which must not exist): regular files, folders and
     symbolic links (as links, never followed), names of any bytes; version control and caches
-    left out. ScratchError where it holds more than ``max_bytes`` (apparent sizes: a sparse file
-    counts whole) or ``max_files`` entries, or something that is none of those."""
+    left out. A link that would resolve outside the submission (absolute, or climbing above its
+    root) is left out, so that no link of a submission ever reaches a file of the grader's.
+    ScratchError where it holds more than ``max_bytes`` (apparent sizes: a sparse file counts
+    whole) or ``max_files`` entries, or something that is none of those. Returns one line per
+    entry left out."""
     src_b, dst_b = os.fsencode(src), os.fsencode(dst)
     total = count = 0
-    plan = []
+    plan, notes = [], []
     stack = [b""]
     while stack:
         rel = stack.pop()
@@ -83,7 +103,12 @@ def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBM
                 plan.append(("dir", path))
                 stack.append(path)
             elif stat.S_ISLNK(info.st_mode):
-                plan.append(("link", path))
+                target = os.readlink(os.path.join(src_b, path))
+                if link_stays_inside(path, target):
+                    plan.append(("link", path))
+                else:
+                    notes.append(f"* Left out {_show(path)}: a symbolic link to {_show(target)}, outside the "
+                                 "submission (links never resolve outside it; copy the file in instead)")
             elif stat.S_ISREG(info.st_mode):
                 total += info.st_size
                 if total > max_bytes:
@@ -108,7 +133,7 @@ def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBM
                 os.chmod(target, 0o755 if os.stat(source).st_mode & 0o111 else 0o644)
     except OSError as exc:
         raise ScratchError(f"cannot copy the submission into {Path(dst).parent}: {exc.strerror or exc}") from exc
-    return total
+    return notes
 
 
 def _nofollow(path, flags):

@@ -4,10 +4,42 @@ own lines (``* The command exited with code 1; the build stopped.``). A ranked r
 never come from this text (``channel.py``); ``ModelResult`` holds them as the record keeps them.
 """
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 
 RUNNING = "* Running "
 EVAL_METRIC = re.compile(r"^EvalMetric: \{'accuracy': ([0-9.eE+-]+)\}\s*$", re.M)
+
+
+class OutputEscaper:
+    """A command's output as the transcript keeps and shows it: every control character (ANSI and
+    OSC escape sequences, carriage returns that overwrite a line, bell, bidi marks...) written as
+    an escape (``\\x1b``, ``\\r``, ``\\u202e``); newlines and tabs kept, ``\\r\\n`` read as a
+    newline. Stateful across chunks (a ``\\r`` at a chunk's end waits for the next)."""
+
+    def __init__(self):
+        self.pending_cr = False
+
+    def escape(self, text, final=False):
+        if self.pending_cr:
+            text = "\r" + text
+            self.pending_cr = False
+        if text.endswith("\r") and not final:
+            text, self.pending_cr = text[:-1], True
+        text = text.replace("\r\n", "\n")
+        if text.replace("\n", "").replace("\t", "").isprintable():
+            return text                                # the common case, at C speed
+        return "".join(ch if ch in "\n\t" or not _control(ch) else _escape(ch) for ch in text)
+
+
+def _control(ch):
+    return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")
+
+
+def _escape(ch):
+    code = ord(ch)
+    return {"\r": "\\r", "\x1b": "\\x1b"}.get(ch) or (
+        f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
 
 
 def running_line(command):

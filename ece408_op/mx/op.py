@@ -349,8 +349,7 @@ class Conv2dForward(mx.operator.CustomOp):
                              "(no bias, req='write')")
         runtime = current()
         if self.path == "gpu":
-            from ..kernels.hostcopy import forward_into
-            return forward_into(out, x, k, spec=self.spec, entry=runtime.forward_device)
+            return runtime.forward_gpu(out, x, k, self.spec)
         return runtime.forward_cpu(out, x, k, self.spec)
 
     def _forward_gpu_arrays(self, in_data, y_nd, accumulate):

@@ -1,16 +1,23 @@
-"""What keeps a team's timed runs honest, in NumPy: the layer the team interface computes,
-fresh inputs, the reference check of random images, and the physical floor of a layer.
+"""What keeps a team's timed runs honest, in NumPy: the layer the team interface computes, fresh
+inputs, the check of every timed output against the float64 reference, and the physical floor.
 
-* Fresh inputs: ``fresh_values(seed, start, count)`` is a counter-based generator (a 32-bit
-  hash of the element's index and the seed, in [0, 1)), the same bit for bit here and in the
-  harness's CUDA fill kernel (``kernels/team.py``), so that the GPU fills a whole input at full
-  speed and the host rebuilds only the few images it checks.
-* Checks: after every timed run, ``check_images`` compares a few images chosen at random (after
-  the run, from a seed the team never sees) with the float64 reference, within the float32
-  bound. A kernel that replays a result kept from an earlier call fails it on fresh inputs.
-* Floor: ``floor_seconds`` is the least time any device could take for the layer (its bytes at
-  a generous bandwidth, its FLOPs at a generous rate); an Op Time below it is refused.
+* Secret randomness: every fresh input and every choice of what is checked is drawn from the
+  operating system (``os.urandom``/``secrets``), independently, each time; nothing a team sees
+  (an input, an output, a time) is derived from a value that decides anything else. A fresh
+  input is NumPy's Philox generator under a new 128-bit key from ``secrets`` (about 1 GB/s here;
+  the key is used for that one input only and never leaves the harness).
+* Every value checked: a timed output is compared with the float64 reference within the float32
+  bound, all of it where the reference costs at most ``WHOLE_CHECK_MACS`` multiply-adds (the GPU
+  path always checks all of it, with the grader's own kernel: ``kernels/team.py``); beyond that
+  on the CPU, ``SAMPLED_VALUES`` output values chosen after the run from ``os.urandom``, uniformly
+  over the whole output. A forward that skips 1% of its outputs passes one sampled check with
+  probability 0.99^2048 = 1.1e-9 (1,375 values would already give 1e-6); one that skips whole
+  images, channels or rows is caught the same way, the sample being uniform over every index.
+* Floor: ``floor_seconds`` is the least time the device could take for the layer; an Op Time
+  below it is refused (``Peaks`` says which rates and why).
 """
+import os
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +25,9 @@ import numpy as np
 from ..conv import reference_and_bound
 from ..errors import Ece408Error, ShapeError
 
-CHECKED_IMAGES = 8
+SAMPLED_VALUES = 2048                  # values of one output checked where the whole costs too much
+WHOLE_CHECK_MACS = 200_000_000        # whole-output float64 reference on the CPU up to this many multiply-adds
+BOUND_ABS, BOUND_REL = 1e-6, 1.2e-7   # conv.reference_and_bound's float32 bound: abs + terms x rel x sum|x k|
 
 
 class CheckError(Ece408Error):
@@ -88,64 +97,89 @@ def course_layer(x_shape, k_shape, spec=None):
     return Layer(b, m, c, h, w, kh)
 
 
-def fresh_values(seed, start, count):
-    """float32 values in [0, 1) of elements ``start`` .. ``start + count`` of the fresh input
-    ``seed`` (as the CUDA fill kernel computes them)."""
-    i = np.arange(start, start + count, dtype=np.uint64)
-    lo = (i & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    hi = (i >> np.uint64(32)).astype(np.uint32)
-    with np.errstate(over="ignore"):
-        h = lo * np.uint32(0x9E3779B1) + hi * np.uint32(0x85EBCA77) + np.uint32(seed & 0xFFFFFFFF)
-        h ^= h >> np.uint32(16)
-        h *= np.uint32(0x7FEB352D)
-        h ^= h >> np.uint32(15)
-        h *= np.uint32(0x846CA68B)
-        h ^= h >> np.uint32(16)
-    return (h >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+def fresh_input(shape):
+    """A fresh input: float32 values in [0, 1) from Philox under a new secret 128-bit key."""
+    generator = np.random.Generator(np.random.Philox(key=secrets.randbits(128)))
+    return generator.random(shape, dtype=np.float32)
 
 
-def fresh_images(seed, layer, images):
-    """The fresh input's ``images`` (indices), B' x C x H x W."""
-    per = layer.C * layer.H * layer.W
-    return np.stack([fresh_values(seed, int(i) * per, per).reshape(layer.C, layer.H, layer.W) for i in images])
+def fill_fresh(out):
+    """Write a fresh input (``fresh_input``) into ``out``, a float32 array (shared memory)."""
+    generator = np.random.Generator(np.random.Philox(key=secrets.randbits(128)))
+    generator.random(out=out.reshape(-1), dtype=np.float32)
+    return out
 
 
-def fill_fresh(out, seed):
-    """Write the whole fresh input ``seed`` into ``out`` (a float32 array), in slices."""
-    flat = out.reshape(-1)
-    step = 1 << 22
-    for start in range(0, flat.size, step):
-        n = min(step, flat.size - start)
-        flat[start:start + n] = fresh_values(seed, start, n)
+def secret_indices(count, n):
+    """``n`` indices in [0, count), uniform, independent, from the operating system's randomness."""
+    words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+    return np.sort(words % np.uint64(count)).astype(np.int64)         # modulo bias < count / 2^64
 
 
-def pick_images(rng, batch, count=CHECKED_IMAGES):
-    return np.sort(rng.choice(batch, size=min(batch, count), replace=False))
+def _values_reference(x, k, flat, layer):
+    """(float64 reference, float32 bound) of the output values at flat indices ``flat``."""
+    b, m, h, w = np.unravel_index(flat, layer.y_shape)
+    K = layer.K
+    windows = np.lib.stride_tricks.sliding_window_view(np.asarray(x, np.float32), (K, K), axis=(2, 3))
+    patches = windows[b, :, h, w].astype(np.float64)                   # n x C x K x K
+    weights = np.asarray(k, np.float64)[m]                             # n x C x K x K
+    products = patches * weights
+    ref = products.sum(axis=(1, 2, 3))
+    magnitude = np.abs(products).sum(axis=(1, 2, 3))
+    return ref, BOUND_ABS + magnitude * (layer.C * K * K) * BOUND_REL
 
 
-def check_images(got, x_images, k, images, what):
-    """``got`` (the team's output for ``images``) against the float64 reference; CheckError with
-    the first differing element where it misses the float32 bound."""
-    ref, bound = reference_and_bound(np.asarray(x_images, np.float32), np.asarray(k, np.float32))
-    got = np.asarray(got, np.float64)
-    bad = ~(np.abs(got - ref) <= bound)
+def check_output(got, x, k, layer, what):
+    """The team's whole output ``got`` (B x M x HO x WO) against the float64 reference of ``x`` and
+    ``k`` (the harness's own copies): every value where that costs at most WHOLE_CHECK_MACS
+    multiply-adds, else SAMPLED_VALUES values at secret random indices, chosen now (after the
+    run). CheckError with the first differing value."""
+    got = np.asarray(got)
+    count = got.size
+    if count * layer.C * layer.K * layer.K <= WHOLE_CHECK_MACS:
+        ref, bound = reference_and_bound(np.asarray(x, np.float32), np.asarray(k, np.float32))
+        flat_got, flat_ref, flat_bound = got.reshape(-1).astype(np.float64), ref.reshape(-1), bound.reshape(-1)
+        where = np.arange(count)
+    else:
+        where = secret_indices(count, SAMPLED_VALUES)
+        flat_ref, flat_bound = _values_reference(x, k, where, layer)
+        flat_got = got.reshape(-1)[where].astype(np.float64)
+    bad = ~(np.abs(flat_got - flat_ref) <= flat_bound)
     if bad.any():
-        first = tuple(int(v) for v in np.argwhere(bad)[0])
-        image = int(images[first[0]])
-        raise CheckError(f"{what}: the output differs from the reference on image {image} "
-                         f"({int(bad.sum())} of {bad.size} checked values; at (m, h, w) = {first[1:]}: "
-                         f"got {got[first]:.6g}, want {ref[first]:.6g}); a forward must compute every call "
-                         "from its inputs")
+        i = int(np.argmax(bad))
+        raise CheckError(mismatch_line(what, layer, int(where[i]), float(flat_got[i]), float(flat_ref[i]),
+                                       int(bad.sum()), len(where)))
 
 
-def floor_seconds(layer, bandwidth, flop_rate):
-    """The least time a device of ``bandwidth`` bytes/s and ``flop_rate`` FLOP/s needs for the layer."""
-    return max(layer.bytes / bandwidth, layer.flops / flop_rate)
+def mismatch_line(what, layer, flat, got, want, bad, checked):
+    """One line naming the first wrong value of a team's output."""
+    b, m, h, w = (int(v) for v in np.unravel_index(flat, layer.y_shape))
+    return (f"{what}: the output differs from the reference at (b, m, h, w) = ({b}, {m}, {h}, {w}): got {got:.6g}, "
+            f"want {want:.6g} ({bad} of {checked} checked values); a forward must compute every value of every call "
+            "from its inputs")
 
 
-def check_floor(seconds, layer, bandwidth, flop_rate, what):
-    floor = floor_seconds(layer, bandwidth, flop_rate)
+@dataclass(frozen=True)
+class Peaks:
+    """What no forward can beat on a device: ``bandwidth`` (bytes/s) for the bytes that cannot stay
+    in its ``cache`` (bytes: on a GPU its L2, which can hold part of x and y across the timed
+    region), and ``flop_rate`` (FLOP/s)."""
+    bandwidth: float
+    flop_rate: float
+    cache: int = 0
+
+
+def floor_seconds(layer, peaks):
+    """The least time a device of ``peaks`` needs for the layer: x read and y written once (less
+    what its cache can hold) at its bandwidth, or its FLOPs at its rate, whichever is more."""
+    moved = max(0, layer.bytes - peaks.cache)
+    return max(moved / peaks.bandwidth, layer.flops / peaks.flop_rate)
+
+
+def check_floor(seconds, layer, peaks, what):
+    floor = floor_seconds(layer, peaks)
     if not seconds >= floor:
         raise CheckError(f"{what}: Op Time {seconds:.6f} s is below what this device can do for the layer "
-                         f"({floor:.6f} s: {layer.bytes / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s, "
-                         f"{layer.flops / 1e9:.1f} GFLOP at {flop_rate / 1e12:.1f} TFLOP/s); the time is refused")
+                         f"({floor:.6f} s: {layer.bytes / 1e6:.0f} MB, {peaks.cache / 1e6:.0f} MB of it cacheable, "
+                         f"at {peaks.bandwidth / 1e9:.0f} GB/s; {layer.flops / 1e9:.1f} GFLOP at "
+                         f"{peaks.flop_rate / 1e12:.1f} TFLOP/s); the time is refused")

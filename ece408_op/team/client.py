@@ -10,6 +10,7 @@ in and zeroes y while the worker is stopped, then starts the clock, continues th
 the request, stops the clock at the reply, stops the worker, and only then copies y out. The
 clock is the harness's; the team's code never touches it.
 """
+import contextlib
 import json
 import mmap
 import os
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,12 +32,71 @@ from .worker import recv, send
 REPLY_LIMIT = 1 << 20
 HELLO_TIMEOUT = 300.0           # import of the team's file (and NumPy, Numba)
 PLAN_TIMEOUT = 60.0
-FORWARD_TIMEOUT = 3600.0        # the command's own time limit is the real bound
+DEFAULT_TIME_LIMIT = 600.0      # seconds one forward of the team's may take (--time-limit)
+TIME_LIMIT_ENV = "ECE408_TIME_LIMIT"
 ALIGN = 4096
 
 
 class TeamError(Ece408Error):
     """The team's code failed, or misbehaved (one line, naming the team's file)."""
+
+
+class Interrupted(Ece408Error):
+    """Ctrl-C (SIGINT) or SIGTERM while the team's code ran: the team process was killed."""
+    exit_code = 130
+
+
+def time_limit_from_env(default=DEFAULT_TIME_LIMIT):
+    """$ECE408_TIME_LIMIT seconds (a finite number above 0), else ``default``."""
+    import math
+    text = os.environ.get(TIME_LIMIT_ENV, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise Ece408Error(f"${TIME_LIMIT_ENV}={text!r}: give the seconds a team's forward may take, a number above 0")
+    return value
+
+
+class _Interrupts:
+    """Signals seen while the main thread is inside MXNet: the operator's thread waits on the team
+    process and on ``fd`` (Python's wakeup fd, written by the C-level handler from any thread)."""
+    fd = None
+    handled = 0
+
+
+@contextlib.contextmanager
+def watch_interrupts():
+    """For the duration (main thread only): Ctrl-C and SIGTERM while a team process is answering
+    kill it and end the request with Interrupted (one line, exit 130); elsewhere they act as usual
+    (KeyboardInterrupt; SIGTERM's own handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    previous_int = signal.getsignal(signal.SIGINT)
+
+    def on_int(signum, frame):
+        if _Interrupts.handled:
+            _Interrupts.handled -= 1               # the operator's thread already stopped the team
+            return
+        raise KeyboardInterrupt
+    previous_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, on_int)
+    _Interrupts.fd = r
+    try:
+        yield
+    finally:
+        _Interrupts.fd = None
+        signal.signal(signal.SIGINT, previous_int)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(r)
+        os.close(w)
 
 
 def trusted_path():
@@ -86,8 +147,9 @@ def _aligned(n):
 class TeamWorker:
     """One team process for one part (``cpu``: new-forward.py, ``gpu``: launch.py)."""
 
-    def __init__(self, team_dir, part, numba_cache=None, stdout=None):
+    def __init__(self, team_dir, part, numba_cache=None, stdout=None, time_limit=DEFAULT_TIME_LIMIT):
         self.team_dir = str(Path(team_dir).resolve())
+        self.time_limit = float(time_limit)
         self.part = part
         self._tmp = tempfile.TemporaryDirectory(prefix="ece408-team-")
         self.home = self._tmp.name
@@ -174,13 +236,35 @@ class TeamWorker:
     def _wait_reply(self, timeout):
         deadline = time.monotonic() + timeout
         while True:
-            ready, _, _ = select.select([self.reply], [], [], max(0.0, min(1.0, deadline - time.monotonic())))
-            if ready:
+            watch = [self.reply] + ([_Interrupts.fd] if _Interrupts.fd is not None else [])
+            ready, _, _ = select.select(watch, [], [], max(0.0, min(1.0, deadline - time.monotonic())))
+            if self.reply in ready:
                 return
+            if ready:
+                self._interrupted()
             if self.proc.poll() is not None:
                 raise TeamError(f"the team process ended ({self._ended()}) before it answered")
             if time.monotonic() >= deadline:
-                raise TeamError(f"the team's {self._file()} did not answer within {timeout:g} s")
+                self.proc.kill()
+                self.proc.wait()
+                raise TeamError(f"the team's {self._file()} did not answer within {timeout:g} s (the time limit: "
+                                f"--time-limit or ${TIME_LIMIT_ENV}); the team process was killed")
+
+    def _interrupted(self):
+        """A signal reached the wakeup fd: Ctrl-C or SIGTERM stop the team process; others are ignored."""
+        try:
+            seen = os.read(_Interrupts.fd, 64)
+        except (BlockingIOError, OSError):
+            return
+        stops = [n for n in seen if n in (signal.SIGINT, signal.SIGTERM)]
+        if not stops:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        if signal.SIGINT in stops:
+            _Interrupts.handled += 1
+        name = "Ctrl-C (SIGINT)" if signal.SIGINT in stops else "SIGTERM"
+        raise Interrupted(f"stopped by {name} while the team's {self._file()} ran; the team process was killed")
 
     def _file(self):
         from .worker import CPU_FILE, GPU_FILE
@@ -249,6 +333,6 @@ class TeamWorker:
             fill_x[1](xs)
         np.copyto(ks, k)
         ys.fill(0.0)                              # the course zeroed y before the clock
-        _, seconds = self.request({"op": "forward", **layout}, FORWARD_TIMEOUT)
+        _, seconds = self.request({"op": "forward", **layout}, self.time_limit)
         np.copyto(out, ys)
         return seconds

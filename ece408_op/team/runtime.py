@@ -1,29 +1,39 @@
 """The team a milestone runs: its compiled kernels (GPU) or its CPU forward, behind the two entry
 points the ``ece408_conv`` operator calls when its ``team`` attribute is set:
 
-    forward_cpu(out, x, k, spec)                                    -> Op Time (seconds)
-    forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, ...)      -> Op Time (seconds)
-        (``kernels.conv2d_forward_device``'s signature: host copies go through hostcopy.forward_into)
+    forward_cpu(out, x, k, spec)      -> Op Time (seconds)      x, k, out: host arrays
+    forward_gpu(out, x, k, spec)      -> Op Time (seconds)      the same; the copies are untimed
 
 Every layer call, on either path:
-  1. a warm-up on a fresh random input (untimed: Numba compiles, modules load; never the
-     network's own input, so a result kept from it is of no use later);
-  2. ``repeats`` timed runs, each on a new fresh input (final: 5), each checked on images chosen
-     at random after the run;
-  3. the timed run on the network's own input, checked the same way; its output goes on through
-     the network (Correctness).
-Op Time is the median of the fresh runs where there are any, else the network-input run. A time
-below the layer's physical floor is refused. ``layers`` keeps every figure for the record.
+  1. a warm-up on a fresh input (untimed: Numba compiles, modules load; a result kept from it is
+     of no use later, no later input being derived from it);
+  2. ``repeats`` timed runs, each on a new fresh input (a ranked run: at least one; final: 5);
+  3. the timed run on the network's own input; its output goes on through the network
+     (Correctness).
+After every timed run its output is checked against the grader's float64 reference of the
+harness's OWN copies of x and k (``checks.check_output``; on the GPU the grader's kernel checks
+every value): whatever a team wrote into the buffers it was given changes nothing. Fresh inputs
+and what is checked come from the operating system's secret randomness, drawn independently
+each time (``checks.py``). Op Time is the median of the fresh runs where there are any, else the
+network-input run. A time below the layer's physical floor is refused. ``layers`` keeps every
+figure for the record.
+
+``lease``: a context manager held while any of the team's code runs (its import, its plan, the
+warm-up, the timed runs and their checks): a ranked run's measuring process gets one from the
+runner (``grading/channel.py``), so that no other team's code runs meanwhile on the machine.
 """
+import contextlib
 import statistics
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from .checks import CheckError, check_floor, check_images, course_layer, fill_fresh, fresh_images, pick_images
-from .client import TeamWorker
+from .checks import (CheckError, Peaks, check_floor, check_output, course_layer, fill_fresh, fresh_input,
+                     mismatch_line)
+from .client import DEFAULT_TIME_LIMIT, TeamWorker
 
 _current = None
 _lock = threading.Lock()
@@ -50,20 +60,26 @@ class TeamRuntime:
     """A team project's forwards for one milestone run.
 
     ``team_dir``: the folder holding new-forward.py / launch.py (a ranked run: the copies taken);
-    ``image``: the compiled new-forward.cu (bytes) for the GPU; ``repeats``: fresh timed runs per
-    layer call; ``seed``: where fresh inputs and checked images come from (the grader's secret in
-    a ranked run); ``stdout``: where the team process writes (the transcript)."""
+    ``image``: the compiled new-forward.cu (bytes) for the GPU; ``grader_image``: the grader's
+    check kernels (bytes; None: built here, ``kernels.team.grader_cubin``); ``repeats``: fresh
+    timed runs per layer call; ``stdout``: where the team process writes (the transcript);
+    ``time_limit``: seconds one answer of the team process may take; ``lease``: see the module
+    docstring."""
 
-    def __init__(self, team_dir, image=None, repeats=0, seed=None, stdout=None, cpu_peaks=None, numba_cache=None):
+    def __init__(self, team_dir, image=None, repeats=0, stdout=None, cpu_peaks=None, numba_cache=None,
+                 grader_image=None, time_limit=DEFAULT_TIME_LIMIT, lease=None):
         self.team_dir = Path(team_dir)
         self.image = image
+        self.grader_image = grader_image
         self.repeats = int(repeats)
-        self.rng = np.random.default_rng(seed)
         self.stdout = stdout
         self.cpu_peaks = cpu_peaks
         self.numba_cache = numba_cache
+        self.time_limit = time_limit
+        self.lease = lease or contextlib.nullcontext
         self.workers = {}
         self.modules = {}
+        self.graders = {}
         self.plans = {}
         self.warm = set()
         self.layers = []              # one dict per layer call, for the record
@@ -84,59 +100,61 @@ class TeamRuntime:
 
     def worker(self, part):
         if part not in self.workers:
-            self.workers[part] = TeamWorker(self.team_dir, part, self.numba_cache, self.stdout).start()
+            self.workers[part] = TeamWorker(self.team_dir, part, self.numba_cache, self.stdout,
+                                            self.time_limit).start()
         return self.workers[part]
 
-    def _seed(self):
-        return int(self.rng.integers(1, 2 ** 32 - 1))
-
-    def _finish(self, layer, path, fresh, real, images):
+    def _finish(self, layer, path, fresh, real, checked, window):
         op_time = statistics.median(fresh) if fresh else real
         self.layers.append({"layer": layer.as_dict(), "path": path, "op_time": op_time, "fresh": fresh,
-                            "input": real, "checked_images": [int(i) for i in images]})
+                            "input": real, "checked": checked, "window": window})
         return op_time
+
+    @contextlib.contextmanager
+    def _team_window(self):
+        """The lease, and the wall-clock window it was held (UTC seconds), for the record."""
+        with self.lease():
+            window = [time.time(), None]
+            try:
+                yield window
+            finally:
+                window[1] = time.time()
 
     # ---------------------------------------------------------------- CPU (m2)
     def forward_cpu(self, out, x, k, spec=None):
         with self._lock:
-            return self._forward_cpu(out, x, k, spec)
+            return self._forward_cpu(out, np.asarray(x, np.float32), np.asarray(k, np.float32), spec)
 
     def _forward_cpu(self, out, x, k, spec):
         layer = course_layer(x.shape, k.shape, spec)
-        worker = self.worker("cpu")
-        bandwidth, flop_rate = self.cpu_peaks or cpu_peaks()
+        peaks = self.cpu_peaks or cpu_peaks()
         what = f"layer {len(self.layers) + 1} ({layer.M} x {layer.C} x {layer.K} x {layer.K})"
         key = ("cpu", layer.C, layer.K, layer.M)
-        if key not in self.warm:
-            small = replace(layer, B=min(layer.B, CPU_WARMUP_IMAGES))
-            seed = self._seed()
-            worker.forward(np.empty(small.y_shape, np.float32), None, k,
-                           fill_x=(small.x_shape, lambda xs: fill_fresh(xs, seed)))
-            self.warm.add(key)
-        fresh = []
-        scratch = np.empty(layer.y_shape, np.float32) if self.repeats else None
-        for r in range(self.repeats):
-            seed = self._seed()
-            seconds = worker.forward(scratch, None, k, fill_x=(layer.x_shape, lambda xs: fill_fresh(xs, seed)))
-            images = pick_images(self.rng, layer.B)
-            check_images(scratch[images], fresh_images(seed, layer, images), k, images,
-                         f"{what}, fresh run {r + 1}")
-            check_floor(seconds, layer, bandwidth, flop_rate, what)
-            fresh.append(seconds)
-        seconds = worker.forward(out, x, k)
-        images = pick_images(self.rng, layer.B)
-        check_images(out[images], x[images], k, images, what)
-        check_floor(seconds, layer, bandwidth, flop_rate, what)
-        return self._finish(layer, "cpu", fresh, seconds, images)
+        with self._team_window() as window:
+            worker = self.worker("cpu")
+            if key not in self.warm:
+                small = replace(layer, B=min(layer.B, CPU_WARMUP_IMAGES))
+                worker.forward(np.empty(small.y_shape, np.float32), None, k, fill_x=(small.x_shape, fill_fresh))
+                self.warm.add(key)
+            fresh = []
+            scratch = np.empty(layer.y_shape, np.float32) if self.repeats else None
+            for r in range(self.repeats):
+                x_fresh = fresh_input(layer.x_shape)                  # the harness's own copy
+                seconds = worker.forward(scratch, x_fresh, k)
+                check_output(scratch, x_fresh, k, layer, f"{what}, fresh run {r + 1}")
+                check_floor(seconds, layer, peaks, what)
+                fresh.append(seconds)
+                del x_fresh
+            seconds = worker.forward(out, x, k)
+            check_output(out, x, k, layer, what)
+            check_floor(seconds, layer, peaks, what)
+        return self._finish(layer, "cpu", fresh, seconds, _checked_cpu(layer), window)
 
     # ---------------------------------------------------------------- GPU (m3, final)
-    def forward_device(self, y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
-                       accumulate=False, device=None):
-        from ..errors import ShapeError
-        if bias_ptr or accumulate:
-            raise ShapeError("a team's forward computes the course's layer: no bias, output overwritten")
+    def forward_gpu(self, out, x, k, spec=None, device=None):
         with self._lock:
-            return self._forward_device(int(y_ptr), int(x_ptr), int(k_ptr), x_shape, k_shape, spec, device)
+            return self._forward_gpu(out, np.ascontiguousarray(x, np.float32), np.ascontiguousarray(k, np.float32),
+                                     spec, device)
 
     def _bound_plan(self, dev, layer):
         from ..kernels.team import TeamModule, TeamPlan
@@ -151,57 +169,93 @@ class TeamRuntime:
             self.plans[key] = TeamPlan(self.modules[dev.index], plan, layer, key=len(self.plans))
         return self.modules[dev.index], self.plans[key]
 
-    def _forward_device(self, y, x, k, x_shape, k_shape, spec, device):
+    def grader(self, dev):
+        """The grader's kernels on ``dev`` (loaded before any of the team's code runs there)."""
+        from ..kernels.team import GraderKernels, grader_cubin
+        if dev.index not in self.graders:
+            with dev.active():
+                self.graders[dev.index] = GraderKernels(dev, self.grader_image or grader_cubin(dev.arch))
+        return self.graders[dev.index]
+
+    def _forward_gpu(self, out, x, k, spec, device):
         from ..kernels import GpuDevice
         from ..kernels.team import device_peaks
-        layer = course_layer(x_shape, k_shape, spec)
+        layer = course_layer(x.shape, k.shape, spec)
         dev = GpuDevice.get(device)
+        cuda = dev.cuda
+        grader = self.grader(dev)
         what = f"layer {len(self.layers) + 1} ({layer.M} x {layer.C} x {layer.K} x {layer.K})"
-        with dev.active():
+        with dev.active(), self._team_window() as window:
             module, plan = self._bound_plan(dev, layer)
-            bandwidth, flop_rate = device_peaks(dev)
-            count = layer.B * layer.C * layer.H * layer.W
-            xf = int(dev.buffer("team-fresh-x", count * 4))
-            yf = int(dev.buffer("team-fresh-y", plan.sizes["y"]))
-            k_host = np.empty(layer.k_shape, np.float32)
-            dev.cuda.memcpy_dtoh(k_host, k)
+            peaks = Peaks(*device_peaks(dev))
+            count = x.size
+            xd, kd = dev.buffer("team-x", x.nbytes), dev.buffer("team-k", k.nbytes)
+            yd = dev.buffer("team-y", plan.sizes["y"])
+            xr, kr = dev.buffer("grader-x", x.nbytes), dev.buffer("grader-k", k.nbytes)
+            result = dev.buffer("grader-result", 16)
+
+            def run(fill):
+                cuda.memcpy_htod(kd, k)              # the weights again, whatever a kernel wrote before
+                fill(xd)
+                return plan.run(yd, xd, kd)
+
+            def verify(fill_reference, label):
+                fill_reference(xr)                    # the grader's copies, written after the team's run
+                cuda.memcpy_htod(kr, k)
+                bad, first = grader.check(int(yd), int(xr), int(kr), layer, result)
+                if bad:
+                    raise CheckError(self._gpu_mismatch(dev, yd, xr, k, layer, first, bad, label))
+
             if (dev.index, layer) not in self.warm:
-                module.fill(xf, count, self._seed())
-                plan.run(yf, xf, k)
+                run(lambda buf: grader.fill(int(buf), count))
                 self.warm.add((dev.index, layer))
             fresh = []
             for r in range(self.repeats):
-                seed = self._seed()
-                module.fill(xf, count, seed)
-                seconds = plan.run(yf, xf, k)
-                images = pick_images(self.rng, layer.B)
-                check_images(_images(dev, yf, layer.y_shape, images), fresh_images(seed, layer, images), k_host,
-                             images, f"{what}, fresh run {r + 1}")
-                check_floor(seconds, layer, bandwidth, flop_rate, what)
+                keys = []
+                seconds = run(lambda buf: keys.append(grader.fill(int(buf), count)))
+                verify(lambda buf: grader.fill_with(int(buf), count, keys[0]), f"{what}, fresh run {r + 1}")
+                check_floor(seconds, layer, peaks, what)
                 fresh.append(seconds)
-            seconds = plan.run(y, x, k)
-            images = pick_images(self.rng, layer.B)
-            check_images(_images(dev, y, layer.y_shape, images), _images(dev, x, layer.x_shape, images), k_host,
-                         images, what)
-            check_floor(seconds, layer, bandwidth, flop_rate, what)
-        return self._finish(layer, "gpu", fresh, seconds, images)
+            seconds = run(lambda buf: cuda.memcpy_htod(buf, x))
+            verify(lambda buf: cuda.memcpy_htod(buf, x), what)
+            check_floor(seconds, layer, peaks, what)
+            cuda.memcpy_dtoh(out, yd)
+        return self._finish(layer, "gpu", fresh, seconds, "all", window)
+
+    @staticmethod
+    def _gpu_mismatch(dev, yd, xr, k, layer, flat, bad, label):
+        """The one line of a GPU check that failed: the first wrong value and its reference (computed
+        here in float64 from the grader's copy of that value's image)."""
+        b, m, h, w = (int(v) for v in np.unravel_index(flat, layer.y_shape))
+        got = np.empty(1, np.float32)
+        dev.cuda.memcpy_dtoh(got, int(yd) + 4 * flat)
+        image = np.empty((layer.C, layer.H, layer.W), np.float32)
+        dev.cuda.memcpy_dtoh(image, int(xr) + 4 * b * image.size)
+        patch = image[:, h:h + layer.K, w:w + layer.K].astype(np.float64)
+        want = float((patch * k[m].astype(np.float64)).sum())
+        return mismatch_line(label, layer, flat, float(got[0]), want, bad, layer.B * layer.M * layer.HO * layer.WO)
 
 
-def _images(dev, ptr, shape, images):
-    """Images ``images`` of the B x ... array at device pointer ``ptr``, copied to the host."""
-    per = int(np.prod(shape[1:]))
-    out = np.empty((len(images),) + tuple(shape[1:]), np.float32)
-    for j, i in enumerate(images):
-        dev.cuda.memcpy_dtoh(out[j], ptr + int(i) * per * 4)
-    return out
+def _checked_cpu(layer):
+    from .checks import SAMPLED_VALUES, WHOLE_CHECK_MACS
+    count = layer.B * layer.M * layer.HO * layer.WO
+    return "all" if count * layer.C * layer.K * layer.K <= WHOLE_CHECK_MACS else SAMPLED_VALUES
 
 
 def cpu_peaks():
-    """(bytes/s, FLOP/s) no CPU forward can beat here: 200 GB/s per core of memory traffic and
-    64 FLOP per cycle per core (two 512-bit FMA units) at 5 GHz, on the cores this process may use."""
+    """Peaks no CPU forward can beat here, on the cores this process may use: 200 GB/s of memory
+    traffic per core, and two FMA units per core of the widest vectors the CPU has (64 float32
+    FLOP per cycle with AVX-512, 32 with AVX2, 16 otherwise) at 5 GHz."""
     import os
     cores = len(os.sched_getaffinity(0))
-    return 200e9 * cores, 64 * 5e9 * cores
+    try:
+        flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    per_cycle = 64 if "avx512f" in flags else 32 if "avx2" in flags else 16
+    if not flags:
+        per_cycle = 64
+    return Peaks(200e9 * cores, per_cycle * 5e9 * cores)
 
 
 __all__ = ["TeamRuntime", "activate", "current", "CheckError"]

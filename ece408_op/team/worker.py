@@ -41,8 +41,44 @@ def recv(fd, limit):
     return wire.decode(lambda k: os.read(fd, k), limit)
 
 
+def numba_error_line(exc, path):
+    """One line for Numba's refusal to compile the team's code (``Failed in nopython mode
+    pipeline``), or None for any other exception: Numba's own reason (``NameError: name 'n' is
+    not defined``, ``Unknown attribute ...``) and the team's file and line, from Numba's
+    ``File "new-forward.py", line N`` where it gives one, else the first line naming the
+    undefined name."""
+    import re
+    if not type(exc).__module__.startswith("numba"):
+        return None
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].startswith("Failed in "):
+        return None
+    skip = ("Failed in ", "During:", "File ", "<source elided>", "^", "def ")
+    reason = next((line for line in lines[1:] if not line.startswith(skip)), lines[0])
+    name = os.path.basename(path)
+    line_no = None
+    found = re.search(r'File "([^"]*)", line (\d+)', text)
+    if found and os.path.basename(found.group(1)) == name:
+        line_no = int(found.group(2))
+    else:
+        undefined = re.search(r"name '(\w+)' is not defined|global name '(\w+)'", reason)
+        word = undefined and (undefined.group(1) or undefined.group(2))
+        if word:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    line_no = next((i for i, line in enumerate(f, 1) if re.search(rf"\b{word}\b", line)), None)
+            except OSError:
+                pass
+    where = f"{name} line {line_no}" if line_no else name
+    return f"{where}: Numba could not compile it: {reason}"[:400]
+
+
 def error_line(exc, path):
     """One line for an exception raised by the team's code: where in the team's file, and what."""
+    numba_line = numba_error_line(exc, path)
+    if numba_line is not None:
+        return numba_line
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.basename(f.filename) == os.path.basename(path)]
     where = f"{os.path.basename(path)} line {frames[-1].lineno}: " if frames else f"{os.path.basename(path)}: "
     text = str(exc).strip().splitlines()
