@@ -2,7 +2,8 @@
 (m3, final, --profile) of a team made by init print the course's lines with the right Correctness;
 the worked examples are correct on both models; through the ranked runner (--submit m3 and final,
 engine bubblewrap where it runs there, else host) device printf stays in the transcript, final times
-five fresh runs per layer, and a kernel that replays a kept result is refused. MXNet is imported
+five fresh runs per layer, and a kernel that replays a kept result, computes only some images or
+wipes its buffers is refused. MXNet is imported
 before any CUDA context (libmxnet loaded after one crashes)."""
 import re
 
@@ -12,7 +13,7 @@ from conftest import ROOT, require_mxnet
 
 require_mxnet()
 
-from gpu_sources import PRINTF_CU, REPLAY_CU, REPLAY_LAUNCH  # noqa: E402
+from gpu_sources import ONE_IMAGE_CU, PRINTF_CU, REPLAY_CU, REPLAY_LAUNCH, TAMPER_CU, TAMPER_LAUNCH  # noqa: E402
 from teams import cli, reference_accuracies, team_project  # noqa: E402
 
 from ece408_op.grading.runner import gpu_name  # noqa: E402
@@ -86,7 +87,19 @@ def test_ranked_m3_and_final_of_a_team_made_by_init(expected, tmp_path):
         assert record.status == "ok" and record.correct and ("H100" in record.device or "H200" in record.device)
         assert [f["name"] for f in record.team_files] == ["new-forward.cu", "launch.py"]
     assert all(len(m["layers"][0]["fresh"]) == 5 for m in final.models)          # final: five fresh runs
-    assert all(m["layers"][0]["fresh"] == [] for m in m3.models)
+    assert all(len(m["layers"][0]["fresh"]) == 1 for m in m3.models)               # a ranked m3: one
+    assert all(m["layers"][0]["checked"] == "all" for r in (m3, final) for m in r.models)
     replay = team_project(tmp_path / "replay", gpu=REPLAY_CU, launch=REPLAY_LAUNCH)
     out = cli("submit", replay, "--submit", "final", "--size", 1000, "--engine", engine(), "--db", tmp_path / "x.db")
     assert out.returncode == 1 and "fresh run 1: the output differs from the reference" in out.stdout
+
+
+@pytest.mark.parametrize("source, launch", [(ONE_IMAGE_CU, None), (TAMPER_CU, TAMPER_LAUNCH)])
+def test_ranked_kernels_that_skip_or_tamper_fail(tmp_path, source, launch):
+    """Issue 31: a kernel that computes only the images it hopes are checked, or wipes x, k and y so
+    that its zeros match what it left there, fails the ranked run (every value is checked against
+    the grader's own copies)."""
+    team = team_project(tmp_path / "team", gpu=source, launch=launch)
+    out = cli("submit", team, "--submit", "final", "--size", 1000, "--engine", engine(), "--db", tmp_path / "x.db")
+    assert out.returncode == 1 and "fresh run 1: the output differs from the reference at (b, m, h, w)" in out.stdout, \
+        out.stdout[-3000:]
