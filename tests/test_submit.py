@@ -195,7 +195,7 @@ def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
     for model in record.models:
         (layer,) = model["layers"]
         assert layer["layer"] == {"B": 100, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5} and layer["path"] == "cpu"
-        assert model["op_times"] == [layer["op_time"]] and layer["checked"] == "all" and len(layer["fresh"]) == 1
+        assert model["op_times"] == [layer["op_time"]] and layer["checked"] == 2048 and len(layer["fresh"]) == 1
     assert record.op_time == pytest.approx(sum(m["op_time"] for m in record.models))
     printed = [float(v) for v in re.findall(r"^Op Time: (\S+)$", out.stdout, re.M)]
     assert printed == [round(t, 6) for m in record.models for t in m["op_times"]]
