@@ -351,13 +351,13 @@ def test_host_engine_only_by_name_and_marked(tmp_path):
 def test_docker_gets_the_same_isolation_flags_as_podman():
     """No Docker daemon runs here: the flags docker would get are checked as data, against podman's
     (which tests/test_container.py runs for real)."""
-    from ece408_op.grading.sandbox import ContainerSandbox, Mount, Step
+    from ece408_op.grading.sandbox import ENGINES, Mount, Step
     limits = Limits(memory=1 << 30, processes=64, cpu_seconds=60, disk=1 << 28, output=1 << 20)
     step = Step(["python", "-V"], [Mount("/a", "/src"), Mount("/b", "/build", writable=True)], {"HOME": "/tmp"},
                 "/build", gpu=True)
     argvs = {}
     for engine in ("docker", "podman"):
-        sandbox = ContainerSandbox(engine, limits, "img:tag", uid=1234567)
+        sandbox = ENGINES[engine](limits, "img:tag", uid=1234567)          # the engine registry
         argvs[engine] = sandbox.launch(step, "run-x").argv
     for engine, argv in argvs.items():
         text = " ".join(argv)
@@ -368,3 +368,15 @@ def test_docker_gets_the_same_isolation_flags_as_podman():
     assert "--gpus all" in " ".join(argvs["docker"])
     assert [a for a in argvs["docker"] if a not in ("--gpus", "all", "docker")] == \
         [a for a in argvs["podman"] if not a.startswith("/dev/nvidia") and a not in ("--device", "podman")]
+
+
+def test_engines_register_themselves_in_auto_order():
+    """One registry (``sandbox.ENGINES``) that choose_engine, open_sandbox and clean_stale read: a
+    new engine is one class with @engine."""
+    from ece408_op.grading.sandbox import ENGINES, SandboxError, choose_engine
+    assert list(ENGINES) == ["bubblewrap", "podman", "docker", "buildah", "host"]
+    assert [name for name, cls in ENGINES.items() if cls.auto] == ["bubblewrap", "podman", "docker", "buildah"]
+    assert [name for name, cls in ENGINES.items() if not cls.isolated] == ["host"]
+    assert choose_engine("Podman") == "podman"
+    with pytest.raises(SandboxError, match="unknown engine 'chroot'; use auto, bubblewrap, podman, docker, buildah, host"):
+        choose_engine("chroot")

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import Ece408Error
-from .sandbox import owner_tag, tag_alive
+from .owner import owner_tag, tag_alive
 
 PREFIX = "ece408-run-"
 MAX_SUBMISSION_BYTES = 64 << 20
