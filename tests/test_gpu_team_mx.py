@@ -16,7 +16,7 @@ require_mxnet()
 from gpu_sources import ONE_IMAGE_CU, PRINTF_CU, REPLAY_CU, REPLAY_LAUNCH, TAMPER_CU, TAMPER_LAUNCH  # noqa: E402
 from teams import cli, reference_accuracies, team_project  # noqa: E402
 
-from ece408_op.grading.runner import gpu_name  # noqa: E402
+from ece408_op.grading.machine import gpu_name  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_name() is None, reason="no GPU (nvidia-smi lists none)")
 EXAMPLES = ROOT / "docs" / "team-examples"

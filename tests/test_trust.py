@@ -162,19 +162,19 @@ def test_the_ranked_build_sees_only_the_team_s_files(tmp_path, in_checkout):
     another team's kernel finds nothing (and no byte of them reaches the transcript)."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
-    from ece408_op.grading import runner
+    from ece408_op.grading import ranked, transcript as tx
     from ece408_op.grading.sandbox import Limits, open_sandbox
     from ece408_op.grading.scratch import Scratch
     db = in_checkout / "class.db"
     db.write_bytes(b"SQLite format 3\0GRADER-RECORDS-5e1d")
     victim = team_project(in_checkout / "class" / "victim", gpu="// VICTIM-KERNEL-91c2\n")
-    transcript = runner.Transcript(stream=open(os.devnull, "w"))
+    transcript = tx.Transcript(stream=open(os.devnull, "w"))
     sandbox = open_sandbox("bubblewrap", Limits())
     for target in (db, victim / "new-forward.cu", ROOT / "models/ece408-high-symbol.json"):
         with Scratch(None, sandbox.uid, None) as scratch:
             scratch.src.mkdir()
             (scratch.src / "new-forward.cu").write_text(f'#include "{target}"\n')
-            cubin, reason = runner.build_team_kernels(sandbox, scratch, "sm_90", transcript, 120)
+            cubin, reason = ranked.build_team_kernels(sandbox, scratch, "sm_90", transcript, 120)
         assert cubin is None and reason == "new-forward.cu did not compile"
     text = transcript.text()
     assert text.count("No such file or directory") == 3, text

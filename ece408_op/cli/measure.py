@@ -22,7 +22,7 @@ from ..errors import Ece408Error
 
 def _device_name(milestone):
     if milestone == "m2":
-        from ..grading.runner import cpu_name
+        from ..grading.machine import cpu_name
         return cpu_name()
     from ..kernels import GpuDevice
     return GpuDevice.get().name

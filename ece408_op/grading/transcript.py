@@ -4,10 +4,14 @@ own lines (``* The command exited with code 1; the build stopped.``). A ranked r
 never come from this text (``channel.py``); ``ModelResult`` holds them as the record keeps them.
 """
 import re
+import sys
+import threading
 import unicodedata
+from collections import deque
 from dataclasses import asdict, dataclass, field
 
 RUNNING = "* Running "
+STORED_TRANSCRIPT = 1 << 20        # bytes of a transcript kept in a record: head and tail
 EVAL_METRIC = re.compile(r"^EvalMetric: \{'accuracy': ([0-9.eE+-]+)\}\s*$", re.M)
 
 
@@ -96,3 +100,64 @@ def parse_eval_metric(text):
     and tests reading a transcript, never for a record."""
     found = EVAL_METRIC.findall(text)
     return float(found[-1]) if found else None
+
+
+class Transcript:
+    """The transcript: written through to ``stream`` as it comes, and kept, up to ``cap`` bytes:
+    its head (three quarters) and its tail, with a line saying how much was left out between."""
+
+    def __init__(self, stream=None, cap=STORED_TRANSCRIPT):
+        self.stream = stream if stream is not None else sys.stdout
+        self.cap = cap
+        self.head, self.head_bytes = [], 0
+        self.tail, self.tail_bytes = deque(), 0
+        self.dropped = 0
+        self.shown_cut = False
+        self.lock = threading.Lock()
+        self.last = ""
+
+    def _keep(self, text):
+        n = len(text.encode("utf-8", "replace"))
+        if self.head_bytes + n <= self.cap * 3 // 4 and not self.tail:
+            self.head.append(text)
+            self.head_bytes += n
+            return True
+        self.tail.append(text)
+        self.tail_bytes += n
+        while self.tail_bytes > self.cap // 4 and len(self.tail) > 1:
+            gone = self.tail.popleft()
+            size = len(gone.encode("utf-8", "replace"))
+            self.tail_bytes -= size
+            self.dropped += size
+        return False
+
+    def write(self, text):
+        if not text:
+            return
+        with self.lock:
+            in_head = self._keep(text)
+            self.last = text
+            try:
+                if in_head:
+                    self.stream.write(text)
+                elif not self.shown_cut:
+                    self.shown_cut = True
+                    self.stream.write(f"\n[... more than {self.cap * 3 // 4} bytes of output: the rest is not "
+                                      "shown as it comes; its end follows the run ...]\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    def line(self, text):
+        self.write(("" if not self.last or self.last.endswith("\n") else "\n") + text + "\n")
+        if self.shown_cut:
+            try:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    def text(self):
+        with self.lock:
+            cut = f"\n[... {self.dropped} bytes of output left out ...]\n" if self.dropped else ""
+            return "".join(self.head) + cut + "".join(self.tail)

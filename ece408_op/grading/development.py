@@ -1,0 +1,92 @@
+"""Development runs (``submit`` without ``--submit``): the commands of the submission's
+rai_build.yml, each announced as ``* Running <command>``, each in its own sandbox with the
+submission's copy at /src (read-only, links outside it left out) and a shared /build. The
+transcript is all it gives: no record, no ranking."""
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from . import transcript as tx
+from .config import load_config, split_command
+from .inputs import data_dir, model_dirs
+from .request import SubmitError, check_timeout
+from .sandbox import Mount, Step, choose_engine, clean_stale, open_sandbox
+from .scratch import Scratch, copy_submission
+from .steps import Stopped, _announce, execute, step_environment
+from .transcript import Transcript
+
+@dataclass
+class BuildResult:
+    status: str                    # ok, failed, timeout, killed
+    results: list = field(default_factory=list)
+    transcript: str = ""
+    engine: str = "host"
+    image_id: str = None
+    duration_s: float = 0.0
+
+    @property
+    def exit_code(self):
+        return self.results[-1].exit_code if self.results else None
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def harness_mounts(sandbox):
+    """Read-only folders the grader's code needs inside a bubblewrap or host sandbox (models, data)."""
+    if sandbox.engine not in ("bubblewrap", "host"):
+        return [], {}
+    mounts = [Mount(str(d), str(d)) for d in model_dirs()]
+    data = data_dir()
+    mounts.append(Mount(str(data), str(data)))
+    env = {"ECE408_DATA_DIR": str(data)}
+    if os.environ.get("ECE408_MODEL_DIR"):
+        env["ECE408_MODEL_DIR"] = os.environ["ECE408_MODEL_DIR"]
+    return mounts, env
+
+
+def run_development(folder, options, transcript=None):
+    """Validate ``folder/rai_build.yml``, copy the submission, run its commands, each in a
+    sandbox. Returns BuildResult (no record: a development run is not ranked)."""
+    config = load_config(folder)
+    transcript = transcript or Transcript()
+    check_timeout(options.timeout)
+    if config.network and not options.allow_network:
+        raise SubmitError("rai_build.yml asks for network: true, and this grader gives commands no network "
+                          "(the grading host's own services would be in reach); set network: false, or run "
+                          "with --allow-network where the grader allows it")
+    clean_stale(options.scratch_parent)
+    engine = choose_engine(options.engine)
+    sandbox = open_sandbox(engine, options.limits, options.image or config.image, config.network)
+    _announce(transcript, sandbox)
+    started = time.monotonic()
+    results, status = [], "ok"
+    with Scratch(options.scratch_parent, sandbox.uid, options.limits.disk, options.keep_scratch) as scratch:
+        for note in copy_submission(folder, scratch.src):
+            transcript.line(note)
+        if options.keep_scratch:
+            print(f"* Scratch folder kept: {scratch.root}", file=sys.stderr)
+        mounts, env = harness_mounts(sandbox) if sandbox.engine in ("bubblewrap", "host") else ([], {})
+        mounts = [Mount(str(scratch.src), "/src"), Mount(str(scratch.build), "/build", writable=True)] + mounts
+        env = {**step_environment(sandbox, config.gpu_count > 0), **env}
+        try:
+            for command in config.commands:
+                transcript.line(tx.running_line(command))
+                step = Step(split_command(command), mounts, env, "/build", gpu=config.gpu_count > 0)
+                result = execute(sandbox, step, transcript, options.timeout, label=command)
+                results.append(result)
+                if result.status != "ok":
+                    status = "timeout" if result.status == "timeout" else "failed"
+                    break
+        except Stopped as exc:
+            transcript.line(tx.killed_line(exc.signal_name))
+            status = "killed"
+        except KeyboardInterrupt:
+            transcript.line(tx.killed_line("SIGINT"))
+            status = "killed"
+    return BuildResult(status, results, transcript.text(), sandbox.engine, sandbox.image_id,
+                       time.monotonic() - started)
+
+
+# ---------------------------------------------------------------------------- ranked runs

@@ -1,0 +1,54 @@
+"""What a run is asked to do: the milestones a ranked run takes, its options (engine, image,
+limits) and the request of a ranked run, and the one error for a run that cannot start here."""
+from dataclasses import dataclass, field
+import math
+
+from ..errors import Ece408Error
+from .sandbox import Limits
+
+MODELS = ("ece408-high", "ece408-low")
+
+
+MILESTONES = ("m2", "m3", "final")
+
+
+GPU_MILESTONES = ("m3", "final")
+
+
+DEFAULT_SIZE = 10000
+
+
+DEFAULT_TIMEOUT = 600.0
+
+
+class SubmitError(Ece408Error):
+    """A submission that cannot be run here (no GPU for m3/final, a missing hidden model...)."""
+
+
+@dataclass
+class Options:
+    engine: str = None            # auto (None), bubblewrap, podman, docker, buildah, host
+    image: str = None             # overrides rai.image (container engines)
+    timeout: float = DEFAULT_TIMEOUT
+    scratch_parent: str = None
+    keep_scratch: bool = False
+    limits: Limits = field(default_factory=Limits)
+    allow_network: bool = False   # development runs: honour rai_build.yml's network: true
+
+
+def check_timeout(value):
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise SubmitError(f"the time limit must be a finite number of seconds above 0, not {value!r}")
+    return float(value)
+
+
+@dataclass
+class SubmitRequest:
+    folder: str
+    milestone: str
+    size: int = DEFAULT_SIZE
+    team: str = None
+    hidden_model: str = None
+    record_id: str = None
+    options: Options = field(default_factory=Options)
+    repeats: int = None              # fresh timed runs per layer (default: the milestone's; final 5)
