@@ -16,9 +16,7 @@ Layers, each importing only the ones above it in this list:
     selftest/ every bad input and fault tried (loopback servers, signals, mounts), load figures
     cli/      python -m ece408_op <command>: milestones, fetch, train, bench, submit, ranking, grade, selftest
 """
-__version__ = "0.1.0"
-
-OP_TYPE = "ece408_conv"
+from .course import OP_TYPE, __version__  # noqa: F401  (the package's name for both: course.py holds them)
 
 
 def require_mxnet():

@@ -121,9 +121,10 @@ def _kernel_range():
 # the options each milestone takes, and the words its help line must hold
 OPTION_WORDS = {"--data-dir DIR": ["Fashion-MNIST"], "--debug": ["traceback"], "-h, --help": ["this text"],
                 "--fuse": ["ece408_conv_tanh_pool"], "--team DIR": ["team project in DIR"],
-                "--kernel N": ["fast", "auto"], "--profile": ["kernels and copies"], "--ncu": ["Nsight Compute", "occupancy"]}
+                "--kernel N": ["fast", "auto"], "--profile": ["kernels and copies"], "--ncu": ["Nsight Compute", "occupancy"],
+                "--time-limit SECONDS": ["600", "Ctrl-C"]}
 TAKES = {"m1": ["--data-dir DIR", "--debug", "-h, --help"],
-         "m2": ["--data-dir DIR", "--debug", "-h, --help", "--fuse", "--team DIR"],
+         "m2": ["--data-dir DIR", "--debug", "-h, --help", "--fuse", "--team DIR", "--time-limit SECONDS"],
          "m3": list(OPTION_WORDS), "final": list(OPTION_WORDS)}
 
 

@@ -14,31 +14,13 @@ first N of the test split, all in one batch.
 import contextlib
 from dataclasses import dataclass
 
+from ..course import MILESTONES
 from ..errors import Ece408Error, UsageError
 from .breakdown import Breakdown
 from .errors import Console, run
 
 DEFAULT_MODEL = "ece408-high"
 MAX_SIZE = 10000
-
-
-@dataclass(frozen=True)
-class Milestone:
-    script: str            # the classic name (scripts/); a usage names the command that ran
-    summary: str           # one line for ``python -m ece408_op --help``
-    custom: bool           # swap in ece408_conv
-    device: str = "cpu"    # path the custom operator takes
-    repeats: int = 0       # a team's forward: timed runs on fresh inputs per layer (final)
-
-
-MILESTONES = {
-    "m1": Milestone("m1.1.py", "whole network with MXNet's built-in Convolution, CPU (EvalMetric)", custom=False),
-    "m2": Milestone("m2.1.py", "network with ece408_conv, CPU path (Op Time, Correctness)", custom=True),
-    "m3": Milestone("m3.1.py", "network with ece408_conv, GPU path (Op Time, Correctness)", custom=True,
-                    device="gpu"),
-    "final": Milestone("final.py", "same as m3: the run the course ranked by Op Time", custom=True, device="gpu",
-                       repeats=5),
-}
 
 
 @dataclass

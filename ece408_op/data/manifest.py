@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
-from .. import __version__
+from ..course import __version__
 from ..errors import DataError
 from .files import atomic_write_bytes, read_regular_file
 

@@ -10,10 +10,11 @@ whose options are equal (a total over two models is not comparable with one over
 import hashlib
 import json
 
+from ..course import MILESTONES
+
 COURSE_MODELS = ("ece408-high", "ece408-low")
-# Timed runs on fresh inputs per layer in a ranked run. Never 0: the time that ranks must come from
-# an input no team can know in advance (a run on the network's own images could be precomputed).
-RANKED_REPEATS = {"m2": 1, "m3": 1, "final": 5}
+# Timed runs on fresh inputs per layer in a ranked run (course.py): never 0.
+RANKED_REPEATS = {name: m.ranked_repeats for name, m in MILESTONES.items() if m.ranked_repeats}
 
 
 def ranked_repeats(milestone, repeats=None):

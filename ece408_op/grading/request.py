@@ -1,23 +1,16 @@
 """What a run is asked to do: the milestones a ranked run takes, its options (engine, image,
 limits) and the request of a ranked run, and the one error for a run that cannot start here."""
-from dataclasses import dataclass, field
 import math
+from dataclasses import dataclass, field
 
+from ..course import GPU_RANKED, RANKED
 from ..errors import Ece408Error
 from .sandbox import Limits
 
-MODELS = ("ece408-high", "ece408-low")
-
-
-MILESTONES = ("m2", "m3", "final")
-
-
-GPU_MILESTONES = ("m3", "final")
-
-
+MODELS = ("ece408-high", "ece408-low")  # the course models every ranked run measures (and a hidden one)
+MILESTONES = RANKED                      # the ranked milestones (course.py)
+GPU_MILESTONES = GPU_RANKED
 DEFAULT_SIZE = 10000
-
-
 DEFAULT_TIMEOUT = 600.0
 
 

@@ -19,7 +19,7 @@ import functools
 import os
 import threading
 
-from .. import OP_TYPE
+from ..course import OP_TYPE
 from .compat import import_mxnet
 
 mx = import_mxnet()

@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 
-from .. import OP_TYPE
+from ..course import OP_TYPE
 from .compat import import_mxnet
 from .op import guard_inputs, parse_device, parse_gpu_kernel
 from .swap import SwapReport, parse_op_attrs, swap_graph

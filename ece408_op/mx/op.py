@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import OP_TYPE
+from ..course import OP_TYPE
 from ..conv import ConvSpec, conv2d_forward_cpu, warm_up
 from ..conv.cpu import parse_cpu_kernel, prepare_cpu
 from ..conv.parallel import populate

@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import OP_TYPE
+from ..course import OP_TYPE
 from ..conv.spec import ConvSpec
 from ..errors import Ece408Error, ModelError, ShapeError
 from .compat import import_mxnet

@@ -12,14 +12,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..course import CPU_FILES, GPU_FILES, MILESTONES
 from ..errors import Ece408Error
 
 TEMPLATE = Path(__file__).with_name("template")
 TEMPLATE_FILES = ("README.md", "rai_build.yml", "new-forward.py", "new-forward.cu", "launch.py")
-CPU_FILES = ("new-forward.py",)
-GPU_FILES = ("new-forward.cu", "launch.py")
 FORWARD_FILES = CPU_FILES + GPU_FILES
-MILESTONE_FILES = {"m2": CPU_FILES, "m3": GPU_FILES, "final": GPU_FILES}
+MILESTONE_FILES = {name: m.files for name, m in MILESTONES.items() if m.files}
 MAX_FILE_BYTES = 1 << 20
 CHUNK = 1 << 16
 
