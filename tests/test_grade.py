@@ -259,7 +259,7 @@ def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, stderr
-    assert gone("ece408_op.team.worker") and gone("ece408_op.cli.measure")   # died with their task
+    assert gone("ece408_op.team.worker") and gone("ece408_op.grading.measure")   # died with their task
     with open_store(str(db)) as store:
         records = {r.team: r for r in store.records()}
     assert set(records) == {"a-ok", "b-killed"} and records["a-ok"].status == "ok"

@@ -16,41 +16,11 @@ import os
 import sys
 import traceback
 
+from ..console import Console, OutputError, output_error  # noqa: F401  (cli's one writer)
 from ..errors import Ece408Error, Terminated, UsageError
 
 DEBUG_ENV = "ECE408_DEBUG"
 BROKEN_PIPE_STATUS = 128 + 13          # 128 + SIGPIPE
-
-
-class OutputError(Ece408Error):
-    """Standard output cannot be written (closed, full disk, I/O error)."""
-
-
-def output_error(exc):
-    """BrokenPipeError as is (a reader that went away), other OSErrors as an OutputError."""
-    if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
-        return BrokenPipeError(errno.EPIPE, "Broken pipe")
-    return OutputError(f"cannot write to standard output: {exc.strerror or exc}; the output was lost "
-                       "(check where it goes: a full disk, a closed file)")
-
-
-class Console:
-    """Writes the transcript to stdout and remembers whether it stopped inside a line
-    ("Loading model..."), so that an error starts on a fresh line."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stdout
-        self.partial = False
-
-    def say(self, text, end="\n"):
-        if self.stream is None:
-            raise OutputError("standard output is closed; the output would be lost")
-        try:
-            self.stream.write(text + end)
-            self.stream.flush()
-        except OSError as exc:
-            raise output_error(exc) from exc
-        self.partial = end == ""
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -62,19 +32,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def debug_requested(argv):
     return "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
-
-
-def _mxnet_cause(exc):
-    """(message, exit code) for an MXNetError, or None if ``exc`` is not one."""
-    mxnet = sys.modules.get("mxnet")
-    if mxnet is None or not isinstance(exc, mxnet.base.MXNetError):
-        return None
-    from ..mx.failures import take
-    from ..mx.messages import mxnet_error_line
-    cause = getattr(exc, "cause", None) or (take() if "CustomOp" in str(exc) else None)
-    if cause is not None:
-        return str(cause), getattr(cause, "exit_code", 1)
-    return mxnet_error_line(exc), 1
 
 
 def report(exc, console=None, debug=False):
@@ -91,7 +48,8 @@ def report(exc, console=None, debug=False):
     if isinstance(exc, Ece408Error):
         message, code = str(exc), exc.exit_code
     else:
-        mapped = _mxnet_cause(exc)
+        from ..mx.failures import mxnet_cause
+        mapped = mxnet_cause(exc)
         if mapped is None:
             raise exc
         message, code = mapped

@@ -1,4 +1,5 @@
-"""The milestone runner: the course harness's behaviour and exact output.
+"""The milestones' command line: the course harness's arguments, usage and exact output (the run
+itself: ``mx/milestone.py``).
 
     Loading fashion-mnist data... done
     Loading model... done
@@ -11,37 +12,13 @@ instead of the Op Time / Correctness lines. Arguments ``[model] [dataset_size]``
 come in either order; the size is clamped to [0, 10000]; the images are the
 first N of the test split, all in one batch.
 """
-import contextlib
 from dataclasses import dataclass
 
 from ..course import MILESTONES
 from ..errors import Ece408Error, UsageError
+from ..mx.milestone import DEFAULT_MODEL, MAX_SIZE, Args, run_milestone
 from .breakdown import Breakdown
 from .errors import Console, run
-
-DEFAULT_MODEL = "ece408-high"
-MAX_SIZE = 10000
-
-
-@dataclass
-class Args:
-    model: str = DEFAULT_MODEL
-    size: int = MAX_SIZE
-    data_dir: str = None
-    profile: bool = False
-    fuse: bool = False     # conv -> tanh -> 2x2 max-pool chains as one ece408_conv_tanh_pool layer
-    kernel: str = None     # --kernel: the GPU kernel version, as given
-    team: str = None       # --team DIR: the team project to run (a path string)
-    help: bool = False     # -h/--help: print the usage, run nothing
-    ncu: bool = False      # --ncu: re-run under Nsight Compute, then the kernels' metrics (kernels/ncu.py)
-    use_team: bool = False  # a team's forward runs the custom layers (set by run_milestone)
-    time_limit: str = None  # --time-limit: seconds one forward of a team's may take
-
-    @property
-    def extra(self):
-        """Attributes for the swapped-in operators."""
-        extra = {} if self.kernel is None else {"gpu_kernel": self.kernel}
-        return {**extra, "team": "1"} if self.use_team else extra
 
 
 def _mx():
@@ -215,86 +192,6 @@ def parse_args(argv, script, milestone="m2"):
         if args.size == 0:
             raise fail(f"dataset size {text} is clamped to 0: nothing to run; give a size from 1 to {MAX_SIZE}")
     return args
-
-
-def team_runtime(milestone, args, device=None):
-    """The TeamRuntime of the team project to run (``--team DIR``, else this folder where it is
-    one), its kernels compiled for ``device``; None where the milestone runs our own forward
-    (m1, ``--kernel N``: the staff's reference versions, or no team project here)."""
-    from ..team.project import find_team
-    if not milestone.custom or args.kernel is not None or args.fuse:
-        return None
-    team_dir = find_team(args.team)
-    if team_dir is None:
-        return None
-    from ..team.client import numba_cache_dir, time_limit_from_env
-    from ..team.runtime import TeamRuntime
-    image = None
-    if milestone.device == "gpu":
-        from ..team.build import compile_kernels
-        image = compile_kernels(team_dir, device.arch)
-    time_limit = float(args.time_limit) if args.time_limit is not None else time_limit_from_env()
-    return TeamRuntime(team_dir, image, repeats=milestone.repeats, numba_cache=numba_cache_dir(),
-                       time_limit=time_limit)
-
-
-def run_milestone(milestone, args, console=None, clock=None, runtime=None):
-    """Print the course harness's transcript for one milestone; returns the accuracy.
-    ``clock`` (a cli.breakdown.Breakdown) is marked at each step for ``--profile``; ``runtime``
-    (a team.runtime.TeamRuntime) runs a team's forward (default: ``team_runtime``)."""
-    say = (console or Console()).say
-    clock = clock or Breakdown()
-    if args.size == 0:
-        raise UsageError(f"dataset size 0: nothing to run; give a size from 1 to {MAX_SIZE}")
-    device = _gpu_preflight(args) if milestone.device == "gpu" else None
-    runtime = runtime or team_runtime(milestone, args, device)
-    with runtime or contextlib.nullcontext():
-        args.use_team = runtime is not None
-        return _run(milestone, args, say, clock, device)
-
-
-def _run(milestone, args, say, clock, device):
-    from ..kernels import hostcopy
-    from ..mx.inference import bind_model, load_test_batch, prepare, score
-    from ..mx.models import load_model, model_input_shape
-    from ..mx.op import op_times
-    profiling = device.profiling() if device is not None and args.profile else contextlib.nullcontext()
-    clock.mark("GPU set-up: CUDA init, device context, nvcc check" if device else "set-up")
-    say("Loading fashion-mnist data...", end="")
-    shape = model_input_shape(args.model)
-    images, labels = load_test_batch(args.size, args.data_dir, shape)
-    say(" done")
-    clock.mark(f"data: {len(images)} test images of {shape[1]}x{shape[2]}")
-    say("Loading model...", end="")
-    name, symbol, arg_params, aux_params = load_model(args.model)
-    module = bind_model(prepare(symbol, milestone.custom, milestone.device, args.extra, fuse=args.fuse),
-                        arg_params, aux_params, len(images))
-    say(" done")
-    clock.mark("model: load, swap" + (", fuse" if args.fuse else "") + ", bind")
-    say("New Inference")
-    first_record = hostcopy.record_count()
-    with profiling as profile, op_times.capture(echo=milestone.custom):
-        metric = score(module, images, labels)
-    clock.mark("inference: MXNet's forward over the whole network, of which")
-    if milestone.custom:
-        say(f"Correctness: {metric.get()[1]} Model: {name}")
-    else:
-        say(f"EvalMetric: {dict(metric.get_name_value())}")
-    if profile is not None:
-        say(f"\nProfile of the custom layers (CUDA events; Op Time covers the conv_forward rows only):\n"
-            f"{profile.table()}")
-        layers = hostcopy.records_since(first_record)
-        say("\n" + clock.table(layers, hostcopy.measure_link(device.index) if layers else None,
-                                hostcopy.measure_fresh_memory() if layers else None))
-    return metric.get()[1]
-
-
-def _gpu_preflight(args):
-    """Fail early, in one line, where the GPU path cannot run. Returns the device."""
-    from .. import kernels
-    device = kernels.GpuDevice.get()
-    kernels.require_nvcc()
-    return device
 
 
 def ncu_argv(milestone_name, argv):

@@ -69,8 +69,8 @@ def measure_argv(sandbox, sock):
     """The measuring process's command: the grader's own Python and package, isolated."""
     from ..team.client import isolated_python
     if sandbox.engine in ("bubblewrap", "host"):
-        return isolated_python("ece408_op.cli.measure", "--channel", sock, paths=sandbox_import_path(sandbox))
-    return ["python", "-I", "-m", "ece408_op.cli.measure", "--channel", sock]
+        return isolated_python("ece408_op.grading.measure", "--channel", sock, paths=sandbox_import_path(sandbox))
+    return ["python", "-I", "-m", "ece408_op.grading.measure", "--channel", sock]
 
 
 def build_team_kernels(sandbox, scratch, arch, transcript, timeout):

@@ -90,7 +90,7 @@ def bench_layer(shape, repeats=5, seed=408):
         mx.nd.waitall()
 
     times = {"builtin": [], "custom_call": [], "fresh_output": []}
-    with op_times.capture(echo=False) as start:
+    with op_times.capture() as start:
         for round_ in range(repeats + 1):                 # round 0 warms up (MKLDNN primitives, pool)
             for key, fn in (("builtin", builtin), ("custom_call", custom), ("fresh_output", fresh_output)):
                 begin = time.perf_counter()

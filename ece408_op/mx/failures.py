@@ -132,3 +132,18 @@ def install():
 def _has_pending():
     with _lock:
         return bool(_pending["sync"].get(threading.get_ident())) or _pending["async"] is not None
+
+
+def mxnet_cause(exc):
+    """(message, exit code) for an MXNetError, or None if ``exc`` is not one: the reason our
+    operator gave (the exception of its failed callback), else MXNet's own first line. Imports no
+    MXNet (an MXNetError exists only where MXNet is loaded)."""
+    import sys
+    mxnet = sys.modules.get("mxnet")
+    if mxnet is None or not isinstance(exc, mxnet.base.MXNetError):
+        return None
+    from .messages import mxnet_error_line
+    cause = getattr(exc, "cause", None) or (take() if "CustomOp" in str(exc) else None)
+    if cause is not None:
+        return str(cause), getattr(cause, "exit_code", 1)
+    return mxnet_error_line(exc), 1

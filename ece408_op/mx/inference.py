@@ -85,7 +85,7 @@ def run_inference(model, count, use_custom=True, device="cpu", data_dir=None, op
     images, labels = load_test_batch(count, data_dir, model_input_shape(model))
     name, symbol, arg_params, aux_params = load_model(model)
     module = bind_model(prepare(symbol, use_custom, device, op_attrs, fuse), arg_params, aux_params, len(images))
-    with op_times.capture(echo=False) as start:
+    with op_times.capture() as start:
         metric = score(module, images, labels)
     return {"name": name, "accuracy": metric.get()[1],
             "op_times": [seconds for seconds, _ in op_times.since(start)]}

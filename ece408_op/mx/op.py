@@ -51,7 +51,6 @@ import atexit
 import ctypes
 import functools
 import os
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -59,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..console import Console
 from ..course import OP_TYPE
 from ..conv import ConvSpec, conv2d_forward_cpu, warm_up
 from ..conv.cpu import parse_cpu_kernel, prepare_cpu
@@ -83,27 +83,26 @@ class OpTimeLog:
     def __init__(self):
         self._lock = threading.Lock()
         self.records = []
-        self.echo = os.environ.get("ECE408_PRINT_OP_TIME", "") not in ("", "0")
+        self.console = Console() if os.environ.get("ECE408_PRINT_OP_TIME", "") not in ("", "0") else None
 
     def add(self, seconds, path):
         with self._lock:
             self.records.append((seconds, path))
-            if self.echo:
-                sys.stdout.write("Op Time: %f\n" % seconds)
-                sys.stdout.flush()
+            if self.console is not None:
+                self.console.op_time(seconds)
 
     @contextmanager
-    def capture(self, echo=True):
-        """Print (or not) the timings of the forwards run inside the block; yields the index
-        of the first record they add, for ``since``."""
+    def capture(self, console=None):
+        """The forwards run inside the block print their Op Time lines through ``console`` (None:
+        not at all); yields the index of the first record they add, for ``since``."""
         with self._lock:
-            saved, self.echo = self.echo, echo
+            saved, self.console = self.console, console
             start = len(self.records)
         try:
             yield start
         finally:
             with self._lock:
-                self.echo = saved
+                self.console = saved
 
     def since(self, start):
         with self._lock:

@@ -1,6 +1,6 @@
 """The measuring process of a ranked run: the grader's code, in the run's sandbox.
 
-    python -I -m ece408_op.cli.measure --channel /run/ece408/channel.sock
+    python -I -m ece408_op.grading.measure --channel /run/ece408/channel.sock
 
 Its first act is to connect to the runner's channel (``grading/channel.py``) and to make itself
 undumpable (no process of its user may read its memory, environment or descriptors); only then
@@ -22,7 +22,7 @@ from ..errors import Ece408Error
 
 def _device_name(milestone):
     if milestone == "m2":
-        from ..grading.machine import cpu_name
+        from .machine import cpu_name
         return cpu_name()
     from ..kernels import GpuDevice
     return GpuDevice.get().name
@@ -33,8 +33,8 @@ def failure_line(exc):
     gave (``cli.errors``), anything else as the harness's own failure."""
     if isinstance(exc, Ece408Error):
         return str(exc).splitlines()[0]
-    from .errors import _mxnet_cause
-    mapped = _mxnet_cause(exc)
+    from ..mx.failures import mxnet_cause
+    mapped = mxnet_cause(exc)
     if mapped is not None:
         return mapped[0].splitlines()[0]
     raise exc
@@ -60,8 +60,9 @@ def run_job(job, console, lease=None):
     """The report of ``job`` (a dict from the runner), its transcript printed through ``console``."""
     import ece408_op
     ece408_op.require_mxnet()
-    from .milestone import MILESTONES, Args, run_milestone
+    from ..course import MILESTONES
     from ..mx.inference import run_inference
+    from ..mx.milestone import Args, run_milestone
     from ..team.client import DEFAULT_TIME_LIMIT
     from ..team.runtime import TeamRuntime
     milestone = MILESTONES[job["milestone"]]
@@ -94,10 +95,10 @@ def run_job(job, console, lease=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ece408_op.cli.measure")
+    parser = argparse.ArgumentParser(prog="ece408_op.grading.measure")
     parser.add_argument("--channel", required=True)
     args = parser.parse_args(argv)
-    from ..grading import channel
+    from . import channel
     sock = channel.connect(args.channel)           # first: nothing of the team's runs yet
     from ..team.lockdown import make_undumpable
     make_undumpable()
@@ -106,7 +107,7 @@ def main(argv=None):
         if os.environ.get(key):
             os.makedirs(os.environ[key], exist_ok=True)
     job = channel.recv(sock, channel.JOB_LIMIT)
-    from .errors import Console
+    from ..console import Console
     console = Console()
     try:
         report = run_job(job, console, channel.Lease(sock))
