@@ -126,7 +126,7 @@ def _run(milestone, args, console, clock, device):
 
 def _gpu_preflight(args):
     """Fail early, in one line, where the GPU path cannot run. Returns the device."""
-    from .. import kernels
-    device = kernels.GpuDevice.get()
-    kernels.require_nvcc()
+    from ..kernels import GpuDevice, require_nvcc
+    device = GpuDevice.get()
+    require_nvcc()
     return device

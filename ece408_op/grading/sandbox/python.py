@@ -20,10 +20,9 @@ def package_binding():
     checkout (which may hold models, databases, a class folder): every path in or above the
     checkout leaves the import path, except the interpreter's own prefixes (a virtual environment
     kept inside the checkout)."""
-    import ece408_op
-    from ...team.client import trusted_path
-    package = Path(ece408_op.__file__).resolve().parent
-    home = package.parent
+    from ...team.client import PACKAGE_HOME, trusted_path
+    home = PACKAGE_HOME
+    package = home / "ece408_op"
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     paths = trusted_path()
     if any(_within(home, prefix) for prefix in prefixes) or home.name in ("site-packages", "dist-packages"):
