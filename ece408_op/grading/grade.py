@@ -206,6 +206,9 @@ class _TaskStore:
     def __init__(self, store, plan, task):
         self.store, self.plan, self.task = store, plan, task
 
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
     def add(self, record):
         record.team = self.task.team
         if record.options is None:
