@@ -426,7 +426,8 @@ def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp
     assert "* Team file new-forward.py" in killed.transcript                      # its log
     again = cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *ENGINE, "--local", "--db", db,
                 "--retry-stopped", "--timeout", 2, "--workdir", tmp_path / "w2")
-    assert again.stdout.startswith("Skipped 1 team(s) whose submission is already graded: a-ok"), again.stdout
+    assert again.stdout.startswith("Skipped 1 team(s) whose submission is already graded with these options: a-ok"), \
+        again.stdout
 
 
 def test_local_task_time_limit_is_enforced_apart_from_the_command_limit(tmp_path):
