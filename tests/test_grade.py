@@ -3,10 +3,15 @@ Slurm cluster (munged, slurmctld, slurmd) and a PostgreSQL server on the loopbac
 of team projects (honest, wrong, failing, slow, hostile, and teams whose folder names are hostile)
 through Slurm into PostgreSQL and through --local into SQLite: the same outcomes; every team
 command in a sandbox; a task killed mid-run is recorded and leaves nothing running; the database
-going away or filling up loses no record; grading again is idempotent."""
+going away or filling up loses no record (a measured run is never replaced by error or killed);
+grading again is idempotent for the same options and runs again for other ones; names that
+printed alike are different teams; folders that are links and files that are not are reported;
+grade ends saying which teams are not valid and why."""
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import time
 
@@ -69,6 +74,12 @@ def check_records(records, outcomes):
     assert "may not start processes" in by_team["z-forks"][0].transcript
 
 
+def not_valid(stdout):
+    """{team: status} of grade's closing lines ("  team: status: reason")."""
+    lines = stdout[stdout.index("Not valid: "):].splitlines()[1:]
+    return {line.strip().split(": ")[0]: line.strip().split(": ")[1] for line in lines if line.startswith("  ")}
+
+
 def started(service):
     """``service`` started, or the test skipped with the reason it cannot start here."""
     try:
@@ -117,9 +128,15 @@ def test_class_through_slurm_into_postgresql(classroom, graded_slurm, postgres):
         assert {r.host for r in store.records()} == {os.uname().nodename}
     assert ranking_of(postgres.url) == sorted(t for t, o in outcomes.items() if o == "ok")
     assert "Ranking: m2, 100 images (5 team(s); 4 run(s) not valid)" in out.stdout
-    table = out.stdout[out.stdout.index("Ranking:"):]
-    assert "\x1b" not in table and "evil\\x0a1" in table and "b\\xffad" in table
-    assert len(table.strip().splitlines()) == 2 + 5                   # no fake row
+    table = out.stdout[out.stdout.index("Ranking:"):out.stdout.index("Not valid:")]
+    assert "\x1b" not in out.stdout and "evil\\x0a1" in table and "b\\xffad" in table
+    assert table.splitlines()[1].startswith("Options: m2, 100 images, 2 models, 1 fresh run(s) a layer, "
+                                            "engine bubblewrap")
+    assert len(table.strip().splitlines()) == 3 + 5                   # no fake row
+    assert not_valid(out.stdout) == {"w-wrong": "failed", "x-fails": "failed", "y-slow": "timeout",
+                                     "z-forks": "failed"}
+    # m2 tasks through Slurm get a node each (--exclusive): never two timed at once on this 2-core node
+    assert max(int(line.split("running ")[1].split()[0]) for line in progress) == 1, progress
 
 
 def test_class_through_local_pool_into_sqlite_gives_the_same_outcomes(classroom, graded_slurm, postgres, tmp_path):
@@ -189,6 +206,146 @@ def test_a_class_of_attackers_through_grade_local(tmp_path):
         assert [f["name"] for f in record.team_files] == ["new-forward.py"]
         assert "hunter2" not in record.transcript
     assert "WROTE" not in records["pth"].transcript
+
+
+# ---------------------------------------------------------------------------- names, options, reports
+
+def grade_local(classdir, db, workdir, *extra, env=None):
+    return cli("grade", classdir, "--milestone", "m2", "--size", 10, *ENGINE, "--local", "--jobs", 2, "--db", db,
+               "--workdir", workdir, *extra, env=env)
+
+
+def test_names_that_printed_alike_are_graded_as_four_teams(tmp_path):
+    """A folder named team\\x07 (a backslash) and one named team<BEL>, two names sharing their first 199
+    characters: four teams, none skipped as "already graded" (their files are the same)."""
+    names = ["team\\x07", "team\x07", "a" * 199 + "1", "a" * 199 + "2"]
+    for name in names:
+        team_project(tmp_path / "class" / name, cpu=PLAIN)
+    db = tmp_path / "n.db"
+    out = grade_local(tmp_path / "class", db, tmp_path / "w")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Skipped" not in out.stdout and "Grading 4 team(s)" in out.stdout
+    stored = ["team\\\\x07", "team\\x07", "a" * 199 + "1", "a" * 199 + "2"]
+    with open_store(str(db)) as store:
+        assert sorted(r.team for r in store.records()) == sorted(stored)
+    data = json.loads(cli("ranking", "--db", db, "--json").stdout)
+    assert sorted(r["team"] for r in data["ranking"]) == sorted(stored)
+    table = out.stdout[out.stdout.index("Ranking:"):].splitlines()
+    assert sorted(line.split()[1] for line in table[3:]) == sorted(stored)       # shown in full
+
+
+def test_grading_again_with_other_options_runs_the_teams_again(tmp_path):
+    import shutil
+    team_project(tmp_path / "class" / "a", cpu=PLAIN)
+    staff = tmp_path / "staff"
+    staff.mkdir()
+    shutil.copy(ROOT / "models" / "ece408-low-symbol.json", staff / "secret-symbol.json")
+    shutil.copy(ROOT / "models" / "ece408-low-0001.params", staff / "secret-0001.params")
+    db, classdir = tmp_path / "o.db", tmp_path / "class"
+
+    def again(name, *extra, env=None):
+        out = grade_local(classdir, db, tmp_path / name, *extra, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+    again("w1")
+    # auto is resolved before the skip: bubblewrap here, the same options
+    auto = cli("grade", classdir, "--milestone", "m2", "--size", 10, "--local", "--db", db,
+               "--workdir", tmp_path / "w2")
+    assert auto.stdout.startswith("Skipped 1 team(s) whose submission is already graded with these options: a")
+    assert "Grading 1 team(s)" in again("w3", "--repeats", 2)
+    hidden = again("w4", "--hidden-model", staff / "secret")
+    assert "Grading 1 team(s)" in hidden and "Options: m2, 10 images, 3 models (hidden " in hidden
+    assert "Other option sets of m2 on 10 images, not compared with these: " in hidden
+    skipped = again("w5", "--repeats", 2)
+    assert skipped.startswith("Skipped 1 team(s)")
+    # grade's ranking is the one of the options it graded with, not the newest set
+    assert "Options: m2, 10 images, 2 models, 2 fresh run(s) a layer, engine bubblewrap" in skipped
+    shutil.copy(ROOT / "models" / "ece408-high-symbol.json", staff / "secret-symbol.json")    # another hidden model
+    shutil.copy(ROOT / "models" / "ece408-high-0001.params", staff / "secret-0002.params")
+    assert "Grading 1 team(s)" in again("w6", "--hidden-model", staff / "secret")
+    with open_store(str(db)) as store:
+        records = store.records()
+    assert [(len(r.models), r.options["repeats"]) for r in records] == [(2, 1), (2, 2), (3, 1), (3, 1)]
+    assert len({r.options_key for r in records}) == 4 and all(r.status == "ok" for r in records)
+    assert [r.options["engine"] for r in records] == ["bubblewrap"] * 4
+
+
+def test_error_and_unrecorded_runs_are_graded_again(tmp_path):
+    for name in ("a", "b", "c"):
+        team_project(tmp_path / "class" / name, cpu=PLAIN)
+    db = tmp_path / "e.db"
+    assert grade_local(tmp_path / "class", db, tmp_path / "w1").returncode == 0
+    with open_store(str(db)) as store:
+        store._execute("UPDATE runs SET status = 'error' WHERE team = 'a'")      # the grading itself failed
+        store._execute("UPDATE runs SET options = NULL, options_key = NULL WHERE team = 'b'")   # before migration 3
+        store.conn.commit()
+    out = grade_local(tmp_path / "class", db, tmp_path / "w2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("Skipped 1 team(s) whose submission is already graded with these options: c")
+    assert "Grading 2 team(s)" in out.stdout
+    with open_store(str(db)) as store:
+        assert sorted(r.team for r in store.records() if r.status == "ok") == ["a", "b", "b", "c"]
+
+
+def test_links_and_bad_team_files_are_reported_and_the_others_graded(tmp_path):
+    classdir = tmp_path / "class"
+    team_project(classdir / "a-good", cpu=PLAIN)
+    team_project(tmp_path / "elsewhere", cpu=PLAIN)
+    os.symlink(tmp_path / "elsewhere", classdir / "b-link")
+    os.symlink(tmp_path / "nowhere", classdir / "c-dangling")
+    bad = {"d-fifo": "is not a regular file (a FIFO)", "e-folder": "is not a regular file (a folder)",
+           "f-linked-file": "cannot be taken: it is a symbolic link",
+           "g-missing": "the submission has no new-forward.py"}
+    for name in bad:
+        team_project(classdir / name)
+        (classdir / name / "new-forward.py").unlink()
+    os.mkfifo(classdir / "d-fifo" / "new-forward.py")
+    (classdir / "e-folder" / "new-forward.py").mkdir()
+    os.symlink(tmp_path / "elsewhere" / "new-forward.py", classdir / "f-linked-file" / "new-forward.py")
+    if os.geteuid() == 0:
+        team_project(classdir / "h-device")
+        (classdir / "h-device" / "new-forward.py").unlink()
+        os.mknod(classdir / "h-device" / "new-forward.py", 0o666 | stat.S_IFCHR, os.makedev(1, 5))   # /dev/zero
+        bad["h-device"] = "is not a regular file (a character device)"
+    db = tmp_path / "l.db"
+    out = grade_local(classdir, db, tmp_path / "w")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr and "Grading 1 team(s)" in out.stdout
+    link = "the folder is a symbolic link; put the folder itself in SUBMISSIONS"
+    assert f"Not graded: b-link: {link}" in out.stdout and f"Not graded: c-dangling: {link}" in out.stdout
+    closing = not_valid(out.stdout)
+    assert closing == {"b-link": "refused", "c-dangling": "refused", **{name: "failed" for name in bad}}
+    with open_store(str(db)) as store:
+        records = {r.team: r for r in store.records()}
+    assert sorted(records) == sorted(["a-good", *bad]) and records["a-good"].status == "ok"
+    for name, reason in bad.items():
+        assert records[name].status == "failed" and reason in records[name].reason, (name, records[name].reason)
+        assert f"  {name}: failed: " in out.stdout and reason in out.stdout
+
+
+def test_a_class_without_a_valid_run_exits_non_zero_and_says_why(tmp_path):
+    team_project(tmp_path / "class" / "w-wrong", cpu=WRONG)
+    team_project(tmp_path / "class" / "x-fails", cpu=FAILS)
+    out = grade_local(tmp_path / "class", tmp_path / "v.db", tmp_path / "w")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.strip().splitlines()[-1] == \
+        f"error: no team of {tmp_path / 'class'} has a valid run with these options"
+    closing = out.stdout[out.stdout.index("Not valid: 2 team(s)"):].splitlines()
+    assert closing[1].startswith("  w-wrong: failed: ") and "differs from the reference" in closing[1], closing
+    assert closing[2].startswith("  x-fails: failed: ") and "this team forgot a colon" in closing[2], closing
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host may have a GPU")
+@pytest.mark.parametrize("milestone", ["m3", "final"])
+def test_gpu_milestone_graded_locally_without_gpu_is_one_line_before_any_record(tmp_path, milestone):
+    team_project(tmp_path / "class" / "a")
+    extra = [] if milestone == "final" else ["--milestone", milestone]            # final: the default
+    out = cli("grade", tmp_path / "class", "--local", *extra, "--db", tmp_path / "g.db")
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip() == (f"error: grade --local --milestone {milestone} runs the GPU path and this host has "
+                                  "no CUDA GPU (nvidia-smi lists none); grade on a GPU machine (or through Slurm on "
+                                  "GPU nodes), or use --milestone m2")
+    assert not (tmp_path / "g.db").exists() and not (tmp_path / "class" / ".grade").exists()
 
 
 # ---------------------------------------------------------------------------- killed tasks
@@ -269,7 +426,8 @@ def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp
     assert "* Team file new-forward.py" in killed.transcript                      # its log
     again = cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *ENGINE, "--local", "--db", db,
                 "--retry-stopped", "--timeout", 2, "--workdir", tmp_path / "w2")
-    assert again.stdout.startswith("Skipped 1 team(s) whose submission is already graded: a-ok"), again.stdout
+    assert again.stdout.startswith("Skipped 1 team(s) whose submission is already graded with these options: a-ok"), \
+        again.stdout
 
 
 def test_local_task_time_limit_is_enforced_apart_from_the_command_limit(tmp_path):
@@ -279,7 +437,9 @@ def test_local_task_time_limit_is_enforced_apart_from_the_command_limit(tmp_path
     start = time.monotonic()
     out = cli("grade", classdir, "--milestone", "m2", "--size", SIZE, *ENGINE, "--local", "--db", db,
               "--timeout", 600, "--time", "00:00:25", "--workdir", tmp_path / "w")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr                      # no team is valid
+    assert out.stderr.strip().splitlines()[-1] == f"error: no team of {classdir} has a valid run with these options"
+    assert out.stdout.splitlines()[-2:] == ["Not valid: 1 team(s)", "  slow: killed: stopped (SIGTERM)"], out.stdout
     assert time.monotonic() - start < 120
     with open_store(str(db)) as store:
         (record,) = store.records()
@@ -288,7 +448,35 @@ def test_local_task_time_limit_is_enforced_apart_from_the_command_limit(tmp_path
 
 # ---------------------------------------------------------------------------- database faults
 
-def test_postgresql_gone_mid_grade_loses_no_record(tmp_path):
+def grade_process(classdir, url, workdir, *extra, env=None):
+    """``grade`` started in the background (m2 on 10 images, one task at a time)."""
+    return subprocess.Popen([*python_command(), "-m", "ece408_op", "grade", str(classdir), "--milestone", "m2",
+                             "--size", "10", *ENGINE, "--db", url, "--workdir", str(workdir), *map(str, extra)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {}), "ECE408_MODEL_DIR": str(ROOT / "models")})
+
+
+def stored_count(url):
+    try:
+        with open_store(url) as store:
+            return len(store.records())
+    except Exception:                    # noqa: BLE001  the server is down
+        return -1
+
+
+def check_measured(url, teams):
+    """Every team of ``teams`` has one record, ok, with its Op Times: none turned into error or killed."""
+    with open_store(url) as store:
+        records = {r.team: r for r in store.records()}
+        assert len(store.records()) == len(teams)
+    assert sorted(records) == sorted(teams)
+    for team, record in records.items():
+        assert record.status == "ok" and record.correct and record.op_time > 0, (team, record.status, record.reason)
+        assert len(record.models) == 2 and all(m["op_times"] for m in record.models)
+    return records
+
+
+def test_postgresql_gone_until_grade_ends_loses_no_run(tmp_path):
     server = started(Postgres(tmp_path / "pg"))
     try:
         classdir = tmp_path / "class"
@@ -296,32 +484,96 @@ def test_postgresql_gone_mid_grade_loses_no_record(tmp_path):
         team_project(classdir / "b", cpu=PLAIN)
         spool = tmp_path / "spool"
         env = {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "3"}
-        proc = subprocess.Popen([*python_command(), "-m", "ece408_op", "grade", str(classdir), "--milestone", "m2",
-                                 "--size", str(SIZE), *ENGINE, "--local", "--jobs", "1", "--db", server.url,
-                                 "--workdir", str(tmp_path / "w")], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, **env, "ECE408_MODEL_DIR": str(ROOT / "models")})
-
-        def first_stored():
-            try:
-                with open_store(server.url) as store:
-                    return len(store.records()) == 1
-            except Exception:            # noqa: BLE001
-                return False
-        _wait_for(first_stored, proc, "the first record")
-        server.stop()                                            # PostgreSQL goes away mid-grade
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 1
-        assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: ")
-        assert len(list(spool.glob("*.json"))) == 1              # the second record waits in the spool
+        proc = grade_process(classdir, server.url, tmp_path / "w", "--local", "--jobs", 1, env=env)
+        try:
+            _wait_for(lambda: stored_count(server.url) == 1, proc, "the first record")
+            server.stop()                                            # PostgreSQL goes away mid-grade
+            stdout, stderr = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1 and "Traceback" not in stderr
+        warnings = [line for line in stderr.splitlines() if line.startswith("warning: the database does not answer")]
+        assert len(warnings) == 1, stderr
+        assert stderr.strip().splitlines()[-1].startswith("error: no ranking: the database does not answer ")
+        assert f"1 record(s) of this grade wait in the spool {spool}; the next command" in stdout
+        (task_b,) = [t for t in grade.Plan.load(tmp_path / "w" / "tasks.json").tasks if t.team == "b"]
+        waiting = store_module.spooled_record(store_module.spooled_files(spool)[task_b.record_id])
+        assert waiting.status == "ok" and waiting.op_time > 0       # b's measured run, not an error record
         server.start_again()
-        out = cli("ranking", "--db", server.url, "--milestone", "m2", "--size", SIZE, env=env)
+        out = cli("ranking", "--db", server.url, "--milestone", "m2", "--size", 10, env=env)
         assert out.returncode == 0, out.stderr
-        assert "1 spooled record(s) stored" in out.stderr and list(spool.glob("*.json")) == []
-        with open_store(server.url) as store:
-            assert sorted(r.team for r in store.records()) == ["a", "b"]
+        assert "1 spooled record(s) stored" in out.stderr and store_module.spooled_files(spool) == {}
+        records = check_measured(server.url, ["a", "b"])
+        assert records["b"].id == task_b.record_id and records["b"].op_time == waiting.op_time
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("mode", ["local", "slurm"])
+def test_postgresql_back_before_grade_ends_gets_every_run_stored(mode, tmp_path, request):
+    """The database away while tasks end: grade keeps polling (one warning), the tasks spool into
+    the work folder (shared with Slurm's nodes), grade stores what they spooled at its end."""
+    cluster = request.getfixturevalue("slurm") if mode == "slurm" else None
+    server = started(Postgres(tmp_path / "pg"))
+    try:
+        classdir = tmp_path / "class"
+        for name in ("a", "b", "c"):
+            team_project(classdir / name, cpu=PLAIN)
+        spool, workdir = tmp_path / "spool", tmp_path / "w"
+        env = {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "3", **(cluster.env if cluster else {})}
+        extra = ["--local", "--jobs", 1] if mode == "local" else ["--gres", "none", "--time", "00:05:00"]
+        proc = grade_process(classdir, server.url, workdir, *extra, env=env)
+        try:
+            _wait_for(lambda: stored_count(server.url) == 1, proc, "the first record", timeout=300)
+            server.stop()
+            _wait_for(lambda: store_module.spooled_files(workdir / "spool"), proc, "a task's spooled record",
+                      timeout=300)
+            server.start_again()
+            stdout, stderr = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, stdout[-2000:] + stderr
+        assert "Traceback" not in stderr
+        warnings = [line for line in stderr.splitlines() if line.startswith("warning: the database does not answer")]
+        assert len(warnings) == 1, stderr
+        assert "Ranking: m2, 10 images (3 team(s); 0 run(s) not valid)" in stdout
+        check_measured(server.url, ["a", "b", "c"])
+        assert store_module.spooled_files(workdir / "spool") == {} and store_module.spooled_files(spool) == {}
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
+def test_database_disk_full_during_grade_keeps_the_measured_run(tmp_path):
+    with small_tmpfs(tmp_path / "small", "1m") as small:
+        db = small / "runs.db"
+        with open_store(str(db)):
+            pass
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        (small / "filler").write_bytes(b"x" * (free - (300 << 10)))          # 300 KiB left
+        spool = tmp_path / "spool"
+        env = {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "1"}
+        classdir = tmp_path / "class"
+        loud = PLAIN.replace("    B, M, H_out, W_out = y.shape",
+                             "    print('x' * 4000 * 100)\n    B, M, H_out, W_out = y.shape")
+        team_project(classdir / "loud", cpu=loud)
+        out = cli("grade", classdir, "--milestone", "m2", "--size", 10, *ENGINE, "--local", "--db", db,
+                  "--workdir", tmp_path / "w", env=env)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        (task,) = grade.Plan.load(tmp_path / "w" / "tasks.json").tasks
+        assert f"1 record(s) of this grade wait in the spool {spool}; the next command" in out.stdout
+        assert f"  loud: not stored: its record waits in {spool}" in out.stdout.splitlines()
+        assert out.stderr.strip().splitlines()[-1] == f"error: no team of {classdir} has a valid run with these options"
+        waiting = store_module.spooled_record(store_module.spooled_files(spool)[task.record_id])
+        assert waiting.status == "ok" and waiting.op_time > 0       # the measured run, not error, not killed
+        (small / "filler").unlink()
+        out = cli("ranking", "--db", db, "--milestone", "m2", "--size", 10, env=env)
+        assert out.returncode == 0 and "1 spooled record(s) stored" in out.stderr
+        with open_store(str(db)) as store:
+            (record,) = store.records()
+        assert (record.id, record.status, record.op_time) == (task.record_id, "ok", waiting.op_time)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
@@ -354,7 +606,8 @@ def test_postgresql_parallel_first_use_and_writers(postgres):
     url = postgres.create_database("parallel")
     parallel_writers(url, workers=8, each=40)
     with psycopg.connect(url) as c:                                 # migrated once, not 8 times
-        assert c.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == [(1,), (2,)]
+        assert c.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == \
+            [(v,) for v in range(1, len(store_module.MIGRATIONS) + 1)]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -364,18 +617,19 @@ def test_schema_is_migrated_on_first_use(backend, tmp_path, monkeypatch, request
     else:
         url = request.getfixturevalue("postgres").create_database("migrate")
     record = Record("r1", "2026-01-01", "t", "m2", 10, "ok", 0, 0.5, True, [], transcript="x")
+    current = len(store_module.MIGRATIONS)
     with open_store(url) as store:
-        assert store.schema_version() == 2
+        assert store.schema_version() == current
         store.add(record)
     monkeypatch.setattr(store_module, "MIGRATIONS",
                         store_module.MIGRATIONS + [["ALTER TABLE runs ADD COLUMN note TEXT"]])
     with open_store(url) as store:                                  # an old database, a new program
-        assert store.schema_version() == 3
+        assert store.schema_version() == current + 1
         assert [r.id for r in store.records()] == ["r1"]
         store._execute("SELECT note FROM runs").fetchall()
         store.conn.commit()
     with open_store(url) as store:
-        assert store.schema_version() == 3
+        assert store.schema_version() == current + 1
 
 
 def test_sbatch_command_passes_gres_time_partition_account(tmp_path):
@@ -387,7 +641,11 @@ def test_sbatch_command_passes_gres_time_partition_account(tmp_path):
     assert {"--array=0-11%4", "--gres=gpu:1", "--time=00:20:00", "--partition=gpu", "--account=ece408",
             "--qos=class", f"--output={tmp_path}/logs/%a.out"} <= set(argv)
     none = grade.sbatch_command(plan, tmp_path, grade.SlurmOptions(gres=None), "python")
-    assert not any(a.startswith("--gres") for a in none)
+    assert not any(a.startswith("--gres") for a in none) and "--exclusive" not in argv
+    exclusive = grade.sbatch_command(plan, tmp_path, grade.SlurmOptions(gres=None, exclusive=True), "python")
+    assert "--exclusive" in exclusive
+    script = grade.write_job_script(tmp_path, "/usr/bin/python3").read_text()
+    assert f"export ECE408_SPOOL={tmp_path / 'spool'}\n" in script          # the work folder: shared with the nodes
 
 
 def test_slurm_time_format():
@@ -399,7 +657,7 @@ def test_grade_bad_input_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     out = cli("grade", tmp_path / "empty", "--local", "--timeout", "nan")
     assert out.returncode == 2 and "--timeout: invalid finite positive number value: 'nan'" in out.stderr
-    out = cli("grade", tmp_path / "empty", "--local", "--db", tmp_path / "g.db")
+    out = cli("grade", tmp_path / "empty", "--local", "--milestone", "m2", "--db", tmp_path / "g.db")
     assert out.returncode == 1 and out.stderr.strip() == \
         f"error: {tmp_path / 'empty'} has no team sub-folders; put each team's submission in its own folder"
     out = cli("grade", tmp_path / "empty", "--local", "--time", "soon")

@@ -1,10 +1,12 @@
 """``python -m ece408_op grade SUBMISSIONS_DIR --milestone final``: grade every team folder as one
 Slurm job array (or ``--local``: a pool of local processes), then print the ranking."""
 import os
+from dataclasses import asdict
 
 from ..grading import grade
+from ..grading.names import printable, shown
 from ..grading.ranking import ranking_report
-from ..grading.runner import MILESTONES
+from ..grading.runner import GPU_MILESTONES, MILESTONES, SubmitError, check_device
 from ..grading.store import describe, open_store
 from .errors import ArgumentParser, run
 from .submit import add_run_options, check_repeats, check_size, limits_of
@@ -32,9 +34,13 @@ def command(argv):
     parser.add_argument("--python", help="interpreter the tasks run with (default: this one; same path on the nodes)")
     parser.add_argument("--workdir", help="tasks.json, job.sh and logs/ (default SUBMISSIONS_DIR/.grade/<time>); "
                                           "must be visible from the nodes")
+    parser.add_argument("--share-nodes", action="store_true",
+                        help="m2 through Slurm: let tasks share a node (default: --exclusive, one m2 task per node, "
+                             "so that no CPU timing shares cores with another team)")
     parser.add_argument("--force", action="store_true", help="grade every team, even those already graded")
     parser.add_argument("--retry-stopped", action="store_true",
-                        help="grade again teams whose only records for this content are killed or error")
+                        help="grade again teams whose only records for this content and these options are killed "
+                             "(error records are always graded again)")
     parser.add_argument("--run-task", metavar="TASKS_JSON", help=argparse_hidden())
     parser.add_argument("--task-index", type=int, help=argparse_hidden())
     add_run_options(parser)
@@ -51,31 +57,62 @@ def command(argv):
         parser.error(f"--time {args.time!r}: use [days-]hours:minutes:seconds, e.g. 00:30:00")
     if not args.local and not grade.has_slurm():
         parser.error("sbatch/squeue not found: grading through Slurm needs Slurm's commands; use --local to grade here")
+    if args.local and args.milestone in GPU_MILESTONES:
+        _check_gpu(args.milestone)                  # before any record or work folder
+    limits = limits_of(args)
+    hidden = os.path.abspath(args.hidden_model) if args.hidden_model else None
+    plan = grade.Plan(args.milestone, args.size, hidden, grade.resolve_engine(args.engine, args.image, limits),
+                      args.image, args.timeout, asdict(limits), os.path.abspath(args.scratch) if args.scratch else None,
+                      repeats=args.repeats, hidden_digest=grade.plan_hidden_digest(hidden))
     grade.export_db(args.db)
     from ..grading.sandbox import clean_stale
     clean_stale(args.scratch)
-    from dataclasses import asdict
-    plan = grade.Plan(args.milestone, args.size, os.path.abspath(args.hidden_model) if args.hidden_model else None,
-                      args.engine, args.image, args.timeout, asdict(limits_of(args)),
-                      os.path.abspath(args.scratch) if args.scratch else None, repeats=args.repeats)
     with open_store() as store:
-        skipped = grade.plan_tasks(store, args.submissions, plan, args.retry_stopped, args.force)
-        if skipped:
-            print(f"Skipped {len(skipped)} team(s) whose submission is already graded: {', '.join(skipped)}")
+        listing = grade.plan_tasks(store, args.submissions, plan, args.retry_stopped, args.force)
+        if listing.skipped:
+            print(f"Skipped {len(listing.skipped)} team(s) whose submission is already graded with these options: "
+                  f"{', '.join(shown(team) for team, _ in listing.skipped)}")
+        for team, reason in listing.refused:
+            print(f"Not graded: {shown(team)}: {reason}")
+        for record in listing.failed:
+            print(f"Not graded: {shown(record.team)}: {record.reason}")
+        settled = None
         if plan.tasks:
             workdir = grade.new_workdir(args.submissions, args.workdir)
             plan.save(workdir / grade.TASKS_FILE)
             print(f"Grading {len(plan.tasks)} team(s), {args.milestone} on {args.size} images; "
                   f"records in {describe(store.url)}")
             if args.local:
-                grade.run_local(plan, workdir, store, args.jobs, time_limit, args.python)
+                settled = grade.run_local(plan, workdir, store, args.jobs, time_limit, args.python)
             else:
                 slurm = grade.SlurmOptions(args.partition, args.account,
                                            None if args.gres.lower() in ("", "none") else args.gres,
-                                           args.time, args.cpus_per_task, args.max_parallel, args.sbatch_arg)
-                grade.run_slurm(plan, workdir, store, slurm, args.python)
-        print(ranking_report(store, args.milestone, args.size))
+                                           args.time, args.cpus_per_task, args.max_parallel, args.sbatch_arg,
+                                           exclusive=args.milestone == "m2" and not args.share_nodes)
+                _, settled = grade.run_slurm(plan, workdir, store, slurm, args.python)
+            if settled.waiting:
+                print(f"{len(settled.waiting)} record(s) of this grade wait in the spool {settled.folder}; the next "
+                      f"command that opens {describe(store.url)} stores them (python -m ece408_op ranking)")
+            if settled.down:
+                raise grade.GradeError(f"no ranking: the database does not answer ({settled.down}); "
+                                       f"{len(settled.waiting)} record(s) wait in {settled.folder}")
+        print(ranking_report(store, args.milestone, args.size, options=plan.options_key(), exact=True).text)
+        lines, any_valid = grade.not_valid_lines(store, plan, listing, settled)
+    if lines:
+        print("\n".join(lines))
+    if not any_valid:
+        raise grade.GradeError(f"no team of {printable(str(args.submissions))} has a valid run with these options")
     return 0
+
+
+def _check_gpu(milestone):
+    """A GPU milestone graded here needs a GPU here: one line where there is none."""
+    try:
+        check_device(milestone)
+    except SubmitError as exc:
+        raise grade.GradeError(f"grade --local --milestone {milestone} runs the GPU path and this host has no CUDA "
+                               "GPU (nvidia-smi lists none); grade on a GPU machine (or through Slurm on GPU nodes), "
+                               "or use --milestone m2") from exc
 
 
 def argparse_hidden():
@@ -88,8 +125,9 @@ def _run_task(args):
     if index is None:
         raise grade.GradeError("--run-task needs --task-index or $SLURM_ARRAY_TASK_ID")
     from ..grading.store import Delivery
-    record = grade.run_task(args.run_task, int(index), Delivery())
-    print(f"* Record {record.id} ({record.team}): {record.status}")
+    record, waiting = grade.run_task(args.run_task, int(index), Delivery())
+    where = f"; not stored yet: it waits in {waiting}" if waiting else ""
+    print(f"* Record {record.id} ({shown(record.team)}): {record.status}{where}")
     return 0
 
 

@@ -1,4 +1,6 @@
 """``python -m ece408_op ranking``: the course's ranking from the stored records."""
+import sys
+
 from ..grading.ranking import ranking_report
 from ..grading.runner import MILESTONES
 from ..grading.store import DB_ENV, default_sqlite_path, open_store
@@ -8,17 +10,26 @@ from .errors import ArgumentParser, run
 def command(argv):
     parser = ArgumentParser(prog="ece408_op ranking",
                             description="Teams by their fastest valid total Op Time (every model's Correctness "
-                                        "equal to the reference run's), one row per team.")
+                                        "equal to the reference run's), one row per team; only runs measured with "
+                                        "the same options (models, hidden model, repeats, engine) are compared.")
     parser.add_argument("--milestone", choices=MILESTONES, help="default: the newest record's")
     parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
+    parser.add_argument("--options", metavar="KEY",
+                        help="the option set to rank (its key, or the key's first characters; default: the newest "
+                             "set; 'unrecorded': runs stored before options were kept)")
     form = parser.add_mutually_exclusive_group()
-    form.add_argument("--csv", action="store_true", help="CSV instead of a table")
+    form.add_argument("--csv", action="store_true", help="CSV instead of a table (cells a spreadsheet would read as "
+                                                        "a formula start with a single quote)")
     form.add_argument("--json", action="store_true", help="JSON instead of a table")
     parser.add_argument("--db", help=f"SQLite path or postgresql:// URL (default ${DB_ENV}, else {default_sqlite_path()})")
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     args = parser.parse_args(argv)
+    fmt = "csv" if args.csv else "json" if args.json else "table"
     with open_store(args.db) as store:
-        print(ranking_report(store, args.milestone, args.size, "csv" if args.csv else "json" if args.json else "table"))
+        report = ranking_report(store, args.milestone, args.size, fmt, args.options)
+    print(report.text)
+    if report.others and fmt != "table":
+        print(f"note: {report.others}", file=sys.stderr)       # the table says it; CSV and JSON stay data
     return 0
 
 

@@ -1,12 +1,17 @@
 """Grading a whole class: one task per team folder, each task the ``--submit`` runner.
 
 ``grade(...)`` lists the team folders (one per team, its name the team's), skips teams whose
-submission (content hash) already has a record, writes the tasks to ``<workdir>/tasks.json``
-and runs them: as ONE Slurm job array (``sbatch --array``; one GPU and a time limit per task)
-or, with ``--local``, in a pool of local processes. Each task (``grade --run-task``) stores its
-own record, under an id chosen here. A task that ends without one (killed by a signal it could
-not catch, out of memory, node failure) gets a ``killed`` record with its log as transcript,
-written here under the same id: a record can be written once only, so none is lost or doubled.
+submission (content hash) already has a record measured with the same options (``options_key``:
+milestone, size, models, hidden model, repeats, engine), writes the tasks to
+``<workdir>/tasks.json`` and runs them: as ONE Slurm job array (``sbatch --array``; one GPU, or a
+whole node for m2, and a time limit per task) or, with ``--local``, in a pool of local processes.
+Each task (``grade --run-task``) stores its own record, under an id chosen here; where the
+database does not take it, the record waits in ``<workdir>/spool`` (``$ECE408_SPOOL`` of the
+tasks: the work folder is shared with the nodes) and grade stores it. A task that ends with
+neither a stored nor a spooled record (killed by a signal it could not catch, out of memory,
+node failure) gets a ``killed`` record with its log as transcript, written here under the same
+id: a record can be written once only (in the database and in a spool), so none is lost,
+doubled or replaced: a measured run never turns into ``error`` or ``killed``.
 """
 import json
 import os
@@ -24,12 +29,16 @@ from pathlib import Path
 
 from ..errors import Ece408Error
 from ..team.project import TeamError
-from .names import printable, team_name
-from .runner import Options, SubmitRequest, Transcript, submit, team_digest
-from .sandbox import Limits
-from .store import DB_ENV, Record
+from .names import printable, shown, team_name
+from .options import hidden_digest, options_key, run_options
+from .runner import Options, SubmitRequest, Transcript, hidden_files, submit, team_digest
+from .sandbox import Limits, SandboxError, choose_engine, open_sandbox
+from .store import (DB_ENV, SPOOL_ENV, Record, SpooledError, StoreError, move_spool, spool, spool_dir,
+                    spooled_files, spooled_record, warn)
 
 TASKS_FILE = "tasks.json"
+SPOOL_FOLDER = "spool"             # <workdir>/spool: the tasks' $ECE408_SPOOL
+LINK_REASON = "the folder is a symbolic link; put the folder itself in SUBMISSIONS"
 
 
 class GradeError(Ece408Error):
@@ -51,13 +60,14 @@ class Plan:
     milestone: str
     size: int
     hidden_model: str = None
-    engine: str = None
+    engine: str = None               # the engine's name, resolved once here (never auto)
     image: str = None
     timeout: float = None
     limits: dict = None              # Limits' fields
     scratch_parent: str = None
     tasks: list = field(default_factory=list)
     repeats: int = None
+    hidden_digest: str = None        # options.hidden_digest of the hidden model's files
 
     def save(self, path):
         path.write_text(json.dumps({**asdict(self), "tasks": [asdict(t) for t in self.tasks]}, indent=1))
@@ -72,6 +82,13 @@ class Plan:
         limits = Limits(**self.limits) if self.limits else Limits()
         return Options(self.engine, self.image, self.timeout or Options.timeout, self.scratch_parent, limits=limits)
 
+    def run_options(self):
+        """What every task of this plan measures with (grading/options.py)."""
+        return run_options(self.milestone, self.size, self.repeats, self.hidden_digest, self.engine)
+
+    def options_key(self):
+        return options_key(self.run_options())
+
 
 @dataclass
 class SlurmOptions:
@@ -82,61 +99,153 @@ class SlurmOptions:
     cpus_per_task: int = 1
     max_parallel: int = None         # --array=0-N%max_parallel
     extra: list = field(default_factory=list)
+    exclusive: bool = False          # --exclusive: one task per node (m2: a CPU timing shares no core)
+
+
+@dataclass
+class Listing:
+    """What planning found besides the tasks: teams skipped (already graded with these options),
+    folders refused (not graded, no record: a symbolic link), and teams whose files were refused
+    (a ``failed`` record each, with the one-line reason)."""
+    skipped: list = field(default_factory=list)      # [(team, content hash)]
+    refused: list = field(default_factory=list)      # [(team, reason)]
+    failed: list = field(default_factory=list)       # [Record]
+
+
+def resolve_engine(requested, image=None, limits=None):
+    """The engine every task runs in, by name: ``requested`` (or $ECE408_ENGINE), where auto is
+    the first that works here (as each ranked run would choose it); host only by name. The name
+    goes into each record's options (the skip key), so it must not be left to each task."""
+    try:
+        engine = choose_engine(requested)
+        if engine != "auto":
+            return engine
+        return open_sandbox("auto", limits or Limits(), image or "ece408_op:latest").engine
+    except SandboxError as exc:
+        raise GradeError(f"{exc}; name the engine the tasks use with --engine") from exc
+
+
+def plan_hidden_digest(prefix):
+    """The digest of the hidden model ``prefix`` names (its files, as the runs read them), or None."""
+    if not prefix:
+        return None
+    try:
+        return hidden_digest(*hidden_files(prefix))
+    except OSError as exc:
+        raise GradeError(f"hidden model {printable(str(prefix))}: {exc.strerror or exc}") from exc
 
 
 def team_folders(submissions):
-    """Sub-folders of ``submissions`` (hidden ones left out), sorted by name; names of any bytes
-    (paths as os.fsdecode gives them: an undecodable byte survives as a surrogate)."""
+    """(team folders, symbolic links): the sub-folders of ``submissions`` (hidden ones left out),
+    sorted by name, and its entries that are symbolic links (never followed: each is reported);
+    names of any bytes (paths as os.fsdecode gives them: an undecodable byte survives as a
+    surrogate). Other files are not teams and are left alone."""
     root = os.fsencode(os.fspath(submissions))
     if not os.path.isdir(root):
         raise GradeError(f"{printable(os.fsdecode(root))} is not a folder; give the folder holding one "
                          "sub-folder per team")
+    folders, links = [], []
     try:
-        entries = sorted(e.name for e in os.scandir(root)
-                         if e.is_dir(follow_symlinks=False) and not e.name.startswith(b"."))
+        for entry in sorted(os.scandir(root), key=lambda e: e.name):
+            if entry.name.startswith(b"."):
+                continue
+            if entry.is_symlink():
+                links.append(entry.name)
+            elif entry.is_dir(follow_symlinks=False):
+                folders.append(entry.name)
     except OSError as exc:
         raise GradeError(f"cannot list {printable(os.fsdecode(root))}: {exc.strerror or exc}") from exc
-    if not entries:
+    if not folders and not links:
         raise GradeError(f"{printable(os.fsdecode(root))} has no team sub-folders; put each team's submission "
                          "in its own folder")
-    return [Path(os.fsdecode(os.path.join(os.path.abspath(root), name))) for name in entries]
+    base = os.path.abspath(root)
+    return ([Path(os.fsdecode(os.path.join(base, name))) for name in folders],
+            [Path(os.fsdecode(os.path.join(base, name))) for name in links])
 
 
 def plan_tasks(store, submissions, plan, retry_stopped=False, force=False):
-    """Fill ``plan.tasks`` with the teams not graded yet; returns the names of those skipped."""
-    skipped = []
-    for folder in team_folders(submissions):
+    """Fill ``plan.tasks`` with the teams not graded yet with the plan's options; returns the
+    Listing of the others. A team whose files are refused (``team_digest``: missing, a link, a
+    directory, a device) is not a task: its ``failed`` record, with the reason, is stored here."""
+    listing = Listing()
+    key = plan.options_key()
+    folders, links = team_folders(submissions)
+    for link in links:
+        listing.refused.append((team_name(link.name), LINK_REASON))
+    for folder in folders:
         team = team_name(folder.name)
-        digest = team_digest(folder, plan.milestone)
-        if not force and digest is not None and store.graded(team, plan.milestone, plan.size, digest, retry_stopped):
-            skipped.append(team)
+        try:
+            digest = team_digest(folder, plan.milestone)
+        except TeamError as exc:
+            record = refused_record(plan, team, str(exc))
+            store.add(record)
+            listing.failed.append(record)
+            continue
+        if not force and store.graded(team, plan.milestone, plan.size, digest, key, retry_stopped):
+            listing.skipped.append((team, digest))
             continue
         plan.tasks.append(Task(len(plan.tasks), team, str(folder), uuid.uuid4().hex, digest))
-    return skipped
+    return listing
+
+
+def refused_record(plan, team, reason):
+    """The ``failed`` record of a team whose files cannot be taken (``reason``: one line)."""
+    reason = printable(reason, limit=500)
+    return Record(uuid.uuid4().hex, _now(), team, plan.milestone, plan.size, "failed", host=os.uname().nodename,
+                  transcript=f"error: {reason}\n* Not ranked: {reason}\n", options=plan.run_options(),
+                  options_key=plan.options_key(), reason=reason)
 
 
 # ---------------------------------------------------------------------------- one task
 
+class _TaskStore:
+    """The store a task writes through: its record carries the team's name as planned (the name the
+    skip rule compared) and, where the runner left them unset, the plan's options, which are what
+    the task measured with (the engine resolved, the hidden model's digest)."""
+
+    def __init__(self, store, plan, task):
+        self.store, self.plan, self.task = store, plan, task
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def add(self, record):
+        record.team = self.task.team
+        if record.options is None:
+            record.options, record.options_key = self.plan.run_options(), self.plan.options_key()
+        return self.store.add(record)
+
+
 def run_task(tasks_file, index, store):
-    """Grade one team (inside a Slurm task or a local worker): its record is always stored,
-    with status error where the grading itself failed. Returns the Record."""
+    """Grade one team (inside a Slurm task or a local worker): its record is always stored or
+    spooled, with status error where the grading itself failed. Returns (Record, the spool file
+    where it waits, or None where it is stored). A record spooled by the run is that run's
+    outcome: no ``error`` record replaces it."""
     plan = Plan.load(tasks_file)
     if not 0 <= index < len(plan.tasks):
         raise GradeError(f"task index {index} is not in {tasks_file} (0 to {len(plan.tasks) - 1})")
     task = plan.tasks[index]
-    request = SubmitRequest(task.folder, plan.milestone, plan.size, task.team, plan.hidden_model,
-                            task.record_id, plan.options(), plan.repeats)
+    store = _TaskStore(store, plan, task)
+    request = SubmitRequest(task.folder, plan.milestone, plan.size, Path(task.folder).name, plan.hidden_model,
+                            task.record_id, plan.options(), plan.repeats)           # the raw name: escaped once
     transcript = Transcript()
     try:
-        return submit(request, store, transcript)
+        return submit(request, store, transcript), None
+    except SpooledError as exc:
+        return exc.record, exc.path
     except Ece408Error as exc:
         status = "failed" if isinstance(exc, TeamError) else "error"
         for line in str(exc).splitlines():
             transcript.line(f"error: {line}")
+        reason = printable((str(exc).splitlines() or ["no reason given"])[0], limit=500)
         record = Record(task.record_id, _now(), task.team, plan.milestone, plan.size, status,
-                        content_hash=task.content_hash, host=os.uname().nodename, transcript=transcript.text())
-        store.add(record)
-        return record
+                        content_hash=task.content_hash, host=os.uname().nodename, transcript=transcript.text(),
+                        reason=reason)
+        try:
+            store.add(record)
+        except SpooledError as spooled:
+            return record, spooled.path
+        return record, None
 
 
 def _now():
@@ -144,17 +253,20 @@ def _now():
 
 
 def fallback_record(plan, task, log_path, why):
-    """The record of a task that ended without storing one: status killed, its log as transcript."""
+    """The record of a task that ended without storing or spooling one: status killed, its log as
+    transcript."""
     try:
         with open(log_path, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - (1 << 20)))
             log = f.read().decode("utf-8", "replace")
     except OSError:
         log = ""
+    reason = f"the task ended without storing a record ({why})"
     line = f"* The task ended without storing a record ({why}); its log: {log_path}"
     transcript = log + ("" if not log or log.endswith("\n") else "\n") + line + "\n"
     return Record(task.record_id, _now(), task.team, plan.milestone, plan.size, "killed",
-                  content_hash=task.content_hash, transcript=transcript)
+                  content_hash=task.content_hash, transcript=transcript, options=plan.run_options(),
+                  options_key=plan.options_key(), reason=printable(reason, limit=500))
 
 
 # ---------------------------------------------------------------------------- progress
@@ -185,14 +297,92 @@ class Progress:
         self.stream.flush()
 
 
-def _counts(store, plan, running_ids, ended_ids):
-    statuses = store.statuses(t.record_id for t in plan.tasks)
+class Watch:
+    """The outcomes of a grade's tasks as far as they are known: the database's statuses and,
+    for records it does not hold (it does not answer, or a task could not write), the tasks'
+    spool's. The database not answering is one warning line and grading goes on (its return,
+    one more); a record once seen stored stays known."""
+
+    def __init__(self, store, plan, spool_folder):
+        self.store, self.folder = store, Path(spool_folder)
+        self.ids = [t.record_id for t in plan.tasks]
+        self.stored = {}             # {record id: status} the database gave
+        self.spooled = {}            # {record id: status} read from the spool (a spool file never changes)
+        self.down = None             # why the database does not answer, or None
+
+    def poll(self):
+        """{record id: status} of the tasks that have an outcome, stored or spooled."""
+        try:
+            if self.down:
+                self.store.reconnect()
+            self.stored.update(self.store.statuses(self.ids))
+            if self.down:
+                warn("the database answers again")
+            self.down = None
+        except StoreError as exc:
+            if not self.down:
+                warn(f"the database does not answer ({exc}); grading goes on, the tasks' records wait in "
+                     f"{self.folder} until it does")
+            self.down = str(exc)
+        wanted = set(self.ids)
+        for record_id, path in spooled_files(self.folder).items():
+            if record_id in wanted and record_id not in self.stored and record_id not in self.spooled:
+                record = spooled_record(path)
+                if record is not None:
+                    self.spooled[record_id] = record.status
+        return {**self.spooled, **self.stored}
+
+
+def _counts(watch, plan, running_ids, ended_ids):
+    statuses = watch.poll()
     done = sum(1 for s in statuses.values() if s == "ok")
     failed = len(statuses) - done
     running = sum(1 for t in plan.tasks if t.record_id in running_ids and t.record_id not in statuses)
     waiting = sum(1 for t in plan.tasks if t.record_id not in statuses and t.record_id not in running_ids
                   and t.record_id not in ended_ids)
     return waiting, running, done, failed, statuses
+
+
+@dataclass
+class Settled:
+    """Where a grade's records are once its tasks have ended."""
+    waiting: list                    # record ids of this grade waiting in a spool (not stored yet)
+    folder: Path                     # where they wait
+    down: str = None                 # why the database does not answer, or None
+
+
+def settle(plan, workdir, watch, why_of):
+    """After the tasks: store what they spooled (``<workdir>/spool``); write a ``killed`` record
+    for each task that has neither a stored nor a spooled record (``why_of(task)``: why it ended,
+    one line; None where it ended well, which a task does only once its record is stored or
+    spooled: while the database does not answer, such a task gets none); move what still waits
+    into this user's spool, where the next command that opens the database stores it. Returns
+    Settled."""
+    store, task_spool = watch.store, workdir / SPOOL_FOLDER
+    watch.poll()                         # reconnects where the database was away
+    if not watch.down:
+        store.deliver_spool(task_spool)
+        watch.poll()
+    spooled = spooled_files(task_spool)
+    for task in plan.tasks:
+        if task.record_id in watch.stored or task.record_id in spooled:
+            continue
+        why = why_of(task)
+        if watch.down and why is None:
+            continue                     # stored before the database went away
+        record = fallback_record(plan, task, workdir / "logs" / f"{task.index}.out", why or "no reason given")
+        if watch.down:                   # no retrying per task: it waits with the others
+            spool(record, store.url, task_spool)
+            continue
+        try:
+            store.add(record)
+        except SpooledError:
+            pass                         # in this user's spool
+    left = move_spool(task_spool)
+    ids = {t.record_id for t in plan.tasks}
+    if left:
+        return Settled(left, task_spool, watch.down)
+    return Settled(sorted(ids & set(spooled_files())), spool_dir(), watch.down)
 
 
 # ---------------------------------------------------------------------------- local pool
@@ -217,16 +407,18 @@ def slurm_seconds(text):
 
 def run_local(plan, workdir, store, jobs, time_limit, python=None, progress=None, poll=0.5):
     """Run every task in a pool of ``jobs`` local processes, each stopped (SIGTERM, then SIGKILL)
-    past ``time_limit`` seconds; fall-back records for those that stored none."""
+    past ``time_limit`` seconds; then ``settle``. Returns Settled."""
     python = python or sys.executable
     logs = workdir / "logs"
+    env = {**os.environ, SPOOL_ENV: str(workdir / SPOOL_FOLDER)}
     running, ended, lock = set(), set(), threading.Lock()
 
     def one(task):
         log_path = logs / f"{task.index}.out"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(task_command(python, workdir / TASKS_FILE, task.index), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env=env)
             with lock:
                 running.add(task.record_id)
             why = None
@@ -248,20 +440,18 @@ def run_local(plan, workdir, store, jobs, time_limit, python=None, progress=None
         return task, why
 
     progress = progress or Progress(len(plan.tasks))
+    watch = Watch(store, plan, workdir / SPOOL_FOLDER)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(one, task) for task in plan.tasks]
         while not all(f.done() for f in futures):
             with lock:
                 busy, gone = set(running), set(ended)
-            progress.show(*_counts(store, plan, busy, gone)[:4])
+            progress.show(*_counts(watch, plan, busy, gone)[:4])
             time.sleep(poll)
-        outcomes = [f.result() for f in futures]
-    store.deliver_spool()                         # records a task could not store (database down)
-    statuses = store.statuses(t.record_id for t in plan.tasks)
-    for task, why in outcomes:
-        if task.record_id not in statuses:
-            store.add(fallback_record(plan, task, logs / f"{task.index}.out", why or "no reason given"))
-    progress.show(*_counts(store, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
+        whys = {task.record_id: why for task, why in (f.result() for f in futures)}
+    settled = settle(plan, workdir, watch, lambda task: whys.get(task.record_id))
+    progress.show(*_counts(watch, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
+    return settled
 
 
 # ---------------------------------------------------------------------------- Slurm
@@ -283,6 +473,8 @@ def sbatch_command(plan, workdir, slurm, python):
     argv = ["sbatch", "--parsable", "--job-name=ece408-grade", f"--array={array}",
             f"--output={workdir / 'logs' / '%a.out'}", f"--time={slurm.time}",
             f"--cpus-per-task={slurm.cpus_per_task}", "--export=ALL", f"--chdir={workdir}"]
+    if slurm.exclusive:
+        argv.append("--exclusive")
     if slurm.gres:
         argv.append(f"--gres={slurm.gres}")
     if slurm.partition:
@@ -293,11 +485,13 @@ def sbatch_command(plan, workdir, slurm, python):
 
 
 def write_job_script(workdir, python):
-    """job.sh: each array task grades the team of index $SLURM_ARRAY_TASK_ID."""
+    """job.sh: each array task grades the team of index $SLURM_ARRAY_TASK_ID, its record spooled
+    into the work folder (shared with the login node) where the database does not take it."""
     path = workdir / "job.sh"
     command = " ".join(_shell_quote(a) for a in task_command(python, workdir / TASKS_FILE))
     path.write_text("#!/bin/bash\n# One task of an ece408_op grading job array: the team of index "
                     "$SLURM_ARRAY_TASK_ID in tasks.json.\n"
+                    f"export {SPOOL_ENV}={_shell_quote(str(workdir / SPOOL_FOLDER))}\n"
                     f"exec {command} --task-index \"$SLURM_ARRAY_TASK_ID\"\n")
     path.chmod(0o755)
     return path
@@ -324,8 +518,8 @@ def squeue_states(job_id):
 
 
 def run_slurm(plan, workdir, store, slurm, python=None, progress=None, poll=2.0, on_submit=None):
-    """Submit ONE job array and wait for it with a progress bar; fall-back records at the end.
-    Returns the job id."""
+    """Submit ONE job array and wait for it with a progress bar; then ``settle``. Returns
+    (job id, Settled)."""
     python = python or sys.executable
     write_job_script(workdir, python)
     out = _slurm(sbatch_command(plan, workdir, slurm, python), "grade")
@@ -337,6 +531,7 @@ def run_slurm(plan, workdir, store, slurm, python=None, progress=None, poll=2.0,
     if on_submit is not None:
         on_submit(job_id)
     progress = progress or Progress(len(plan.tasks))
+    watch = Watch(store, plan, workdir / SPOOL_FOLDER)
     by_index = {t.index: t for t in plan.tasks}
     failures = 0
     while True:
@@ -352,20 +547,74 @@ def run_slurm(plan, workdir, store, slurm, python=None, progress=None, poll=2.0,
         running_ids = {by_index[i].record_id for i, s in states.items() if s != "PD" and i in by_index}
         pending_ids = {by_index[i].record_id for i, s in states.items() if s == "PD" and i in by_index}
         ended = {t.record_id for t in plan.tasks} - running_ids - pending_ids
-        waiting, running, done, failed, _ = _counts(store, plan, running_ids, ended)
+        waiting, running, done, failed, _ = _counts(watch, plan, running_ids, ended)
         progress.show(len(pending_ids), running, done, failed)
         if not states:
             break
         time.sleep(poll)
-    store.deliver_spool()
-    statuses = store.statuses(t.record_id for t in plan.tasks)
-    for task in plan.tasks:
-        if task.record_id not in statuses:
-            why = f"Slurm job {job_id}_{task.index} ended without one: cancelled, time limit, out of memory or node failure"
-            store.add(fallback_record(plan, task, workdir / "logs" / f"{task.index}.out", why))
-    progress.show(*_counts(store, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
-    return job_id
 
+    def why(task):
+        return (f"Slurm job {job_id}_{task.index} ended without one: cancelled, time limit, out of memory or "
+                "node failure")
+    settled = settle(plan, workdir, watch, why)
+    progress.show(*_counts(watch, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
+    return job_id, settled
+
+
+# ---------------------------------------------------------------------------- what an instructor is told
+
+def reason_of(record):
+    """Why ``record`` is not valid, in one line: its ``reason``; for records stored before reasons
+    were kept, the transcript's last ``* Not ranked: ...`` (or ``error: ...``) line, else its status."""
+    if record.reason:
+        return shown(record.reason, limit=500)
+    if record.status == "ok" and not record.correct:
+        wrong = [f"{m.get('model')} {m.get('correctness')} (expected {m.get('expected')})"
+                 for m in record.models if not m.get("correct")]
+        return printable("Correctness differs from the reference run: " + (", ".join(wrong) or "no model measured"),
+                         limit=500)
+    lines = (record.transcript or "").splitlines()
+    for prefix in ("* Not ranked: ", "error: "):
+        found = [line[len(prefix):] for line in lines if line.startswith(prefix)]
+        if found:
+            return printable(found[-1], limit=500)
+    return record.status
+
+
+def not_valid_lines(store, plan, listing, settled=None):
+    """(lines, whether any team of the class has a valid run): one line per team whose
+    submission, graded with the plan's options, is not valid (this grade's record, or the
+    record that made it skipped), or that was refused or whose record waits in the spool."""
+    from .ranking import valid
+    key = plan.options_key()
+    records = [r for r in store.records(milestone=plan.milestone, size=plan.size) if r.options_key == key]
+    by_id = {r.id: r for r in records}
+    valid_teams = {r.team for r in records if valid(r)}
+    waiting = set(settled.waiting) if settled else set()
+    outcome = {}                                          # team: (status, reason)
+    for team, reason in listing.refused:
+        outcome[team] = ("refused", reason)
+    for record in listing.failed:
+        outcome[record.team] = (record.status, reason_of(record))
+    for team, digest in listing.skipped:
+        mine = [r for r in records if r.team == team and r.content_hash == digest]
+        if mine and not any(valid(r) for r in mine):
+            outcome[team] = (mine[-1].status, reason_of(mine[-1]))
+    for task in plan.tasks:
+        record = by_id.get(task.record_id)
+        if record is not None and not valid(record):
+            outcome[task.team] = (record.status, reason_of(record))
+        elif record is None:
+            where = f"its record waits in {settled.folder}" if task.record_id in waiting else "no record"
+            outcome[task.team] = ("not stored", where)
+    class_teams = {t.team for t in plan.tasks} | {t for t, _ in listing.skipped} | set(outcome)
+    lines = [f"  {shown(team)}: {status}: {reason}" for team, (status, reason) in sorted(outcome.items())]
+    if lines:
+        lines.insert(0, f"Not valid: {len(lines)} team(s)")
+    return lines, bool(class_teams & valid_teams)
+
+
+# ---------------------------------------------------------------------------- the work folder
 
 def new_workdir(submissions, workdir=None):
     """``workdir`` or ``<submissions>/.grade/<UTC time>``, with a logs/ folder."""

@@ -12,10 +12,13 @@ fall-back write never duplicates a record.
 
 Faults: a write that fails (PostgreSQL gone, a disk full) is retried (reconnecting) for about
 RETRY_SECONDS; then the record goes to a local spool folder (``spool_dir``: one JSON file per
-record) and ``add`` raises one StoreError line saying so; every later ``open_store`` delivers
-what the spool holds first. A row that cannot be read back (a column not of its type) is
-skipped with one warning line, never a crash.
+record, named by its id) and ``add`` raises SpooledError (one line saying where); every later
+``open_store`` delivers what the spool holds first. A spool file is created exclusively (written
+aside, then linked into place): the first record spooled under an id is the one kept, so a
+later fall-back record of the same id (error, killed) never replaces a measured run. A row that
+cannot be read back (a column not of its type) is skipped with one warning line, never a crash.
 """
+import errno
 import json
 import math
 import os
@@ -82,6 +85,14 @@ MIGRATIONS = [
 
 class StoreError(Ece408Error):
     """The database cannot be opened, migrated or written."""
+
+
+class SpooledError(StoreError):
+    """The record could not be stored and waits in the spool (``path``): it is kept, not lost."""
+
+    def __init__(self, message, record, path):
+        super().__init__(message)
+        self.record, self.path = record, path
 
 
 @dataclass
@@ -229,10 +240,12 @@ class Store:
     def add(self, record, retry_seconds=None):
         """Insert ``record``; returns False where a record of that id was already there. A failing
         write is retried (reconnecting) for ``retry_seconds`` ($ECE408_DB_RETRY, else RETRY_SECONDS),
-        then the record is spooled and StoreError says where."""
-        return stored_or_spooled(record, self.url, lambda: self._insert(record), self._reconnect, retry_seconds)
+        then the record is spooled and SpooledError says where."""
+        return stored_or_spooled(record, self.url, lambda: self._insert(record), self.reconnect, retry_seconds)
 
-    def _reconnect(self):
+    def reconnect(self):
+        """A new connection in place of one that may be dead (the server restarted); quiet where
+        none can be made yet (the next statement then says why)."""
         try:
             self.conn.close()
         except Exception:                       # noqa: BLE001  a dead connection may fail to close
@@ -242,26 +255,31 @@ class Store:
         except StoreError:
             pass
 
-    def deliver_spool(self):
-        """Store the records the spool holds (each then removed); returns how many."""
-        folder = spool_dir()
-        try:
-            paths = sorted(folder.glob("*.json"))
-        except OSError:
-            return 0
+    def deliver_spool(self, folder=None):
+        """Store the records the spool ``folder`` (default ``spool_dir()``) holds, each file then
+        removed; returns how many were new (a record whose id is stored already is not replaced).
+        Stops at the first failing write (the database is still away); several processes may
+        deliver one folder at once (a record is inserted once)."""
+        folder = Path(folder) if folder is not None else spool_dir()
         delivered = 0
-        for path in paths:
+        for path in spooled_files(folder).values():
             try:
                 data = json.loads(path.read_text())
                 if data.get("url") not in (None, self.url):
                     continue                    # another database's record
-                self._insert(Record(**data["record"]))
-                path.unlink()
-                delivered += 1
+                inserted = self._insert(Record(**data["record"]))
+            except FileNotFoundError:
+                continue                        # delivered by another process meanwhile
             except (OSError, ValueError, TypeError, KeyError) as exc:
                 warn(f"spooled record {path.name} could not be read ({exc}); left in {folder}")
+                continue
             except StoreError:
                 break
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            delivered += inserted               # not where the id was stored already (it stays)
         if delivered:
             warn(f"{delivered} spooled record(s) stored in {describe(self.url)}")
         return delivered
@@ -288,14 +306,16 @@ class Store:
                 warn(f"record {str(row[0])[:40]!r} skipped: it cannot be read ({exc})")
         return records
 
-    def graded(self, team, milestone, size, content_hash, retry_stopped=False):
-        """True where this team's submission with this content already has a record. With
-        ``retry_stopped``, records whose outcome came from outside (killed: the task was stopped;
-        error: the grading itself failed) do not count: only ok, failed, timeout do."""
-        text = "SELECT 1 FROM runs WHERE team = ? AND milestone = ? AND size = ? AND content_hash = ?"
-        if retry_stopped:
-            text += " AND status IN ('ok', 'failed', 'timeout')"
-        row = self._execute(text, (team, milestone, size, content_hash)).fetchone()
+    def graded(self, team, milestone, size, content_hash, options_key, retry_stopped=False):
+        """True where this team's submission with this content was already measured with these
+        options (``options_key``: grading/options.py; a record without options never matches).
+        An ``error`` record (the grading itself failed) never counts; with ``retry_stopped``, a
+        ``killed`` one (the task was stopped from outside) does not either: only ok, failed,
+        timeout do."""
+        counted = ("ok", "failed", "timeout") if retry_stopped else ("ok", "failed", "timeout", "killed")
+        text = ("SELECT 1 FROM runs WHERE team = ? AND milestone = ? AND size = ? AND content_hash = ? "
+                f"AND options_key = ? AND status IN ({', '.join('?' * len(counted))})")
+        row = self._execute(text, (team, milestone, size, content_hash, options_key, *counted)).fetchone()
         self._end_read()
         return row is not None
 
@@ -433,19 +453,90 @@ def _first_line(text):
     return lines[0] if lines else "no reason given"
 
 
-def spool(record, url=None):
-    """Write ``record`` into the spool folder; returns the file's path (or where it should have gone)."""
-    folder = spool_dir()
+def spool(record, url=None, folder=None):
+    """Write ``record`` into the spool ``folder`` (default ``spool_dir()``) as ``<id>.json``, unless
+    a record of that id waits there already: the first one spooled is kept (created exclusively:
+    written and synced aside, then linked into place, so a reader never sees half a file).
+    Returns the file's path; StoreError where it can be written nowhere."""
+    folder = Path(folder) if folder is not None else spool_dir()
     path = folder / f"{record.id}.json"
+    tmp = folder / f".{record.id}.{uuid.uuid4().hex}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{record.id}.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps({"url": url, "record": asdict(record)}))
-        os.replace(tmp, path)
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"url": url, "record": asdict(record)}))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass                                 # the first record of this id stays
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
+                raise
+            _create_exclusively(path, tmp)       # a file system without hard links
     except OSError as exc:
         raise StoreError(f"the record {record.id} could be neither stored nor spooled in {folder} "
                          f"({exc.strerror or exc})") from exc
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
     return path
+
+
+def _create_exclusively(path, source):
+    """``path`` created (O_EXCL) with the bytes of ``source``; nothing where ``path`` exists."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as out:
+        out.write(Path(source).read_text())
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def spooled_files(folder=None):
+    """{record id: path} of the records waiting in the spool ``folder`` (default ``spool_dir()``)."""
+    folder = Path(folder) if folder is not None else spool_dir()
+    try:
+        return {p.name[:-len(".json")]: p for p in sorted(folder.glob("*.json")) if not p.name.startswith(".")}
+    except OSError:
+        return {}
+
+
+def spooled_record(path):
+    """The Record waiting in the spool file ``path``, or None where it cannot be read."""
+    try:
+        return Record(**json.loads(Path(path).read_text())["record"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def move_spool(source, dest=None):
+    """Move the records waiting in the spool folder ``source`` into ``dest`` (default
+    ``spool_dir()``), each kept where its id already waits in ``dest``; returns the ids that
+    could not be moved (they stay in ``source``)."""
+    dest = Path(dest) if dest is not None else spool_dir()
+    left = []
+    for record_id, path in spooled_files(source).items():
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, dest / path.name)
+            except FileExistsError:
+                pass                             # the first record of this id stays
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                data = json.loads(path.read_text())      # another file system: copied, still exclusively
+                spool(Record(**data["record"]), data.get("url"), dest)
+            path.unlink()
+        except (OSError, ValueError, TypeError, KeyError, StoreError):
+            left.append(record_id)
+    return left
 
 
 def retry_seconds():
@@ -458,8 +549,8 @@ def retry_seconds():
 
 def stored_or_spooled(record, url, attempt, between=lambda: None, seconds=None):
     """``attempt()`` (which stores ``record``) until it succeeds, for ``seconds`` (``retry_seconds()``),
-    with ``between()`` after each failure (a reconnect); then the record is spooled and StoreError
-    says where it waits."""
+    with ``between()`` after each failure (a reconnect); then the record is spooled and SpooledError
+    says where it waits (StoreError where it could not be spooled either)."""
     deadline = time.monotonic() + (retry_seconds() if seconds is None else seconds)
     delay = 0.2
     while True:
@@ -468,8 +559,9 @@ def stored_or_spooled(record, url, attempt, between=lambda: None, seconds=None):
         except StoreError as exc:
             if time.monotonic() + delay > deadline:
                 path = spool(record, url)
-                raise StoreError(f"the record {record.id} could not be stored ({exc}); it waits in {path} "
-                                 "and is stored by the next command that opens the database") from exc
+                raise SpooledError(f"the record {record.id} could not be stored ({exc}); it waits in {path} "
+                                   "and is stored by the next command that opens the database",
+                                   record, path) from exc
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
             between()
@@ -495,7 +587,7 @@ def open_store(url=None):
 class Delivery:
     """Where a run's record goes when the run ends, for runs longer than a database's good mood:
     ``add`` opens the database then (retrying for the retry time), stores the record and closes;
-    where it cannot, the record is spooled and StoreError says so in one line."""
+    where it cannot, the record is spooled and SpooledError says so in one line."""
 
     def __init__(self, url=None):
         self.url = resolve_url(url)
