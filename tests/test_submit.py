@@ -19,7 +19,7 @@ from submissions import parallel_writers
 from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, REPLAY, SNOOPS, WRITES_PTH, WRONG,
                    cli, rai_yaml, reference_accuracies, team_project)
 
-from ece408_op.grading import runner
+from ece408_op.grading import machine
 from ece408_op.grading.ranking import rank
 from ece408_op.grading.store import Record, open_store
 
@@ -189,7 +189,7 @@ def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
     digest = hashlib.sha256((team / "new-forward.py").read_bytes()).hexdigest()
     assert record.team_files == [{"name": "new-forward.py", "sha256": digest,
                                   "size": (team / "new-forward.py").stat().st_size}]
-    assert record.engine == "bubblewrap" and record.isolated and record.device == runner.cpu_name()
+    assert record.engine == "bubblewrap" and record.isolated and record.device == machine.cpu_name()
     assert [m["model"] for m in record.models] == ["ece408-high", "ece408-low"]
     assert {m["model"]: m["expected"] for m in record.models} == expected_100
     for model in record.models:
@@ -330,7 +330,7 @@ def test_a_submission_without_the_team_file_is_one_line(tmp_path, expected_100):
     assert out.returncode == 1 and "error: the submission's new-forward.py cannot be taken: it is a symbolic link" in out.stdout
 
 
-@pytest.mark.skipif(runner.gpu_name() is not None, reason="this host has a GPU")
+@pytest.mark.skipif(machine.gpu_name() is not None, reason="this host has a GPU")
 @pytest.mark.parametrize("milestone", ["m3", "final"])
 def test_submit_gpu_milestone_without_gpu_is_one_line(tmp_path, milestone):
     team = team_project(tmp_path / "team")

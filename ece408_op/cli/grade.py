@@ -6,7 +6,9 @@ from dataclasses import asdict
 from ..grading import grade
 from ..grading.names import printable, shown
 from ..grading.ranking import ranking_report
-from ..grading.runner import GPU_MILESTONES, MILESTONES, SubmitError, check_device
+from ..course import GPU_RANKED as GPU_MILESTONES, RANKED as MILESTONES
+from ..grading.machine import check_device
+from ..grading.request import SubmitError
 from ..grading.store import describe, open_store
 from .errors import ArgumentParser, run
 from .submit import add_run_options, check_repeats, check_size, limits_of

@@ -2,7 +2,7 @@
 import sys
 
 from ..grading.ranking import ranking_report
-from ..grading.runner import MILESTONES
+from ..course import RANKED as MILESTONES
 from ..grading.store import DB_ENV, default_sqlite_path, open_store
 from .errors import ArgumentParser, run
 

@@ -5,7 +5,10 @@ it; a record for the ranking)."""
 import math
 import os
 
-from ..grading import runner
+from ..course import RANKED
+from ..grading import request as req, runner
+from ..grading.development import run_development
+from ..grading.machine import check_device
 from ..grading.sandbox import ENGINES, Limits
 from ..grading.store import DB_ENV, Delivery, default_sqlite_path, describe, open_store
 from .errors import ArgumentParser, run
@@ -39,8 +42,8 @@ def add_run_options(parser):
                              "where it works, else podman, docker, buildah); 'host' runs them NOT isolated")
     parser.add_argument("--image", help="the image container engines run in (default: rai.image; ranked runs "
                                         "ece408_op:latest)")
-    parser.add_argument("--timeout", type=positive, default=runner.DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"time limit of each command (default {runner.DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--timeout", type=positive, default=req.DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"time limit of each command (default {req.DEFAULT_TIMEOUT:g})")
     parser.add_argument("--memory", type=positive, default=limits.memory / 2**30, metavar="GIB",
                         help=f"memory of each command (default {limits.memory / 2**30:g} GiB)")
     parser.add_argument("--processes", type=whole, default=limits.processes, metavar="N",
@@ -52,8 +55,8 @@ def add_run_options(parser):
     parser.add_argument("--max-output", type=positive, default=limits.output / 2**20, metavar="MIB",
                         help=f"output of each command before it is stopped (default {limits.output / 2**20:g} MiB)")
     parser.add_argument("--scratch", metavar="DIR", help="where scratch folders go (default $TMPDIR)")
-    parser.add_argument("--size", type=int, default=runner.DEFAULT_SIZE, metavar="N",
-                        help=f"with --submit: images per run, 1-10000 (default {runner.DEFAULT_SIZE})")
+    parser.add_argument("--size", type=int, default=req.DEFAULT_SIZE, metavar="N",
+                        help=f"with --submit: images per run, 1-10000 (default {req.DEFAULT_SIZE})")
     parser.add_argument("--hidden-model", metavar="PREFIX",
                         help="with --submit: staff's hidden third model (checkpoint prefix)")
     parser.add_argument("--repeats", type=int, metavar="N",
@@ -71,7 +74,7 @@ def limits_of(args):
 
 
 def options_of(args, keep_scratch=False):
-    return runner.Options(args.engine, args.image, args.timeout, args.scratch, keep_scratch, limits_of(args))
+    return req.Options(args.engine, args.image, args.timeout, args.scratch, keep_scratch, limits_of(args))
 
 
 def check_size(parser, size):
@@ -94,7 +97,7 @@ def command(argv):
                                         "server (a development run); --submit measures the team's forward with "
                                         "the grader's harness and stores a ranked record.")
     parser.add_argument("folder", nargs="?", help="the team's folder (default: --team, else this folder)")
-    parser.add_argument("--submit", choices=runner.MILESTONES, metavar="{m2,m3,final}",
+    parser.add_argument("--submit", choices=RANKED, metavar="{m2,m3,final}",
                         help="a ranked run: the team's new-forward.py (m2) or new-forward.cu + launch.py (m3, final) "
                              "on both course models, measured by the grader's harness; stores the record")
     parser.add_argument("--team", metavar="DIR", help="the team's folder, as for the milestones (default: this folder)")
@@ -119,19 +122,19 @@ def command(argv):
         for flag, value in (("--hidden-model", args.hidden_model), ("--repeats", args.repeats), ("--name", args.name)):
             if value is not None:
                 parser.error(f"{flag} goes with --submit")
-        build = runner.run_development(folder, options)
+        build = run_development(folder, options)
         print("* Development run: no record is stored (ranked runs: --submit m2|m3|final)")
         return 0 if build.status == "ok" else (build.exit_code or 1)
-    request = runner.SubmitRequest(folder, args.submit, args.size, args.name, args.hidden_model,
+    request = req.SubmitRequest(folder, args.submit, args.size, args.name, args.hidden_model,
                                    options=options, repeats=args.repeats)
-    runner.check_device(args.submit)                   # before opening anything: a clear error
+    check_device(args.submit)                   # before opening anything: a clear error
     with open_store(args.db) as store:                 # a database that cannot be used: said before the run
         where = describe(store.url)
     record = runner.submit(request, Delivery(args.db))
     summary = (f"total Op Time {record.op_time:.6f} s, " if record.op_time is not None else "") + \
         ("Correctness as expected" if record.correct else "not valid for the ranking")
-    from ..grading.names import printable
-    print(f"* Record {record.id} ({printable(record.team)}, {record.milestone}, {record.size} images): "
+    from ..grading.names import shown
+    print(f"* Record {record.id} ({shown(record.team)}, {record.milestone}, {record.size} images): "
           f"{record.status}; {summary}; stored in {where}")
     return {"ok": 0, "killed": 143}.get(record.status, 1)
 

@@ -31,7 +31,10 @@ from ..errors import Ece408Error
 from ..team.project import TeamError
 from .names import printable, shown, team_name
 from .options import hidden_digest, options_key, run_options
-from .runner import Options, SubmitRequest, Transcript, hidden_files, submit, team_digest
+from .inputs import hidden_files
+from .request import Options, SubmitRequest
+from .runner import submit, team_digest
+from .transcript import Transcript
 from .sandbox import Limits, SandboxError, choose_engine, open_sandbox
 from .store import (DB_ENV, SPOOL_ENV, Record, SpooledError, StoreError, move_spool, spool, spool_dir,
                     spooled_files, spooled_record, warn)

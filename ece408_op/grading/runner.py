@@ -21,16 +21,14 @@ from datetime import datetime, timezone
 
 from ..team import project
 from . import transcript as tx
-from .development import BuildResult, run_development  # noqa: F401  (the runner's two entry points)
 from .inputs import hidden_files
-from .machine import check_device, cpu_name, gpu_arch, gpu_name  # noqa: F401
+from .machine import check_device
 from .names import printable, team_name
 from .ranked import RankedRun, run_ranked
-from .request import (DEFAULT_SIZE, DEFAULT_TIMEOUT, GPU_MILESTONES, MILESTONES, MODELS, Options,  # noqa: F401
-                      SubmitError, SubmitRequest, check_timeout)
+from .request import MILESTONES, MODELS, SubmitError
 from .steps import Stopped, stop_on_signals
 from .store import Record
-from .transcript import Transcript  # noqa: F401
+from .transcript import Transcript
 
 TEAM_ENV = "ECE408_TEAM"
 
