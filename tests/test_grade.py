@@ -589,7 +589,7 @@ def test_database_disk_full_spools_the_record(tmp_path):
         # a team whose transcript (about 800 KB) no longer fits the disk
         team = team_project(tmp_path / "team", cpu=PLAIN.replace("    B, M, H_out, W_out = y.shape",
                                                                    "    print('x' * 4000 * 100)\n    B, M, H_out, W_out = y.shape"))
-        out = cli("submit", team, "--submit", "m2", "--size", SIZE, *ENGINE, "--db", db, "--team", "team", env=env)
+        out = cli("submit", team, "--submit", "m2", "--size", SIZE, *ENGINE, "--db", db, "--name", "team", env=env)
         assert out.returncode == 1 and "Traceback" not in out.stderr
         (line,) = out.stderr.strip().splitlines()
         assert line.startswith("error: the record ") and "it waits in" in line and str(spool) in line

@@ -267,8 +267,9 @@ def test_escape_sequences_of_a_team_never_reach_the_terminal_or_the_record(tmp_p
 
 @pytest.mark.timeout(900)
 def test_two_teams_timed_sections_never_overlap(tmp_path):
-    """Two ranked runs at once: one team burns both cores for two seconds in every call (its
-    warm-up included); the windows in which each team's code ran (the lease) never overlap."""
+    """grade --local --jobs 2 on two cores: one team burns both cores for two seconds in every call
+    (its warm-up included); the windows in which each team's code ran (the timing lease) never
+    overlap."""
     burner = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    import threading, time
     def spin():
         end = time.time() + 2
@@ -278,17 +279,17 @@ def test_two_teams_timed_sections_never_overlap(tmp_path):
     [t.start() for t in threads]
     [t.join() for t in threads]
     B, M, H_out, W_out = y.shape''')
-    teams = [team_project(tmp_path / "burner", cpu=burner), team_project(tmp_path / "honest", cpu=PLAIN)]
-    env = {**os.environ, "ECE408_MODEL_DIR": str(ROOT / "models"), "ECE408_LOCK_DIR": str(tmp_path)}
-    procs = [subprocess.Popen([*python_command(), "-m", "ece408_op", "submit", "--submit", "m2", "--size", str(SIZE),
-                               "--team", str(team), "--db", str(tmp_path / "r.db"), *HOST], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=env) for team in teams]
-    outs = [p.communicate(timeout=800)[0] for p in procs]
-    windows = []
-    for out in outs:
-        record = record_of(tmp_path / "r.db", record_id(out))
-        assert record.status == "ok", out[-2000:]
-        windows += [(record.team, *layer["window"]) for model in record.models for layer in model["layers"]]
+    classroom = tmp_path / "class"
+    team_project(classroom / "burner", cpu=burner)
+    team_project(classroom / "honest", cpu=PLAIN)
+    env = {"ECE408_LOCK_DIR": str(tmp_path)}
+    out = cli("grade", classroom, "--local", "--jobs", 2, "--milestone", "m2", "--size", 200, "--db", tmp_path / "r.db",
+              *HOST, env=env, timeout=800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    with open_store(str(tmp_path / "r.db")) as store:
+        records = {r.team: r for r in store.records()}
+    assert set(records) == {"burner", "honest"} and all(r.status == "ok" for r in records.values())
+    windows = [(team, *layer["window"]) for team, r in records.items() for m in r.models for layer in m["layers"]]
     assert len(windows) == 4
     for team_a, start_a, end_a in windows:
         for team_b, start_b, end_b in windows:

@@ -100,7 +100,8 @@ def make_record(request, record_id, created, run, device, transcript, duration):
                   f"{wrong.expected} of MXNet's own convolution")
     if reason and not (status == "ok" and correct):
         transcript += f"* Not ranked: {printable(reason, limit=500)}\n"
-    engine = sandbox.engine if sandbox else None
+    named = request.options.engine if request.options.engine not in (None, "auto") else None
+    engine = sandbox.engine if sandbox else named          # a run stopped before its sandbox opened
     options = record_options(request, engine)
     return Record(
         id=record_id, created_at=created, team=team_name(request.team or default_team(request.folder)),
