@@ -368,12 +368,13 @@ def test_slurm_task_cancelled_mid_run_is_recorded_and_leaves_nothing(slurm, post
     classdir = killable_class(tmp_path / "class")
     url = postgres.create_database("cancelled")
     env = {**os.environ, **slurm.env, "ECE408_MODEL_DIR": str(ROOT / "models")}
+    scratch = tmp_path / "scratch"             # this test's sandboxes name it: other suites' are not counted
     proc = subprocess.Popen([*python_command(), "-m", "ece408_op", "grade", str(classdir), "--milestone", "m2",
                              "--size", str(SIZE), *ENGINE, "--gres", "none", "--db", url, "--workdir",
-                             str(tmp_path / "work")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                             str(tmp_path / "work"), "--scratch", str(scratch)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
-        _wait_for(lambda: processes_with("--part cpu --dir /src") and
+        _wait_for(lambda: processes_with(str(scratch)) and
                   (tmp_path / "work" / "logs" / "1.out").exists() and
                   "Team file" in (tmp_path / "work" / "logs" / "1.out").read_text(), proc, "task 1 measuring")
         time.sleep(8)                                            # inside the team's forward now
@@ -393,7 +394,7 @@ def test_slurm_task_cancelled_mid_run_is_recorded_and_leaves_nothing(slurm, post
     killed = records["b-killed"]
     assert killed.status == "killed" and not killed.correct
     assert "* The run was stopped from outside (SIGTERM); the build stopped." in killed.transcript, killed.transcript
-    assert gone("ece408_op.team.worker")                       # the team's process went with its task
+    assert gone(str(scratch))            # its sandbox (bwrap names the scratch folder) and all inside it are gone
 
 
 def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp_path):
@@ -401,11 +402,12 @@ def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp
     db = tmp_path / "k.db"
     proc = subprocess.Popen([*python_command(), "-m", "ece408_op", "grade", str(classdir), "--milestone", "m2",
                              "--size", str(SIZE), *ENGINE, "--local", "--jobs", "2", "--db", str(db), "--workdir",
-                             str(tmp_path / "work")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "ECE408_MODEL_DIR": str(ROOT / "models")})
+                             str(tmp_path / "work"), "--scratch", str(tmp_path / "scratch")], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "ECE408_MODEL_DIR": str(ROOT / "models")})
     try:
         def task_one():
-            return [pid for pid, cmd in processes_with("--task-index 1")]
+            return [pid for pid, cmd in processes_with("--task-index 1") if str(tmp_path / "work") in cmd]
         log = tmp_path / "work" / "logs" / "1.out"
         _wait_for(lambda: task_one() and log.exists() and "Team file" in log.read_text(), proc, "task 1 measuring")
         time.sleep(8)
@@ -416,7 +418,7 @@ def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, stderr
-    assert gone("ece408_op.team.worker") and gone("ece408_op.grading.measure")   # died with their task
+    assert gone(str(tmp_path / "scratch"))   # the task's sandboxes, and the team's and measuring processes in them
     with open_store(str(db)) as store:
         records = {r.team: r for r in store.records()}
     assert set(records) == {"a-ok", "b-killed"} and records["a-ok"].status == "ok"

@@ -453,3 +453,12 @@ def test_postgresql_url_without_psycopg_is_one_line():
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip() == ("error: ECE408_DB is a PostgreSQL URL but psycopg is not installed; "
                                   "pip install 'ece408_op[grade]' (or psycopg[binary])")
+
+
+def test_a_scratch_folder_longer_than_a_socket_path_works(tmp_path):
+    """The measuring process's channel is a Unix socket in the scratch folder; a socket's path holds
+    107 bytes and a --scratch folder may be longer (it is bound through its folder's descriptor)."""
+    team = team_project(tmp_path / "team", cpu=PLAIN)
+    deep = tmp_path / ("s" * 60) / ("t" * 60)
+    out = cli("submit", team, "--submit", "m2", "--size", 20, "--db", tmp_path / "r.db", "--scratch", deep, *HOST)
+    assert out.returncode == 0 and len(str(deep)) > 107, out.stdout[-2000:] + out.stderr

@@ -89,7 +89,13 @@ class Listener:
         self.waited = 0.0
         self.path = os.path.join(str(folder), SOCKET)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(self.path)
+        # bound through a descriptor of its folder: a socket's path may hold 107 bytes, a scratch
+        # folder's (--scratch) may be longer
+        folder_fd = os.open(str(folder), os.O_PATH | os.O_DIRECTORY)
+        try:
+            self.sock.bind(f"/proc/self/fd/{folder_fd}/{SOCKET}")
+        finally:
+            os.close(folder_fd)
         os.chmod(self.path, 0o777)           # the sandbox's user connects; only its sandbox sees the folder
         self.sock.listen(1)
         self.report = None
