@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -419,6 +420,8 @@ def test_local_task_killed_mid_run_gets_a_fallback_record_and_leaves_nothing(tmp
             proc.kill()
     assert proc.returncode == 0, stderr
     assert gone(str(tmp_path / "scratch"))   # the task's sandboxes, and the team's and measuring processes in them
+    assert not any(str(tmp_path / "scratch") in line for line in Path("/proc/mounts").read_text().splitlines())
+    assert list((tmp_path / "scratch").iterdir()) == []      # the killed task's scratch folder and its tmpfs
     with open_store(str(db)) as store:
         records = {r.team: r for r in store.records()}
     assert set(records) == {"a-ok", "b-killed"} and records["a-ok"].status == "ok"

@@ -144,10 +144,62 @@ def test_control_without_lock_down_does_fork():
     assert os.waitpid(pid, 0)[0] == pid
 
 
+def test_locked_process_cannot_stop_wake_or_slow_its_harness():
+    """Issue 31's red team: a team process that SIGSTOPped the harness (its parent, same user), woke
+    itself with a POSIX timer sending SIGCONT while held stopped, or reniced the harness. Signals
+    reach only the process itself; timers, I/O signals and io_uring are refused; scheduling calls
+    reach only itself."""
+    import ctypes
+    import fcntl
+    import signal
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def refused(call):
+        def body():
+            try:
+                call()
+            except PermissionError:
+                return 0
+            return 1
+        return body
+
+    def self_signals():
+        old = signal.signal(signal.SIGUSR1, lambda *a: None)
+        os.kill(os.getpid(), signal.SIGUSR1)               # itself: still allowed
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+        signal.signal(signal.SIGUSR1, old)
+        os.sched_setaffinity(0, os.sched_getaffinity(0))   # itself: allowed
+        os.nice(1)
+        return 0
+
+    def timer():
+        timer_id = ctypes.c_void_p()
+        if libc.timer_create(1, None, ctypes.byref(timer_id)) != 0 and ctypes.get_errno() == 1:
+            return 0
+        return 1
+
+    def io_signal():
+        r, w = os.pipe()
+        fcntl.fcntl(r, 10, signal.SIGCONT)                  # F_SETSIG
+    # SIGCONT stands for any signal (the filter reads the target, not the signal): harmless if it got through
+    for call in (lambda: os.kill(parent, signal.SIGCONT), lambda: os.kill(0, signal.SIGCONT),
+                 lambda: os.kill(-os.getpgid(0), signal.SIGCONT), lambda: os.setpriority(os.PRIO_PROCESS, parent, 0),
+                 lambda: os.sched_setaffinity(parent, {0}), io_signal,
+                 lambda: fcntl.fcntl(os.open("/", os.O_RDONLY), 1026, 0)):    # F_NOTIFY
+        assert _in_child(refused(call)) == 0
+    assert _in_child(timer) == 0 and _in_child(self_signals) == 0
+    pid = os.fork()                                         # the control: unlocked, the timer is made
+    if pid == 0:
+        timer_id = ctypes.c_void_p()
+        os._exit(0 if libc.timer_create(1, None, ctypes.byref(timer_id)) == 0 else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def test_filter_program_shape():
     prog = lockdown.filter_program("x86_64")
     assert prog[0] == (lockdown.BPF_LD_W_ABS, 0, 0, lockdown.OFFSET_ARCH) and prog[-1][3] == lockdown.SECCOMP_RET_ALLOW
-    assert len(lockdown._pack(prog)) == 8 * len(prog) and len(prog) < 64
+    assert len(lockdown._pack(prog)) == 8 * len(prog) and len(prog) < 256       # every jump fits a byte
     with pytest.raises(lockdown.LockdownError):
         lockdown.filter_program("sparc64")
 

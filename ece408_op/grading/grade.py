@@ -452,6 +452,8 @@ def run_local(plan, workdir, store, jobs, time_limit, python=None, progress=None
             progress.show(*_counts(watch, plan, busy, gone)[:4])
             time.sleep(poll)
         whys = {task.record_id: why for task, why in (f.result() for f in futures)}
+    from .sandbox import clean_stale
+    clean_stale(plan.scratch_parent)             # what tasks killed past their time limit left (a /build tmpfs)
     settled = settle(plan, workdir, watch, lambda task: whys.get(task.record_id))
     progress.show(*_counts(watch, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
     return settled
