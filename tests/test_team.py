@@ -3,8 +3,12 @@ process's lock-down, the launch plan's checks, fresh inputs and the reference ch
 here; tests/test_gpu_team.py runs the GPU half on a GPU machine."""
 import os
 import re
+import signal
+import stat
 import subprocess
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -248,6 +252,47 @@ def test_worker_is_stopped_between_requests(tmp_path):
         assert state == "T" and worker.stopped                       # SIGSTOPped after hello
         with open(f"/proc/{worker.proc.pid}/status") as f:
             assert "Seccomp:\t2" in f.read()                        # and locked down
+
+
+SPINS = PLAIN.replace("import numpy as np", """import numpy as np, threading
+def _spin():
+    while True:
+        pass
+threading.Thread(target=_spin, daemon=True).start()""")
+
+
+def test_a_team_process_that_ran_while_held_is_refused(tmp_path):
+    """Whatever woke it (here: a SIGCONT from outside, standing for any source the lock-down could
+    miss), a team process that ran while the harness held it stopped is refused before the clock
+    starts; the control, held the whole time, answers as usual (its spinning thread runs only while
+    it answers)."""
+    team = team_project(tmp_path / "team", cpu=SPINS)
+    x = np.random.default_rng(1).random((2, 1, 8, 8), dtype=np.float32)
+    k = np.random.default_rng(2).random((3, 1, 3, 3), dtype=np.float32)
+    with TeamWorker(team, "cpu") as worker:
+        worker.forward(np.empty((2, 3, 6, 6), np.float32), x, k)                   # the control
+        os.kill(worker.proc.pid, signal.SIGCONT)
+        time.sleep(0.3)
+        os.kill(worker.proc.pid, signal.SIGSTOP)
+        while open(f"/proc/{worker.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+            time.sleep(0.01)
+        with pytest.raises(TeamError, match=r"the team process ran while the harness held it stopped \(\d+\.\d ms on a CPU"):
+            worker.forward(np.empty((2, 3, 6, 6), np.float32), x, k)
+        assert worker.proc.poll() is not None                                      # killed
+
+
+def test_a_team_process_holding_a_gpu_device_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("makes a stand-in device node in /dev (root only)")
+    node = Path(f"/dev/nvidia-ece408-test-{os.getpid()}")
+    os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))                         # /dev/null's numbers
+    try:
+        team = team_project(tmp_path / "team", launch=f"HELD = open({str(node)!r})\n" +
+                            (project.TEMPLATE / "launch.py").read_text())
+        with pytest.raises(TeamError, match=r"the team's launch.py opened the GPU \(/dev/nvidia-ece408-test"):
+            TeamWorker(team, "gpu").start()
+    finally:
+        node.unlink()
 
 
 def test_worker_environment_holds_nothing_of_the_harness(tmp_path, monkeypatch):

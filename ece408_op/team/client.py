@@ -160,6 +160,7 @@ class TeamWorker:
         self.shm = None
         self.shm_size = 0
         self.stopped = False
+        self.held = None
         self.plans = {}
 
     # ---------------------------------------------------------------- life cycle
@@ -216,16 +217,66 @@ class TeamWorker:
             self.stopped = False
 
     def _pause(self):
-        """SIGSTOP, and wait until the whole process (every thread) has stopped."""
+        """SIGSTOP, and wait until the whole process (every thread) has stopped; then note what it
+        has run so far (``_cpu_state``) and check that it holds no GPU."""
         os.kill(self.proc.pid, signal.SIGSTOP)
         while True:
             pid, status = os.waitpid(self.proc.pid, os.WUNTRACED)
             if os.WIFSTOPPED(status):
                 self.stopped = True
+                self.held = self._cpu_state()
+                self._check_no_gpu()
                 return
             if os.WIFEXITED(status) or os.WIFSIGNALED(status):
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
                 raise TeamError(f"the team process ended ({self._ended()})")
+
+    def _cpu_state(self):
+        """What the team process has run: (utime + stime in clock ticks, its exited threads
+        included; {tid: nanoseconds on a CPU} of its live threads), or None where /proc is unreadable."""
+        base = f"/proc/{self.proc.pid}"
+        try:
+            with open(f"{base}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            threads = {}
+            for tid in os.listdir(f"{base}/task"):
+                with open(f"{base}/task/{tid}/schedstat") as f:
+                    threads[tid] = int(f.read().split()[0])
+            return int(fields[11]) + int(fields[12]), threads
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _check_held(self):
+        """Refuse a team process that ran while the harness held it stopped (woken by some signal
+        source the lock-down missed, to work before or after its timed window): since it was
+        stopped, no live thread may have gained more than a millisecond on a CPU, no thread may
+        have come or gone, and no clock tick may have been charged to it."""
+        before, now = self.held, self._cpu_state()
+        if before is None or now is None:
+            return
+        (ticks, threads), (ticks_now, threads_now) = before, now
+        gained = sum(threads_now[t] - threads[t] for t in threads if t in threads_now)
+        if ticks_now != ticks or set(threads_now) != set(threads) or gained > 1_000_000:
+            self.proc.kill()
+            self.proc.wait()
+            raise TeamError(f"the team process ran while the harness held it stopped ({gained / 1e6:.1f} ms on a "
+                            f"CPU, {len(threads)} -> {len(threads_now)} threads): a team's code runs only while it "
+                            "answers a request; the team process was killed")
+
+    def _check_no_gpu(self):
+        """A team's Python plans and computes on the CPU: a team process holding a GPU device (it
+        could leave work running there, beyond its timed window) is refused."""
+        base = f"/proc/{self.proc.pid}/fd"
+        try:
+            targets = [os.readlink(f"{base}/{fd}") for fd in os.listdir(base)]
+        except OSError:
+            return
+        held = sorted({t for t in targets if t.startswith(("/dev/nvidia", "/dev/dri"))})
+        if held:
+            self.proc.kill()
+            self.proc.wait()
+            raise TeamError(f"the team's {self._file()} opened the GPU ({', '.join(held)}): a team's Python "
+                            "plans or computes on the CPU; its kernels reach the GPU through new-forward.cu")
 
     def _ended(self):
         code = self.proc.returncode
@@ -273,6 +324,8 @@ class TeamWorker:
     def request(self, message, timeout):
         """Send ``message``, wait for the reply, stop the worker; returns (reply, seconds from just
         before the worker was continued to the reply's arrival)."""
+        if self.stopped:
+            self._check_held()                    # before the clock: it did nothing while held
         start = time.perf_counter()
         try:
             self._resume()
