@@ -297,6 +297,35 @@ def test_two_teams_timed_sections_never_overlap(tmp_path):
                 assert end_a <= start_b or end_b <= start_a, windows
 
 
+@pytest.mark.timeout(600)
+def test_waiting_for_the_lease_never_times_an_honest_team_out(tmp_path):
+    """A team that sleeps in its forward holds the timing lease until its own time limit; another
+    team waiting for it meanwhile has its time limit extended by the wait, as it waits."""
+    sleeper = team_project(tmp_path / "sleeper", cpu=PLAIN.replace("import numpy as np", "import numpy as np, time")
+                           .replace("    B, M, H_out, W_out = y.shape", "    time.sleep(60)\n    B, M, H_out, W_out = y.shape"))
+    honest = team_project(tmp_path / "honest", cpu=PLAIN)
+    env = {**os.environ, "ECE408_MODEL_DIR": str(ROOT / "models"), "ECE408_LOCK_DIR": str(tmp_path)}
+
+    def submit(team, timeout):
+        return subprocess.Popen([*python_command(), "-m", "ece408_op", "submit", "--submit", "m2", "--size", str(SIZE),
+                                 "--team", str(team), "--db", str(tmp_path / "r.db"), "--timeout", str(timeout), *HOST],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    first = submit(sleeper, 30)
+    lines = []
+    for line in first.stdout:                       # until the sleeper's first layer holds the lease
+        lines.append(line)
+        if line.startswith("New Inference"):
+            break
+    time.sleep(2)
+    second = submit(honest, 15)                      # waits about 28 s for the lease: more than its 15 s
+    out = second.communicate(timeout=300)[0]
+    lines.append(first.communicate(timeout=300)[0])
+    assert second.returncode == 0, out[-2000:]
+    with open_store(str(tmp_path / "r.db")) as store:
+        records = {r.team: r for r in store.records()}
+    assert records["honest"].status == "ok" and records["sleeper"].status == "timeout", "".join(lines)[-2000:]
+
+
 # ---------------------------------------------------------------------------- what a team is told
 
 def test_the_template_development_run_passes_without_a_gpu(tmp_path):

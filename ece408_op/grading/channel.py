@@ -81,12 +81,13 @@ class TimingLock:
 class Listener:
     """The runner's end: ``start(job)`` serves one connection in a thread; ``result()`` is the
     report, or None with ``error`` saying why there is none. ``lock``: the TimingLock lent to
-    the measuring process on request (None: granted at once); ``waited`` is the time spent
-    waiting for it."""
+    the measuring process on request (None: granted at once); ``waited()`` is the time spent
+    waiting for it so far, a wait still going on included."""
 
     def __init__(self, folder, lock=None):
         self.lock = lock
-        self.waited = 0.0
+        self._waited = 0.0
+        self._waiting_since = None
         self.path = os.path.join(str(folder), SOCKET)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # bound through a descriptor of its folder: a socket's path may hold 107 bytes, a scratch
@@ -123,10 +124,13 @@ class Listener:
                     message = recv(conn, RESULT_LIMIT)
                     lease = message.get("lease") if isinstance(message, dict) else None
                     if lease == "acquire":
-                        started = time.monotonic()
-                        if self.lock is not None:
-                            self.lock.acquire()
-                        self.waited += time.monotonic() - started
+                        self._waiting_since = time.monotonic()
+                        try:
+                            if self.lock is not None:
+                                self.lock.acquire()
+                        finally:
+                            self._waited += time.monotonic() - self._waiting_since
+                            self._waiting_since = None
                         send(conn, {"lease": "granted"})
                     elif lease == "release":
                         if self.lock is not None:
@@ -140,6 +144,12 @@ class Listener:
             finally:
                 if self.lock is not None:
                     self.lock.release()
+
+    def waited(self):
+        """Seconds spent waiting for the timing lock, the wait going on now included: the
+        measuring command's time limit is extended by it while it waits, not only after."""
+        since = self._waiting_since
+        return self._waited + (time.monotonic() - since if since is not None else 0.0)
 
     def close_listener(self):
         try:

@@ -145,7 +145,7 @@ def run_ranked(request, transcript):
                                         f"{', '.join(m if m != 'hidden' else 'the hidden model' for m in models)}, "
                                         f"{request.size} images"))
         result = execute(sandbox, Step(argv, steps, env, "/build", gpu=gpu), transcript, options.timeout,
-                         label="measure", extra_time=lambda: listener.waited)
+                         label="measure", extra_time=listener.waited)
         report = listener.result()
         if report is None:
             why = {"timeout": "the time limit", "output": "the output limit", "memory": "the memory limit",
