@@ -13,6 +13,9 @@ __version__ = "0.1.0"
 
 OP_TYPE = "ece408_conv"                     # the custom operator MXNet knows our convolution by
 
+RANKED_MODELS = ("ece408-high", "ece408-low")              # every ranked run measures both (and a hidden one)
+COURSE_MODELS = RANKED_MODELS + ("ece408-2018", "ece408-2019")   # the checkpoints the package ships
+
 CPU_FILES = ("new-forward.py",)             # a team's CPU forward (m2)
 GPU_FILES = ("new-forward.cu", "launch.py")  # a team's GPU kernels and their launch plan (m3, final)
 

@@ -189,15 +189,35 @@ def test_development_runs_keep_links_inside_and_the_network_off(tmp_path, in_che
     os.symlink(str(db), team / "db")                      # absolute: would name the grader's file
     os.symlink("../../etc/passwd", team / "sub" / "up")    # climbs above the team folder
     os.symlink("inside.txt", team / "ok")                  # stays inside: kept
+    os.symlink(".", team / "here")                         # kept; but through it, "here/.." is the parent
+    os.symlink("here/..", team / "up")
     out = cli("submit", team, *HOST)
     assert "GRADER-RECORDS" not in out.stdout and "root:" not in out.stdout
     assert "INSIDE-OK" in out.stdout
     assert "* Left out db: a symbolic link to " in out.stdout and "* Left out sub/up: a symbolic link to ../../etc/passwd" \
         in out.stdout
+    assert "* Left out up: a symbolic link to here/.." in out.stdout
     (team / "rai_build.yml").write_text(rai_yaml(["echo hi"]).replace("network: false", "network: true"))
     out = cli("submit", team, *HOST)
     assert out.returncode == 1 and "asks for network: true" in out.stderr and len(out.stderr.splitlines()) == 1
     assert "* Running" not in out.stdout
+
+
+def test_a_development_run_sees_the_course_models_alone(tmp_path):
+    """A hidden model kept in the model folder beside the course's is not in a development run's
+    sandbox: each course checkpoint is bound alone, never the folder."""
+    models = tmp_path / "models"
+    shutil.copytree(ROOT / "models", models)
+    for suffix in ("-symbol.json", "-0001.params"):
+        shutil.copy(ROOT / "models" / f"ece408-high{suffix}", models / f"secret{suffix}")
+    team = team_project(tmp_path / "team", commands=[
+        "/bin/bash -c 'ls $ECE408_MODEL_DIR; cat " + str(models / "secret-symbol.json") + " || echo NOT-THERE'",
+        "python -m ece408_op m2 ece408-low 20"])
+    out = cli("submit", team, *HOST, env={"ECE408_MODEL_DIR": str(models)})
+    assert out.returncode == 0, out.stdout[-2000:]
+    listed = out.stdout.splitlines()
+    assert "secret-0001.params" not in listed and "secret-symbol.json" not in listed and "NOT-THERE" in listed
+    assert "ece408-2019-symbol.json" in listed and "Correctness: " in out.stdout
 
 
 # ---------------------------------------------------------------------------- files read once

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from . import transcript as tx
 from .config import load_config, split_command
-from .inputs import data_dir, model_dirs
+from ..course import COURSE_MODELS
+from .inputs import data_dir, hidden_files, model_dirs
 from .request import SubmitError, check_timeout
 from .sandbox import Mount, Step, choose_engine, clean_stale, open_sandbox
 from .scratch import Scratch, copy_submission
@@ -33,16 +34,27 @@ class BuildResult:
 # ---------------------------------------------------------------------------- helpers
 
 
+MODELS_TARGET = "/ece408-models"           # where a development run's sandbox sees the course models
+
+
 def harness_mounts(sandbox):
-    """Read-only folders the grader's code needs inside a bubblewrap or host sandbox (models, data)."""
+    """What the milestones need inside a bubblewrap or host sandbox: the Fashion-MNIST folder (public
+    data) and the course's own checkpoints, each file bound alone at MODELS_TARGET, never a model
+    folder (an instructor may keep a hidden model beside them)."""
     if sandbox.engine not in ("bubblewrap", "host"):
         return [], {}
-    mounts = [Mount(str(d), str(d)) for d in model_dirs()]
     data = data_dir()
-    mounts.append(Mount(str(data), str(data)))
-    env = {"ECE408_DATA_DIR": str(data)}
-    if os.environ.get("ECE408_MODEL_DIR"):
-        env["ECE408_MODEL_DIR"] = os.environ["ECE408_MODEL_DIR"]
+    mounts, env = [Mount(str(data), str(data))], {"ECE408_DATA_DIR": str(data)}
+    if sandbox.engine == "host":                 # not isolated: the host's own folders, as they are
+        if os.environ.get("ECE408_MODEL_DIR"):
+            env["ECE408_MODEL_DIR"] = os.environ["ECE408_MODEL_DIR"]
+        return mounts, env
+    for name in COURSE_MODELS:
+        folder = next((d for d in model_dirs() if (d / f"{name}-symbol.json").is_file()), None)
+        if folder is not None:
+            for path in hidden_files(folder / name):
+                mounts.append(Mount(str(path), f"{MODELS_TARGET}/{path.name}"))
+    env["ECE408_MODEL_DIR"] = MODELS_TARGET
     return mounts, env
 
 

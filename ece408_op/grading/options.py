@@ -10,9 +10,8 @@ whose options are equal (a total over two models is not comparable with one over
 import hashlib
 import json
 
-from ..course import MILESTONES
+from ..course import MILESTONES, RANKED_MODELS
 
-COURSE_MODELS = ("ece408-high", "ece408-low")
 # Timed runs on fresh inputs per layer in a ranked run (course.py): never 0.
 RANKED_REPEATS = {name: m.ranked_repeats for name, m in MILESTONES.items() if m.ranked_repeats}
 
@@ -35,7 +34,7 @@ def hidden_digest(symbol_path, params_path):
 
 def run_options(milestone, size, repeats=None, hidden=None, engine=None):
     """The options of a ranked run (see the module docstring); ``hidden``: the hidden model's digest."""
-    models = list(COURSE_MODELS) + (["hidden"] if hidden else [])
+    models = list(RANKED_MODELS) + (["hidden"] if hidden else [])
     return {"milestone": milestone, "size": int(size), "models": models, "hidden": hidden,
             "repeats": ranked_repeats(milestone, repeats), "engine": engine}
 

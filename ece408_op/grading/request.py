@@ -3,11 +3,11 @@ limits) and the request of a ranked run, and the one error for a run that cannot
 import math
 from dataclasses import dataclass, field
 
-from ..course import GPU_RANKED, RANKED
+from ..course import GPU_RANKED, RANKED, RANKED_MODELS
 from ..errors import Ece408Error
 from .sandbox import Limits
 
-MODELS = ("ece408-high", "ece408-low")  # the course models every ranked run measures (and a hidden one)
+MODELS = RANKED_MODELS                   # the course models every ranked run measures (and a hidden one)
 MILESTONES = RANKED                      # the ranked milestones (course.py)
 GPU_MILESTONES = GPU_RANKED
 DEFAULT_SIZE = 10000

@@ -55,20 +55,25 @@ def _unmount(path):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-def link_stays_inside(rel, target):
-    """Whether the link at ``rel`` (bytes, relative to the submission's root) pointing at ``target``
-    resolves inside the submission, read as text: a relative target that never climbs above the
-    root. An absolute target never does (inside the sandbox it would name the sandbox's files)."""
+def link_stays_inside(root, rel, target):
+    """Whether the link at ``rel`` (bytes, relative to the submission's ``root``) pointing at
+    ``target`` resolves inside the submission: a relative target, read component by component from
+    the link's folder, that never climbs above the root and never passes through another link on
+    the way (``b -> a/..`` with ``a -> .`` would reach above it). An absolute target never does
+    (inside the sandbox it would name the sandbox's own files)."""
     if target.startswith(b"/"):
         return False
-    depth = rel.count(b"/")                 # folders between the root and the link
-    for part in target.split(b"/"):
+    parts = rel.split(b"/")[:-1]                    # the folders between the root and the link
+    steps = [p for p in target.split(b"/") if p not in (b"", b".")]
+    for i, part in enumerate(steps):
         if part == b"..":
-            depth -= 1
-            if depth < 0:
+            if not parts:
                 return False
-        elif part not in (b"", b"."):
-            depth += 1
+            parts.pop()
+            continue
+        parts.append(part)
+        if i < len(steps) - 1 and os.path.islink(os.path.join(root, *parts)):
+            return False
     return True
 
 
@@ -104,7 +109,7 @@ def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBM
                 stack.append(path)
             elif stat.S_ISLNK(info.st_mode):
                 target = os.readlink(os.path.join(src_b, path))
-                if link_stays_inside(path, target):
+                if link_stays_inside(src_b, path, target):
                     plan.append(("link", path))
                 else:
                     notes.append(f"* Left out {_show(path)}: a symbolic link to {_show(target)}, outside the "
