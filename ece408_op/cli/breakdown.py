@@ -46,7 +46,7 @@ class Breakdown:
     def table(self, layers=(), link=None, fresh=None):
         """The two tables as text; ``layers`` are hostcopy Records of the inference step (the
         last mark), ``link`` (HtoD, DtoH) GB/s or None, ``fresh`` (fault-in, host copy) GB/s of
-        fresh memory (``hostcopy.measure_fresh_memory``) or None."""
+        fresh memory (``bench.memory.measure_fresh_memory``) or None."""
         lines = ["Wall time of the run (host clock):", f"{'seconds':>9}  {'share':>6}  part"]
         total = sum(seconds for _, seconds in self.parts) or 1.0
         for i, (name, seconds) in enumerate(self.parts):

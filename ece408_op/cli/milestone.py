@@ -51,7 +51,7 @@ class Args:
     kernel: str = None     # --kernel: the GPU kernel version, as given
     team: str = None       # --team DIR: the team project to run (a path string)
     help: bool = False     # -h/--help: print the usage, run nothing
-    ncu: bool = False      # --ncu: re-run under Nsight Compute, then the kernels' metrics (kernels/ncu.py)
+    ncu: bool = False      # --ncu: re-run under Nsight Compute, then the kernels' metrics (bench/ncu.py)
     use_team: bool = False  # a team's forward runs the custom layers (set by run_milestone)
     time_limit: str = None  # --time-limit: seconds one forward of a team's may take
 
@@ -272,7 +272,8 @@ def run_milestone(milestone, args, console=None, clock=None, runtime=None):
 
 
 def _run(milestone, args, say, clock, device):
-    from ..kernels import hostcopy
+    from ..bench.memory import measure_fresh_memory, measure_link
+    from ..kernels.hostcopy.records import record_count, records_since
     from ..mx.inference import bind_model, load_test_batch, prepare, score
     from ..mx.models import load_model, model_input_shape
     from ..mx.op import op_times
@@ -290,7 +291,7 @@ def _run(milestone, args, say, clock, device):
     say(" done")
     clock.mark("model: load, swap" + (", fuse" if args.fuse else "") + ", bind")
     say("New Inference")
-    first_record = hostcopy.record_count()
+    first_record = record_count()
     with profiling as profile, op_times.capture(echo=milestone.custom):
         metric = score(module, images, labels)
     clock.mark("inference: MXNet's forward over the whole network, of which")
@@ -301,9 +302,9 @@ def _run(milestone, args, say, clock, device):
     if profile is not None:
         say(f"\nProfile of the custom layers (CUDA events; Op Time covers the conv_forward rows only):\n"
             f"{profile.table()}")
-        layers = hostcopy.records_since(first_record)
-        say("\n" + clock.table(layers, hostcopy.measure_link(device.index) if layers else None,
-                                hostcopy.measure_fresh_memory() if layers else None))
+        layers = records_since(first_record)
+        say("\n" + clock.table(layers, measure_link(device.index) if layers else None,
+                                measure_fresh_memory() if layers else None))
     return metric.get()[1]
 
 
@@ -327,7 +328,7 @@ def _under_ncu(milestone_name, argv, console):
     threaded engine aborts ('Resource deadlock avoided', H100, 2026-11-24) before any kernel runs;
     the naive engine runs each operator on the calling thread (Op Time and Correctness alike)."""
     import os
-    from ..kernels import ncu
+    from ..bench import ncu
     return ncu.profile(ncu_argv(milestone_name, argv), say=console.say,
                        env={**os.environ, "MXNET_ENGINE_TYPE": "NaiveEngine"})
 

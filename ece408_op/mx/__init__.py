@@ -12,7 +12,8 @@
                   HybridBlock), with a report of what was swapped and kept
     inference.py  bind a checkpoint, score a batch (what the milestones run)
     train.py      training recipes of the shipped models
-    bench.py      CPU benchmark against MXNet's built-in Convolution
+    zoo.py        model-zoo networks, every convolution swapped, through every path (the benchmarks:
+                  ece408_op/bench/, cpu.py and zoo.py)
 
 Importing this package itself imports nothing of MXNet; its modules do.
 """

@@ -12,7 +12,7 @@ convolution's: B x M x HO//2 x WO//2.
 Attributes (strings, as MXNet passes them): ``num_filter``, ``kernel`` (square), ``no_bias``
 (default True; False adds a third input, the bias), ``device`` and ``gpu_kernel`` as for
 ``ece408_conv``. Paths: CPU, ``conv.fused.conv_tanh_pool_cpu``; GPU with arrays in host memory
-(MXNet's CPU build), ``kernels.hostcopy.forward_into`` (x in, the fused kernel, y straight
+(MXNet's CPU build), ``kernels.hostcopy.engine.forward_into`` (x in, the fused kernel, y straight
 into MXNet's output); GPU with arrays on the GPU (mxnet-cu), the kernel on their device
 pointers. Op Time covers the fused computation; one ``Op Time`` line per forward, as for
 ``ece408_conv``. Nothing is validated in ``__init__`` (an exception there crashes MXNet):
@@ -59,7 +59,7 @@ class ConvTanhPool(mx.operator.CustomOp):
         direct = on_host and req != "add"           # write straight into MXNet's memory
         out = host_view(y_nd) if direct else np.empty(y_nd.shape, np.float32)
         if path == "gpu":
-            from ..kernels.hostcopy import forward_into
+            from ..kernels.hostcopy.engine import forward_into
             seconds = forward_into(out, x, k, bias, version=self.kernel, fused=True)
         else:
             warm_up()

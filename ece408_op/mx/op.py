@@ -322,7 +322,7 @@ class Conv2dForward(mx.operator.CustomOp):
         if self.config.team:
             seconds = self._forward_team(x, k, bias, out, accumulate)
         elif self.path == "gpu" and out is not None and not accumulate:
-            from ..kernels.hostcopy import forward_into     # x in, y straight into MXNet's memory
+            from ..kernels.hostcopy.engine import forward_into     # x in, y straight into MXNet's memory
             seconds = forward_into(out, x, k, bias=bias, spec=self.spec, version=self.kernel)
         elif self.path == "gpu":
             from .. import kernels
