@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from ..errors import GpuError
+from .libraries import declare
 
 FUNC_ATTRIBUTE_NUM_REGS = 4
 FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -65,9 +66,7 @@ def lib():
                 "cuMemHostRegister_v2": (p, s, u),
                 "cuMemHostUnregister": (p,),
             }
-            for name, args in protos.items():
-                function = getattr(cu, name)
-                function.argtypes, function.restype = list(args), ctypes.c_int
+            declare(cu, protos)
             _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
             _raw_launch.restype = ctypes.c_int
             try:
