@@ -17,7 +17,7 @@ SCRIPTS = ROOT / "scripts"
 # Compiled modules stay in one folder even where a test moves $XDG_CACHE_HOME.
 os.environ.setdefault("ECE408_AUTOTUNE", "0")
 if not os.environ.get("ECE408_CUBIN_CACHE"):
-    from ece408_op.kernels.device import cubin_cache_dir
+    from ece408_op.kernels.build import cubin_cache_dir
     os.environ["ECE408_CUBIN_CACHE"] = str(cubin_cache_dir())
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ece408_op import kernels
-from ece408_op.kernels import autotune, versions
+from ece408_op.kernels import autotune, choice
 
 S = kernels.ConvShape
 POINTWISE = S(256, 56, 56, 64, 1)                               # ResNet-50's 1x1 (not in the table)
@@ -47,7 +47,7 @@ def test_candidates_are_the_defaultable_versions_that_run_the_layer_with_their_t
     course = [n for n, _ in autotune.candidates(S(1, 28, 28, 50, 5))]
     assert {7, 8, 9, 10, 11} <= set(course)
     # duplicates (a tile equal to the default tile) are dropped
-    keys = [(n, tuple(sorted(versions.plan_defines(n, kernels.VERSIONS[n].inner(POINTWISE), o).items())))
+    keys = [(n, kernels.module_spec(n, kernels.VERSIONS[n].inner(POINTWISE), o))
             for n, o in options]
     assert len(keys) == len(set(keys))
 
@@ -149,32 +149,32 @@ def test_a_long_tuning_prints_one_line(cache_home, monkeypatch):
 
 
 def test_resolve_order_request_table_tuner_fallback(tmp_path, monkeypatch):
-    monkeypatch.delenv(versions.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(choice.KERNEL_ENV, raising=False)
     table_shape = S(64, 56, 56, 64, 3, PH=1, PW=1)
     path = tmp_path / "defaults.json"
     path.write_text(json.dumps({"GPU": {"shapes": {kernels.shape_key(table_shape): 8}}}))
-    monkeypatch.setattr(versions, "DEFAULTS_FILE", path)
-    versions.reload_defaults()
+    monkeypatch.setattr(choice, "DEFAULTS_FILE", path)
+    choice.reload_defaults()
     tuner = lambda shape: (9, {"V9_WP": 2})                      # noqa: E731
-    assert versions.resolve_version(None, table_shape, "GPU", tune=tuner) == (8, None)       # the table first
-    assert versions.resolve_version(None, POINTWISE, "GPU", tune=tuner) == (9, {"V9_WP": 2})  # then the tuner
-    assert versions.resolve_version(None, POINTWISE, "GPU", tune=lambda s: None) == (
-        versions.fallback_version(POINTWISE), None)                                          # then the fallback
-    assert versions.resolve_version("v6", POINTWISE, "GPU", tune=tuner) == (6, None)         # a request wins
-    monkeypatch.setenv(versions.KERNEL_ENV, "8")
-    assert versions.resolve_version(None, POINTWISE, "GPU", tune=tuner) == (8, None)         # so does the env
-    versions.reload_defaults()
+    assert choice.resolve_version(None, table_shape, "GPU", tune=tuner) == (8, None)       # the table first
+    assert choice.resolve_version(None, POINTWISE, "GPU", tune=tuner) == (9, {"V9_WP": 2})  # then the tuner
+    assert choice.resolve_version(None, POINTWISE, "GPU", tune=lambda s: None) == (
+        choice.fallback_version(POINTWISE), None)                                          # then the fallback
+    assert choice.resolve_version("v6", POINTWISE, "GPU", tune=tuner) == (6, None)         # a request wins
+    monkeypatch.setenv(choice.KERNEL_ENV, "8")
+    assert choice.resolve_version(None, POINTWISE, "GPU", tune=tuner) == (8, None)         # so does the env
+    choice.reload_defaults()
 
 
 def test_the_table_is_read_once(tmp_path, monkeypatch):
     path = tmp_path / "defaults.json"
     path.write_text(json.dumps({"GPU": {"shapes": {kernels.shape_key(POINTWISE): 8}}}))
-    monkeypatch.setattr(versions, "DEFAULTS_FILE", path)
-    versions.reload_defaults()
+    monkeypatch.setattr(choice, "DEFAULTS_FILE", path)
+    choice.reload_defaults()
     reads = []
     real = type(path).read_text
     monkeypatch.setattr(type(path), "read_text", lambda self, *a, **k: reads.append(self) or real(self, *a, **k))
     for _ in range(5):
-        assert versions.default_version(POINTWISE, "GPU") == 8
+        assert choice.default_version(POINTWISE, "GPU") == 8
     assert len(reads) == 1
-    versions.reload_defaults()
+    choice.reload_defaults()

@@ -7,7 +7,7 @@ import time
 
 from conftest import python_command
 from ece408_op.cli.breakdown import START_UP, Breakdown, link_seconds, pages_seconds, process_age
-from ece408_op.kernels.hostcopy import Record
+from ece408_op.kernels.hostcopy.records import Record
 
 
 def test_process_age_counts_from_the_process_start():

@@ -66,7 +66,7 @@ def test_bench_cpu_takes_short_layer_names(tmp_path):
     require_mxnet()
     import json
     from ece408_op.cli.bench import short_name
-    from ece408_op.mx.bench import LAYERS
+    from ece408_op.bench.cpu import LAYERS
     shorts = [short_name(name) for name in LAYERS]
     assert len(set(shorts)) == len(LAYERS) and all(" " not in s and s == s.lower() for s in shorts)
     out = tmp_path / "cpu.json"

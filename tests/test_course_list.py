@@ -11,7 +11,9 @@ import pytest
 from ece408_op import kernels
 from ece408_op.conv import bounds, reference_and_bound
 from ece408_op.errors import GpuError
-from ece408_op.kernels import hostcopy, libraries, ncu, suite, versions
+from ece408_op.bench import ncu, suite
+from ece408_op.kernels import choice, libraries
+from ece408_op.kernels.hostcopy import streams
 
 S = kernels.ConvShape
 COURSE = [layer.shape() for layer in suite.LAYERS if layer.course]
@@ -21,7 +23,7 @@ NEW = (14, 15, 16, 17, 18, 19)
 def test_new_versions_are_never_defaults_and_parse_by_name():
     for number in NEW:
         version = kernels.VERSIONS[number]
-        assert not version.defaultable and number not in versions.PREFERENCE
+        assert not version.defaultable and number not in choice.PREFERENCE
         assert kernels.parse_version(version.name) == number == kernels.parse_version(f"v{number}")
     for shape in COURSE:
         assert kernels.default_version(shape) not in NEW
@@ -49,8 +51,7 @@ def test_channel_slices_and_fft_sizes(shape):
     for other in v19.SIZES:                                                     # no other size does less work
         if other >= shape.K:
             assert np.prod(v19.tiles(shape, other)) * other ** 2 >= th * tw * size ** 2
-    defines = kernels.module_defines(shape)
-    assert defines["V15_CZ"] == slices and defines["V19_F"] == size
+    assert kernels.module_defines(15, shape)["V15_CZ"] == slices and kernels.module_defines(19, shape)["V19_F"] == size
 
 
 def test_new_versions_refuse_in_one_line_what_they_cannot_run():
@@ -63,7 +64,7 @@ def test_new_versions_refuse_in_one_line_what_they_cannot_run():
     assert kernels.VERSIONS[18].unsupported(stride2) is None                # general, like v5
     with pytest.raises(ValueError, match="V19_F must be one of"):
         # bad input: a transform size the FFT version does not build
-        kernels.module_defines(S(1, 28, 28, 50, 5), {"V19_F": 48})
+        kernels.module_defines(19, S(1, 28, 28, 50, 5), {"V19_F": 48})
 
 
 def _fp16_direct(x, k):
@@ -149,16 +150,16 @@ def test_library_search_order_is_the_toolkit_then_the_wheels(tmp_path, monkeypat
 
 @pytest.mark.parametrize("text, want", [("", None), ("1", 1), (" 4 ", 4), ("64", 64)])
 def test_streams_setting(monkeypatch, text, want):
-    monkeypatch.setenv(hostcopy.STREAMS_ENV, text)
-    assert hostcopy.stream_chunks() == want
+    monkeypatch.setenv(streams.STREAMS_ENV, text)
+    assert streams.stream_chunks() == want
 
 
 @pytest.mark.parametrize("text", ["0", "65", "-2", "two", "1.5"])
 def test_streams_setting_refuses_nonsense_in_one_line(monkeypatch, text):
     # bad input: each value above
-    monkeypatch.setenv(hostcopy.STREAMS_ENV, text)
+    monkeypatch.setenv(streams.STREAMS_ENV, text)
     with pytest.raises(GpuError, match=r"^ECE408_STREAMS=.*: give a number of chunks from 1 to 64"):
-        hostcopy.stream_chunks()
+        streams.stream_chunks()
 
 
 # ncu's raw CSV page (--csv --page raw --print-units base): a header, a units row, one row per launch
@@ -221,10 +222,10 @@ CUOBJDUMP, NVCC = shutil.which("cuobjdump"), shutil.which("nvcc")
 @pytest.mark.skipif(CUOBJDUMP is None or NVCC is None, reason="nvcc or cuobjdump not on PATH")
 def test_v17_computes_in_paired_half_fmas(tmp_path):
     shape = S(1, 28, 28, 50, 5)
-    defines = versions.plan_defines(17, kernels.VERSIONS[17].inner(shape))
+    module = kernels.module_spec(17, kernels.VERSIONS[17].inner(shape))
     cubin = tmp_path / "v17.cubin"
-    subprocess.run([NVCC, "-arch=sm_90", "-cubin", *[f"-D{k}={v}" for k, v in sorted(defines.items())],
-                    "-o", str(cubin), str(kernels.SOURCE)], check=True, capture_output=True)
+    subprocess.run([NVCC, "-arch=sm_90", "-cubin", *[f"-D{k}={v}" for k, v in module.defines],
+                    "-o", str(cubin), str(module.source)], check=True, capture_output=True)
     sass = subprocess.run([CUOBJDUMP, "-sass", "-fun", "conv_forward_v17", str(cubin)], check=True,
                           capture_output=True, text=True).stdout
     assert len(re.findall(r"\bHFMA2\b", sass)) >= 25 and not re.findall(r"\bFFMA\b", sass)

@@ -1,5 +1,5 @@
-"""Every CUDA source compiles for sm_90 (no GPU needed: CI has nvcc), without register spills;
-the source's standalone defaults are the tuned course layer."""
+"""Every CUDA source compiles for sm_90 (no GPU needed: CI has nvcc), alone and without register spills;
+each file's standalone defaults are the (tuned) course layer; a plan builds its version's file alone."""
 import re
 import shutil
 import subprocess
@@ -8,7 +8,8 @@ import pytest
 
 from ece408_op import kernels
 from ece408_op.kernels import autotune
-from ece408_op.kernels.versions import plan_defines
+from ece408_op.kernels.build import source_files
+from ece408_op.kernels.versions import version as version_module
 from conftest import ROOT as ROOT_DIR
 
 NVCC = shutil.which("nvcc")
@@ -28,23 +29,48 @@ SHAPE_CLASSES = [
     kernels.ConvShape(3, 226, 226, 64, 3),    # VGG's first layer as v7 sees it (x padded): v7 spilled here
     kernels.ConvShape(512, 7, 7, 512, 3, PH=1, PW=1),                        # ResNet's last 3x3 (v9 at 256 threads)
 ]
-SOURCES = sorted(kernels.SOURCE.parent.glob("*.cu"))
+FOLDER = kernels.VERSIONS[1].source_path.parent
+SOURCES = sorted(FOLDER.glob("*.cu"))
+OWNERS = [*kernels.VERSIONS.values(), kernels.FUSED]
+
+
+def _owner_key(owner):
+    return kernels.FUSED if owner is kernels.FUSED else owner.number
+
+
+def test_every_version_has_its_file_and_every_file_a_version():
+    assert {owner.source_path for owner in OWNERS} == set(SOURCES)
+    assert all(path.exists() for path in SOURCES)
 
 
 @needs_nvcc
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_source_compiles_alone(source, tmp_path):
-    result = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "out.cubin"), str(source)],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    arches = ["sm_90", "sm_90a"] if any(v.arch_features for v in kernels.VERSIONS.values()
+                                        if v.source_path == source) else ["sm_90"]
+    for arch in arches:
+        result = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-o", str(tmp_path / "out.cubin"), str(source)],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+
+
+def _ladder_defines(shape):
+    """Every owner's #defines for ``shape`` at once (each version's constants computed on the same layer)."""
+    defines = {**shape.defines(), "CONST_WEIGHTS": version_module.CONST_WEIGHTS}
+    for owner in OWNERS:
+        defines.update(owner.defines(shape))
+    return defines
 
 
 @needs_nvcc
 @pytest.mark.parametrize("shape", SHAPE_CLASSES, ids=str)
 def test_shape_class_compiles_without_spills(shape, tmp_path):
-    defines = [f"-D{k}={v}" for k, v in sorted(kernels.module_defines(shape).items())]
+    # every file at once, in one translation unit (its headers guarded): one nvcc run per shape class
+    ladder = tmp_path / "ladder.cu"
+    ladder.write_text("".join(f'#include "{source}"\n' for source in SOURCES))
+    defines = [f"-D{k}={v}" for k, v in sorted(_ladder_defines(shape).items())]
     result = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", *defines,
-                             "-o", str(tmp_path / "out.cubin"), str(kernels.SOURCE)],
+                             "-o", str(tmp_path / "out.cubin"), str(ladder)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     entries = re.findall(r"Compiling entry function '(\w+)'", result.stderr)
@@ -54,56 +80,84 @@ def test_shape_class_compiles_without_spills(shape, tmp_path):
     assert spills and all(int(n) == 0 for n in spills), result.stderr
 
 
-def test_header_lists_every_version_and_its_kernels_exist():
-    text = kernels.SOURCE.read_text()
-    header = text.split("#ifndef")[0]
-    for version in kernels.VERSIONS.values():
-        assert re.search(rf"//\s+v{version.number} {version.name}\b", header), f"v{version.number} missing"
-        for entry in version.kernels:
-            assert re.search(rf'extern "C" __global__ void (__launch_bounds__\([^)]*\)\s+)?{entry}\(', text), entry
+def test_each_file_says_how_its_versions_differ_and_holds_their_kernels():
+    for owner in OWNERS:
+        text = owner.source_path.read_text()
+        header = re.split(r"^#", text, maxsplit=1, flags=re.M)[0]     # the opening comment, before the first directive
+        if owner is not kernels.FUSED:
+            assert re.search(rf"//\s+v{owner.number} {owner.name}\b", header), f"{owner.label} missing"
+        code = "".join(path.read_text() for path in source_files(owner.source_path))
+        for entry in (owner.kernel,) if owner is kernels.FUSED else owner.kernels:
+            assert re.search(rf'extern "C" __global__ void (__launch_bounds__\([^)]*\)\s+)?{entry}\(', code), entry
 
 
-def _source_defaults():
-    """NAME -> value of every ``#ifndef NAME / #define NAME value`` default in the source."""
-    pairs = re.findall(r"#ifndef (\w+)\n#define \1 (\w+)", kernels.SOURCE.read_text())
+def test_the_cubin_cache_is_keyed_on_exactly_the_sources_a_module_includes(tmp_path, monkeypatch):
+    from ece408_op.kernels import build
+    monkeypatch.setattr(build, "_texts", {})
+    (tmp_path / "used.cuh").write_text("#pragma once\n#define A 1\n")
+    (tmp_path / "unused.cuh").write_text("#define B 1\n")
+    (tmp_path / "m.cu").write_text('#include "used.cuh"\n')
+    spec = build.ModuleSpec(tmp_path / "m.cu", (("CONV_M", 50),))
+    assert source_files(spec.source) == [tmp_path / "m.cu", tmp_path / "used.cuh"]
+    before = build.cubin_path(spec, "sm_90")
+    (tmp_path / "unused.cuh").write_text("#define B 2\n")
+    build._texts.clear()
+    assert build.cubin_path(spec, "sm_90") == before
+    (tmp_path / "used.cuh").write_text("#pragma once\n#define A 2\n")
+    build._texts.clear()
+    assert build.cubin_path(spec, "sm_90") != before
+    assert build.cubin_path(build.ModuleSpec(spec.source, (("CONV_M", 49),)), "sm_90") != build.cubin_path(spec, "sm_90")
+
+
+def _source_defaults(source):
+    """NAME -> value of every ``#ifndef NAME / #define NAME value`` default in ``source`` and its headers."""
+    pairs = re.findall(r"#ifndef (\w+)\n#define \1 (\w+)", "".join(p.read_text() for p in source_files(source)))
     values = dict(pairs)
-    values.pop("ONLY_KERNEL")          # a plan's choice of kernels to build (0 alone: all of them)
     return {name: int(values.get(value, value)) for name, value in values.items()}
 
 
-def test_source_defaults_are_the_tuned_course_layer():
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_source_defaults_are_the_tuned_course_layer(source):
+    # what a plan of each version built from the file passes for the course layer (v4 and v14 share a
+    # file: together), so that a standalone nvcc build is the course's module
     course = kernels.ConvShape(1, 28, 28, 50, 5)
-    assert _source_defaults() == kernels.module_defines(course)
-    from ece408_op.kernels import tuning
-    stored = tuning.v7_values()
-    assert _source_defaults()["V7_THREADS"] == stored["THREADS"] and _source_defaults()["VEC"] == stored["VEC"]
-    unroll = course.M if stored["UNROLL_M"] == "full" else min(int(stored["UNROLL_M"]), course.M)
-    assert _source_defaults()["V7_UNROLL_M"] == unroll and _source_defaults()["V7_STREAM"] == stored["STREAM"]
+    passed = {}
+    for owner in OWNERS:
+        if owner.source_path == source:
+            passed.update(kernels.module_defines(_owner_key(owner), course))
+    passed.pop("ARCH_FEATURES", None)                    # (how v20 is built: for sm_90a)
+    assert _source_defaults(source) == passed
+    if source == kernels.VERSIONS[7].source_path:
+        from ece408_op.kernels import tuning
+        stored, defaults = tuning.v7_values(), _source_defaults(source)
+        assert defaults["V7_THREADS"] == stored["THREADS"] and defaults["VEC"] == stored["VEC"]
+        unroll = course.M if stored["UNROLL_M"] == "full" else min(int(stored["UNROLL_M"]), course.M)
+        assert defaults["V7_UNROLL_M"] == unroll and defaults["V7_STREAM"] == stored["STREAM"]
 
 
 def test_tuning_overrides_change_the_module_defines():
     course = kernels.ConvShape(1, 28, 28, 50, 5)
-    base = kernels.module_defines(course)
-    other = kernels.module_defines(course, {"THREADS": 128, "UNROLL_M": 5, "VEC": 8})
+    base = kernels.module_defines(7, course)
+    other = kernels.module_defines(7, course, {"THREADS": 128, "UNROLL_M": 5, "VEC": 8})
     assert (other["V7_THREADS"], other["V7_UNROLL_M"], other["VEC"]) == (128, 5, 8) != \
         (base["V7_THREADS"], base["V7_UNROLL_M"], base["VEC"])
-    from ece408_op.kernels.bench import sweep_configs
+    from ece408_op.bench.sweep import sweep_configs
     configs = sweep_configs()
-    keys = {tuple(sorted(kernels.module_defines(course, c).items())) for c in configs}
+    keys = {kernels.module_spec(7, course, c) for c in configs}
     assert len(configs) == 48 and len(keys) == 48       # every config is its own module
     with pytest.raises(ValueError, match="unknown tuning keys"):
         # bad input: a tuning key that does not exist
-        kernels.module_defines(course, {"WARP": 2})
+        kernels.module_defines(7, course, {"WARP": 2})
     with pytest.raises(ValueError, match="does not divide"):
         # bad input: a v9 tile whose x tile cannot be shared out among its threads
-        kernels.module_defines(course, {"V9_ACOLS": 3})
+        kernels.module_defines(9, course, {"V9_ACOLS": 3})
     with pytest.raises(ValueError, match=r"v8: tile .*V8_TP=2.* does not divide"):
         # bad input: a v8 micro-tile the kernel's static_assert refuses, caught before nvcc
-        kernels.module_defines(course, {"V8_TP": 2, "V8_BP": 64, "V8_BF": 64, "V8_TF": 4})
+        kernels.module_defines(8, course, {"V8_TP": 2, "V8_BP": 64, "V8_BF": 64, "V8_TF": 4})
 
 
 def test_sweep_winner_keeps_the_stored_tuning_within_noise():
-    from ece408_op.kernels.bench import pick_winner
+    from ece408_op.bench.sweep import pick_winner
     stored = {"VEC": 4, "UNROLL_M": "full", "STREAM": 1, "THREADS": 256}
     row = lambda ms, valid=True, **kw: {**stored, **kw, "median_s": ms / 1e3, "valid": valid}  # noqa: E731
     rows = [row(0.425, UNROLL_M=5), row(0.427), row(0.300, valid=False, VEC=8)]
@@ -128,10 +182,9 @@ def test_kernel_notes_quote_the_committed_sweep_table():
 @needs_nvcc
 def test_a_plan_builds_only_its_own_kernels(tmp_path):
     shape = kernels.ConvShape(6, 30, 30, 16, 5)
-    defines = kernels.versions.plan_defines(9, shape)
-    result = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v",
-                             *[f"-D{k}={v}" for k, v in sorted(defines.items())],
-                             "-o", str(tmp_path / "out.cubin"), str(kernels.SOURCE)], capture_output=True, text=True)
+    module = kernels.module_spec(9, shape)
+    result = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", *[f"-D{k}={v}" for k, v in module.defines],
+                             "-o", str(tmp_path / "out.cubin"), str(module.source)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     entries = set(re.findall(r"Compiling entry function '(\w+)'", result.stderr))
     assert entries == {"conv_forward_v9", "pad_input", "add_bias", "add_into", "tanh_pool"}
@@ -150,11 +203,10 @@ CUOBJDUMP = shutil.which("cuobjdump")
 def test_v7_writes_y_in_16_byte_stores_where_its_rows_allow(shape, wide, tmp_path):
     """v7's stores are 16 bytes wide wherever y's rows are (WO a multiple of 4), whatever x's width:
     VGG's first layer used to store one float at a time because its padded x rows are 226 wide."""
-    inner = kernels.VERSIONS[7].inner(shape)
-    defines = kernels.versions.plan_defines(7, inner)
+    module = kernels.module_spec(7, kernels.VERSIONS[7].inner(shape))
     cubin = tmp_path / "v7.cubin"
-    subprocess.run([NVCC, "-arch=sm_90", "-cubin", *[f"-D{k}={v}" for k, v in sorted(defines.items())],
-                    "-o", str(cubin), str(kernels.SOURCE)], check=True, capture_output=True)
+    subprocess.run([NVCC, "-arch=sm_90", "-cubin", *[f"-D{k}={v}" for k, v in module.defines],
+                    "-o", str(cubin), str(module.source)], check=True, capture_output=True)
     sass = subprocess.run([CUOBJDUMP, "-sass", "-fun", "conv_forward_v7", str(cubin)],
                           check=True, capture_output=True, text=True).stdout
     stores = re.findall(r"\bSTG\.E[\w.]*", sass)
@@ -174,8 +226,9 @@ V20_LAYERS = [
 
 
 def _ptxas(defines, arch, tmp_path):
+    source = kernels.VERSIONS[20].source_path
     result = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *[f"-D{k}={v}" for k, v in sorted(defines.items())],
-                             "-o", str(tmp_path / "v20.cubin"), str(kernels.SOURCE)], capture_output=True, text=True)
+                             "-o", str(tmp_path / "v20.cubin"), str(source)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     block = result.stderr.split("Compiling entry function 'conv_forward_v20'")[1].split("Compiling entry function")[0]
     registers = int(re.search(r"Used (\d+) registers", block).group(1))
@@ -186,12 +239,12 @@ def _ptxas(defines, arch, tmp_path):
 @pytest.mark.parametrize("case", [(0, {})] + [(0, o) for o in autotune.TILES[20][1:]] +
                          [(i, {}) for i in range(1, len(V20_LAYERS))], ids=str)
 def test_v20_builds_its_wgmma_kernel_for_sm_90a_without_spills_or_serialisation(case, tmp_path):
-    from ece408_op.kernels.device import feature_arch
+    from ece408_op.kernels.build import feature_arch
     layer, overrides = V20_LAYERS[case[0]], case[1]
-    defines = plan_defines(20, layer, overrides)
+    defines = kernels.module_defines(20, layer, overrides)
     assert feature_arch(tuple(defines.items()), "sm_90") == "sm_90a"          # wgmma exists only there
     assert feature_arch(tuple(defines.items()), "sm_100") == "sm_100"         # (and v20 refuses 10.0 itself)
-    assert feature_arch(tuple(plan_defines(9, layer).items()), "sm_90") == "sm_90"
+    assert feature_arch(kernels.module_spec(9, layer).defines, "sm_90") == "sm_90"
     log, block, registers = _ptxas(defines, "sm_90a", tmp_path)
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", block), block
     assert registers >= defines["V20_BN"] // 2, f"{registers} registers: the accumulators are not in registers"

@@ -46,9 +46,10 @@ def test_missing_nvcc_is_reported(monkeypatch, tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_compile_error_becomes_one_line(tmp_path):
     # bad input: a kernel source with a syntax error, through the real nvcc
+    source = kernels.VERSIONS[1].source_path
     broken = tmp_path / "broken.cu"
-    broken.write_text(kernels.SOURCE.read_text().replace("float acc = 0.f;", "float acc = 0.f", 1))
-    result = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", os.devnull, str(broken)],
+    broken.write_text(source.read_text().replace("float acc = 0.f;", "float acc = 0.f", 1))
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-I", str(source.parent), "-o", os.devnull, str(broken)],
                             capture_output=True, text=True)
     assert result.returncode != 0
     line = kernels.compile_error_line(result.stdout + result.stderr)

@@ -9,9 +9,9 @@ import pytest
 from conftest import require_mxnet
 from ece408_op.conv.fused import conv_tanh_pool_cpu, fused_reference_and_bound, pooled_shape
 
-fused_op = require_mxnet("ece408_op.mx.fused")
+fused_op = require_mxnet("ece408_op.mx.fused_op")
 mx = fused_op.mx
-from ece408_op.mx.fuse import fuse_conv_tanh_pool  # noqa: E402
+from ece408_op.mx.fuse_pass import fuse_conv_tanh_pool  # noqa: E402
 from ece408_op.mx.models import LATER_LAYOUTS, course_symbol, later_course_symbol  # noqa: E402
 from ece408_op.mx.op import take_last_error  # noqa: E402
 from ece408_op.mx.swap import swap_convolutions  # noqa: E402

@@ -9,7 +9,8 @@ from conftest import check_against_reference
 from ece408_op import kernels
 from ece408_op.conv import bounds, fused_reference_and_bound, reference_and_bound
 from ece408_op.errors import GpuError
-from ece408_op.kernels import hostcopy, libraries
+from ece408_op.kernels import libraries
+from ece408_op.kernels.hostcopy import engine, records, streams
 
 
 def _data(b, c, h, w, m, kk, seed=0):
@@ -23,12 +24,12 @@ def _data(b, c, h, w, m, kk, seed=0):
 def test_streams_path_matches_the_reference(gpu, monkeypatch, chunks, version):
     # 257 images in 3 and 16 uneven chunks (and 1: nothing overlapped); the default version and three of
     # the new ones (v16 zeroes each chunk's y before its atomics; v17 converts each chunk's x)
-    monkeypatch.setenv(hostcopy.STREAMS_ENV, chunks)
+    monkeypatch.setenv(streams.STREAMS_ENV, chunks)
     x, k = _data(257, 1, 28, 28, 50, 5, seed=int(chunks))
     out = np.full((257, 50, 24, 24), np.nan, np.float32)
-    start = hostcopy.record_count()
-    seconds = hostcopy.forward_into(out, x, k, version=version)
-    record = hostcopy.records_since(start)[-1]
+    start = records.record_count()
+    seconds = engine.forward_into(out, x, k, version=version)
+    record = records.records_since(start)[-1]
     assert record.streams == int(chunks) and record.mode == f"streams ({chunks})"
     assert 0 < record.kernels <= seconds <= record.gpu_pipeline
     images = np.array([0, 1, 85, 86, 128, 171, 255, 256])
@@ -41,17 +42,17 @@ def test_streams_path_matches_the_reference(gpu, monkeypatch, chunks, version):
 
 def test_streams_path_with_padding_bias_and_the_fused_layer(gpu, monkeypatch):
     from ece408_op.conv import ConvSpec
-    monkeypatch.setenv(hostcopy.STREAMS_ENV, "4")
+    monkeypatch.setenv(streams.STREAMS_ENV, "4")
     x, k = _data(9, 3, 17, 13, 7, 3, seed=5)
     bias = np.random.default_rng(6).standard_normal(7).astype(np.float32)
     spec = ConvSpec.from_attrs(num_filter="7", kernel="3", pad="1", no_bias="False")
     out = np.full(spec.output_shape(x.shape), np.nan, np.float32)
-    hostcopy.forward_into(out, x, k, bias=bias, spec=spec)
+    engine.forward_into(out, x, k, bias=bias, spec=spec)
     ref, bound = reference_and_bound(x, k, bias, spec)
     assert (np.abs(out - ref) <= bound).all()
     x, k = _data(11, 1, 28, 28, 50, 5, seed=7)
     pooled = np.full((11, 50, 12, 12), np.nan, np.float32)
-    hostcopy.forward_into(pooled, x, k, fused=True)
+    engine.forward_into(pooled, x, k, fused=True)
     ref, bound = fused_reference_and_bound(x, k)
     assert (np.abs(pooled - ref) <= bound).all()
 

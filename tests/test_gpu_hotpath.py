@@ -18,7 +18,8 @@ from conftest import check_against_reference
 from ece408_op import kernels
 from ece408_op.conv import ConvSpec, reference_and_bound
 from ece408_op.errors import ShapeError
-from ece408_op.kernels import autotune, cudadrv, device, launch, versions
+from ece408_op.kernels import autotune, build, choice, cudadrv, launch, plans
+from ece408_op.kernels.versions.v08_gemm import ImplicitGemm
 
 
 def _to_device(gpu, *arrays):
@@ -64,11 +65,11 @@ class Counting:
 
 
 def _define_builders():
-    targets = [(versions, "module_defines"), (versions, "plan_defines"), (launch, "plan_defines"),
-               (versions, "resolve_version"), (launch, "resolve_version"), (launch, "plan_for"),
-               (autotune, "choose"), (kernels.ConvShape, "of"), (versions, "measured_defaults"),
-               (versions, "load_defaults")]
-    for cls in {type(v) for v in kernels.VERSIONS.values()} | {versions._ImplicitGemm}:
+    targets = [(plans, "module_defines"), (plans, "module_spec"), (plans, "plan_for"), (launch, "plan_for"),
+               (choice, "resolve_version"), (launch, "resolve_version"),
+               (autotune, "choose"), (kernels.ConvShape, "of"), (choice, "measured_defaults"),
+               (choice, "load_defaults")]
+    for cls in {type(v) for v in kernels.VERSIONS.values()} | {ImplicitGemm}:
         if "defines" in vars(cls):
             targets.append((cls, "defines"))
     return targets
@@ -224,12 +225,12 @@ NEW_LAYERS = [   # not in defaults.json: tuned on first use
 def test_autotuning_a_new_layer_and_its_cache(gpu, tmp_path, monkeypatch, x_shape, attrs):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv(autotune.ENV, "1")
-    monkeypatch.delenv(versions.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(choice.KERNEL_ENV, raising=False)
     autotune.forget_caches()
     kernels.forget_layer_calls()
     spec, x, k, bias = _layer(x_shape, attrs, 11)
     shape = kernels.ConvShape.of(x.shape, k.shape, spec)
-    assert versions.measured_version(shape, gpu.name) is None
+    assert choice.measured_version(shape, gpu.name) is None
     xd, kd, bd, yd = _to_device(gpu, x, k, bias if bias is not None else np.zeros(1, np.float32),
                                 np.full(spec.output_shape(x.shape), np.nan, np.float32))
     args = (_ptr(yd), _ptr(xd), _ptr(kd), x.shape, k.shape, _ptr(bd) if bias is not None else None, spec)
@@ -265,6 +266,6 @@ def test_autotuning_a_new_layer_and_its_cache(gpu, tmp_path, monkeypatch, x_shap
 
 def test_cubins_are_cached_on_disk(gpu):
     shape = kernels.ConvShape(2, 9, 9, 3, 3)
-    defines = tuple(sorted(versions.plan_defines(8, shape).items()))
-    device.build_cubin(defines, gpu.arch)
-    assert device.cubin_path(defines, gpu.arch).exists()
+    module = kernels.module_spec(8, shape)
+    build.build_cubin(module, gpu.arch)
+    assert build.cubin_path(module, gpu.arch).exists()

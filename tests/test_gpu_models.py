@@ -1,4 +1,4 @@
-"""GPU (skipped without one): the host copy path of kernels/hostcopy.py in every mode, the fused
+"""GPU (skipped without one): the host copy path of kernels/hostcopy/ in every mode, the fused
 layer on the GPU, the later course models through m3/final, and m3's --profile breakdown."""
 import re
 
@@ -12,9 +12,9 @@ require_mxnet("ece408_op.mx.inference")
 from ece408_op import kernels  # noqa: E402
 from ece408_op.conv import conv2d_forward_cpu  # noqa: E402
 from ece408_op.conv.fused import fused_reference_and_bound, pooled_shape  # noqa: E402
-from ece408_op.kernels import hostcopy  # noqa: E402
+from ece408_op.kernels.hostcopy import engine, records, pages  # noqa: E402
 
-MODES = hostcopy.MODES
+MODES = engine.MODES
 # (B, C, H, W, M, K): y of 230 MB (the ring of 4 x 16 MB wraps), a C=12 course layer, one smaller than a page
 SHAPES = [(2000, 1, 28, 28, 50, 5), (300, 12, 33, 33, 24, 5), (3, 2, 9, 11, 7, 3)]
 HAS_FUSED = hasattr(kernels, "fused_forward_device") and hasattr(kernels, "fused_forward_gpu")
@@ -28,7 +28,7 @@ def _misaligned(shape, offset=4, guard=4096):
     bytes, (start, end) of the array in them)."""
     nbytes = int(np.prod(shape)) * 4
     raw = np.empty(2 * guard + 4096 + nbytes, np.uint8)
-    start = guard + (offset - (hostcopy.address(raw) + guard)) % 4096
+    start = guard + (offset - (pages.address(raw) + guard)) % 4096
     raw[:start] = 0xAB
     raw[start + nbytes:] = 0xAB
     return raw[start:start + nbytes].view(np.float32).reshape(shape), raw, (start, start + nbytes)
@@ -44,28 +44,28 @@ def _inputs(rng, shape):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_forward_into_writes_the_conv_into_unaligned_fresh_memory(gpu, rng, monkeypatch, mode, shape):
-    monkeypatch.setenv(hostcopy.MODE_ENV, mode)
+    monkeypatch.setenv(engine.MODE_ENV, mode)
     x, k = _inputs(rng, shape)
     out, raw, (start, end) = _misaligned((shape[0], shape[4], shape[2] - shape[5] + 1, shape[3] - shape[5] + 1))
-    first = hostcopy.record_count()
-    seconds = hostcopy.forward_into(out, x, k)
+    first = records.record_count()
+    seconds = engine.forward_into(out, x, k)
     assert seconds > 0
     check_against_reference(out, x, k, images=[0, shape[0] // 2, shape[0] - 1], what=f"{mode} {shape}")
     assert_close(out, conv2d_forward_cpu(x, k), atol=1e-3, rtol=1e-4, what=f"{mode} {shape} vs CPU")
     assert np.all(raw[:start] == 0xAB) and np.all(raw[end:] == 0xAB), "bytes outside y were written"
-    (record,) = hostcopy.records_since(first)
+    (record,) = records.records_since(first)
     assert record.mode == mode and record.y_bytes == out.nbytes and record.wall >= record.op_time
 
 
 def test_registered_mode_unregisters_every_call(gpu_alone, rng, monkeypatch):
     # A piece left registered would make the next registration of the same memory fail.
-    monkeypatch.setenv(hostcopy.MODE_ENV, "registered")
+    monkeypatch.setenv(engine.MODE_ENV, "registered")
     x, k = _inputs(rng, (400, 1, 28, 28, 50, 5))
     out = np.empty((400, 50, 24, 24), np.float32)
-    hostcopy.forward_into(out, x, k)
+    engine.forward_into(out, x, k)
     before = gpu_alone.memory_in_use()
     for _ in range(20):
-        hostcopy.forward_into(out, x, k)
+        engine.forward_into(out, x, k)
     assert gpu_alone.memory_in_use() <= before + (2 << 20)    # no buffer kept per call
     check_against_reference(out, x, k, images=[0, 399])
 
@@ -81,7 +81,7 @@ def test_calls_from_other_threads_leave_no_stream_to_clean_up(gpu, rng):
     outs = [np.empty((64, 50, 24, 24), np.float32) for _ in range(3)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        threads = [threading.Thread(target=hostcopy.forward_into, args=(out, x, k)) for out in outs]
+        threads = [threading.Thread(target=engine.forward_into, args=(out, x, k)) for out in outs]
         for t in threads:
             t.start()
             t.join()
@@ -95,12 +95,12 @@ def test_calls_from_other_threads_leave_no_stream_to_clean_up(gpu, rng):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("bias", [False, True])
 def test_fused_layer_on_the_gpu(gpu, rng, monkeypatch, mode, bias):
-    monkeypatch.setenv(hostcopy.MODE_ENV, mode)
+    monkeypatch.setenv(engine.MODE_ENV, mode)
     for shape in SHAPES[:2]:
         x, k = _inputs(rng, shape)
         b = rng.standard_normal(shape[4]).astype(np.float32) if bias else None
         out, raw, (start, end) = _misaligned(pooled_shape(x.shape, k.shape))
-        hostcopy.forward_into(out, x, k, b, fused=True)
+        engine.forward_into(out, x, k, b, fused=True)
         images = [0, shape[0] - 1]
         ref, bound = fused_reference_and_bound(x[images], k, b)
         bad = ~(np.abs(out[images] - ref) <= bound)

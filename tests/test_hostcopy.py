@@ -1,6 +1,6 @@
-"""The host side of the GPU copy path (kernels/hostcopy.py), on real memory: page arithmetic,
-faulting pages in ahead of a copy (checked with mincore), the pooled memmove, the mode switch.
-The CUDA side runs in tests/test_gpu_models.py."""
+"""The host side of the GPU copy path (kernels/hostcopy/), on real memory: page arithmetic, faulting
+pages in ahead of a copy (checked with mincore), the pooled memmove, the mode switch; and the fresh-memory
+yardstick (bench/memory.py). The CUDA side runs in tests/test_gpu_models.py."""
 import ctypes
 import mmap
 from concurrent.futures import ThreadPoolExecutor
@@ -10,14 +10,16 @@ import pytest
 
 from conftest import resident_pages
 from ece408_op.errors import GpuError
-from ece408_op.kernels import hostcopy
+from ece408_op.bench import memory
+from ece408_op.kernels.hostcopy import engine
+from ece408_op.kernels.hostcopy import pages
 
 PAGE = mmap.PAGESIZE
 
 
 def fresh_mapping(nbytes):
     """Anonymous memory that was never touched (as MXNet's fresh output is)."""
-    area = hostcopy.fresh_area(nbytes)
+    area = pages.fresh_area(nbytes)
     return area, ctypes.addressof(ctypes.c_char.from_buffer(area))
 
 
@@ -28,11 +30,11 @@ def fresh_mapping(nbytes):
     (5, 10, (PAGE, PAGE)),
 ])
 def test_inner_pages(addr, nbytes, want):
-    assert hostcopy.inner_pages(addr, nbytes) == want
+    assert pages.inner_pages(addr, nbytes) == want
 
 
 def test_pieces_cover_the_range_once():
-    parts = hostcopy.pieces(100, 100 + 10 * 7 + 3, 10)
+    parts = pages.pieces(100, 100 + 10 * 7 + 3, 10)
     assert parts[0] == (100, 10) and parts[-1] == (170, 3)
     assert sum(n for _, n in parts) == 73 and all(a + n == b for (a, n), (b, _) in zip(parts, parts[1:]))
 
@@ -42,12 +44,12 @@ def test_populate_faults_pages_in_and_keeps_contents():
     area, addr = fresh_mapping(nbytes)
     try:
         assert resident_pages(addr, nbytes) == 0
-        hostcopy.populate(addr + 8 * PAGE, 16 * PAGE)
+        pages.populate(addr + 8 * PAGE, 16 * PAGE)
         assert resident_pages(addr + 8 * PAGE, 16 * PAGE) == 16
         assert resident_pages(addr + 24 * PAGE, 40 * PAGE) == 0     # nothing outside the range
-        view = hostcopy.byte_view(addr, nbytes)
+        view = pages.byte_view(addr, nbytes)
         view[:] = np.arange(nbytes) % 251
-        hostcopy.populate(addr, nbytes)                              # already there: contents kept
+        pages.populate(addr, nbytes)                              # already there: contents kept
         assert np.array_equal(view, np.arange(nbytes) % 251)
     finally:
         area.close()
@@ -55,12 +57,12 @@ def test_populate_faults_pages_in_and_keeps_contents():
 
 def test_populate_fallback_touch_keeps_contents(monkeypatch):
     # the path for kernels before 5.14 (no MADV_POPULATE_WRITE): one read-write per page
-    monkeypatch.setattr(hostcopy, "_populate_supported", [False])
+    monkeypatch.setattr(pages, "populate_supported", [False])
     area, addr = fresh_mapping(32 * PAGE)
     try:
-        view = hostcopy.byte_view(addr, 32 * PAGE)
+        view = pages.byte_view(addr, 32 * PAGE)
         view[: 4 * PAGE] = 7
-        hostcopy.populate(addr, 32 * PAGE)
+        pages.populate(addr, 32 * PAGE)
         assert resident_pages(addr, 32 * PAGE) == 32
         assert np.all(view[: 4 * PAGE] == 7) and not view[4 * PAGE:].any()
     finally:
@@ -70,8 +72,8 @@ def test_populate_fallback_touch_keeps_contents(monkeypatch):
 def test_advise_huge_accepts_aligned_ranges_and_skips_small_ones():
     area, addr = fresh_mapping(8 << 20)
     try:
-        assert hostcopy.advise_huge(addr + 1, 100) is False          # no 2 MB-aligned inside: nothing asked
-        hostcopy.advise_huge(addr, 8 << 20)                          # accepted or refused (no THP): never raises
+        assert pages.advise_huge(addr + 1, 100) is False          # no 2 MB-aligned inside: nothing asked
+        pages.advise_huge(addr, 8 << 20)                          # accepted or refused (no THP): never raises
     finally:
         area.close()
 
@@ -92,41 +94,41 @@ def test_fault_in_measures_private_memory_and_its_huge_pages():
     if mode not in ("madvise", "always"):
         pytest.skip(f"transparent huge pages are {mode or 'not available'} on this kernel")
     with ThreadPoolExecutor(max_workers=1) as executor:
-        seconds, gained = hostcopy.fault_in(64 << 20, executor, huge=True)
+        seconds, gained = memory.fault_in(64 << 20, executor, huge=True)
         assert seconds > 0 and gained is not None and gained >= 2       # at least one 2 MB page
         if mode == "madvise":                                           # not asked: none given
-            assert hostcopy.fault_in(64 << 20, executor, huge=False)[1] == 0
+            assert memory.fault_in(64 << 20, executor, huge=False)[1] == 0
 
 
 def test_copy_bytes_on_the_pool_is_exact_across_pieces(rng):
-    nbytes = 3 * hostcopy.HOST_PIECE + 12345
+    nbytes = 3 * pages.HOST_PIECE + 12345
     src = rng.integers(0, 256, nbytes, dtype=np.uint8)
     area, addr = fresh_mapping(nbytes + PAGE)
     try:
         dst = addr + 3                                              # not page-aligned, like MXNet's arrays
-        futures = hostcopy.copy_bytes(dst, hostcopy.address(src), nbytes, fault_first=True)
+        futures = pages.copy_bytes(dst, pages.address(src), nbytes, fault_first=True)
         assert len(futures) == 4
-        hostcopy.wait_all(futures)
-        assert np.array_equal(hostcopy.byte_view(dst, nbytes), src)
-        assert hostcopy.byte_view(addr, 3).tolist() == [0, 0, 0]    # nothing written before dst
+        pages.wait_all(futures)
+        assert np.array_equal(pages.byte_view(dst, nbytes), src)
+        assert pages.byte_view(addr, 3).tolist() == [0, 0, 0]    # nothing written before dst
     finally:
         area.close()
 
 
 def test_mode_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv(hostcopy.MODE_ENV, raising=False)
-    assert hostcopy.host_copy_mode() == "ring"
-    monkeypatch.setenv(hostcopy.MODE_ENV, "Registered")
-    assert hostcopy.host_copy_mode() == "registered"
+    monkeypatch.delenv(engine.MODE_ENV, raising=False)
+    assert engine.host_copy_mode() == "ring"
+    monkeypatch.setenv(engine.MODE_ENV, "Registered")
+    assert engine.host_copy_mode() == "registered"
     # bad input: an unknown mode names the choices
-    monkeypatch.setenv(hostcopy.MODE_ENV, "teleport")
+    monkeypatch.setenv(engine.MODE_ENV, "teleport")
     with pytest.raises(GpuError, match="ring, registered, direct"):
-        hostcopy.host_copy_mode()
+        engine.host_copy_mode()
 
 
 def test_fresh_memory_yardstick_measures_this_machine():
     # both rates come from timing real work on real memory: finite and positive, and a memmove
     # into mapped pages is not slower than a tenth of mapping them (it does no page-table work)
-    fault, copy = hostcopy.measure_fresh_memory(32 << 20, repeats=1)
+    fault, copy = memory.measure_fresh_memory(32 << 20, repeats=1)
     assert 0 < fault < 1e4 and 0 < copy < 1e4
     assert copy > fault / 10

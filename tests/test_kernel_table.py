@@ -9,7 +9,9 @@ import pytest
 from ece408_op import kernels
 from ece408_op.conv import fused_reference_and_bound, max_pool_2x2, reference_and_bound, tanh_maxpool
 from ece408_op.errors import ShapeError
-from ece408_op.kernels import suite, versions
+from ece408_op.bench import suite
+from ece408_op.kernels import choice
+from ece408_op.kernels.versions import v08_gemm, v11_resident, version
 
 S = kernels.ConvShape
 LAYERS = [layer.shape() for layer in suite.LAYERS] + [
@@ -19,14 +21,14 @@ LAYERS = [layer.shape() for layer in suite.LAYERS] + [
 
 @pytest.mark.parametrize("shape", LAYERS, ids=str)
 def test_gemm_tiles_divide_and_fit(shape):
-    defines = kernels.module_defines(shape)
     for number in (8, 9):
-        version = kernels.VERSIONS[number]
-        threads, bp = version.threads_and_bp(defines)
+        defines = kernels.module_defines(number, shape)
+        gemm = kernels.VERSIONS[number]
+        threads, bp = gemm.threads_and_bp(defines)
         assert threads % 32 == 0 and threads <= 1024
-        assert version.shared_bytes(defines) <= versions.MAX_SHARED
-        assert version.unsupported(shape) is None
-        assert versions.gemm_stride(bp) % 16 == 8 and versions.gemm_stride(version.bf(defines)) % 16 == 8
+        assert gemm.shared_bytes(defines) <= version.MAX_SHARED
+        assert gemm.unsupported(shape) is None
+        assert v08_gemm.gemm_stride(bp) % 16 == 8 and v08_gemm.gemm_stride(gemm.bf(defines)) % 16 == 8
     assert defines["V9_BK"] % 8 == 0
     assert defines["V9_WF"] * defines["V9_NI"] * 8 >= min(shape.M // shape.G, 64)   # no filter tile wasted on few filters
 
@@ -37,8 +39,8 @@ def test_fused_capability():
     assert "stride" in kernels.FUSED.reason(S(3, 20, 20, 8, 3, SH=2, SW=2))
     assert "registers" in kernels.FUSED.reason(S(6, 30, 30, 16, 5))
     assert "2x2" in kernels.FUSED.reason(S(1, 5, 5, 2, 5))
-    on = kernels.module_defines(S(1, 28, 28, 50, 5))
-    off = kernels.module_defines(S(1, 28, 28, 50, 5, PH=1, PW=1))   # a general version's module: padded x
+    on = kernels.module_defines(kernels.FUSED, S(1, 28, 28, 50, 5))
+    off = kernels.module_defines(kernels.FUSED, S(1, 28, 28, 50, 5, PH=1, PW=1))   # a layer with padding
     assert on["FUSE_ENABLED"] == 1 and off["FUSE_ENABLED"] == 0
 
 
@@ -47,7 +49,7 @@ def test_defaults_table_picks_the_measured_version(tmp_path, monkeypatch):
     table = {"Some GPU": {"shapes": {kernels.shape_key(shape): 9, kernels.shape_key(S(1, 28, 28, 50, 5)): 4}}}
     path = tmp_path / "defaults.json"
     path.write_text(json.dumps(table))
-    monkeypatch.setattr(versions, "DEFAULTS_FILE", path)
+    monkeypatch.setattr(choice, "DEFAULTS_FILE", path)
     assert kernels.default_version(shape, "Some GPU") == 9
     assert kernels.default_version(S(1, 28, 28, 50, 5), "Some GPU") == 4
     assert kernels.default_version(shape, "Another GPU") == 10             # not measured there: the fallback
@@ -56,7 +58,7 @@ def test_defaults_table_picks_the_measured_version(tmp_path, monkeypatch):
     big = S(64, 32, 32, 128, 5)                                            # weights beyond constant memory
     table["Some GPU"]["shapes"][kernels.shape_key(big)] = 7                # a version that cannot run it
     path.write_text(json.dumps(table))
-    versions.reload_defaults()
+    choice.reload_defaults()
     assert kernels.VERSIONS[7].unsupported(big) and kernels.default_version(big, "Some GPU") == 8
 
 
@@ -65,24 +67,24 @@ def test_winograd_is_never_a_default(tmp_path, monkeypatch):
     assert kernels.VERSIONS[12].unsupported(resnet) is None and kernels.default_version(resnet) != 12
     path = tmp_path / "defaults.json"
     path.write_text(json.dumps({"Some GPU": {"shapes": {kernels.shape_key(resnet): 12}}}))
-    monkeypatch.setattr(versions, "DEFAULTS_FILE", path)
+    monkeypatch.setattr(choice, "DEFAULTS_FILE", path)
     assert kernels.default_version(resnet, "Some GPU") == kernels.default_version(resnet)   # the table's 12 ignored
     assert kernels.choose_version("12", resnet, "Some GPU") == 12                          # asked for: runs
     result = {"layers": [{"name": "L"}], "rows": [_row("L", 64, "v12 winograd", 0.1), _row("L", 64, "v9 tensor", 0.3)]}
     assert suite.choose_defaults(result) == {"K": 9}
     with pytest.raises(ValueError, match="V12_GEMM"):
         # bad input: a GEMM version v12 cannot use
-        kernels.module_defines(resnet, {"V12_GEMM": 7})
+        kernels.module_defines(12, resnet, {"V12_GEMM": 7})
 
 
 def test_fast_is_winograd_where_it_runs_else_the_default(monkeypatch):
     resnet, stride2, course = S(128, 28, 28, 128, 3, PH=1, PW=1), S(64, 56, 56, 128, 3, 3, 2, 2, 1, 1), S(1, 28, 28, 50, 5)
-    assert kernels.parse_version(" Fast ") == versions.FAST
+    assert kernels.parse_version(" Fast ") == choice.FAST
     assert kernels.choose_version("fast", resnet, "NVIDIA H100 80GB HBM3") == 12
     for shape in (stride2, course):
         assert kernels.choose_version("fast", shape, "NVIDIA H100 80GB HBM3") == kernels.default_version(
             shape, "NVIDIA H100 80GB HBM3") != 12
-    monkeypatch.setenv(versions.KERNEL_ENV, "fast")
+    monkeypatch.setenv(choice.KERNEL_ENV, "fast")
     assert kernels.choose_version(None, resnet) == 12 and kernels.choose_version("auto", course) == 7
     with pytest.raises(ShapeError, match="v12 winograd cannot run this layer"):
         # bad input: v12 asked for by number on a layer it cannot run (fast would fall back)
@@ -94,7 +96,7 @@ def test_fast_is_winograd_where_it_runs_else_the_default(monkeypatch):
 
 def test_committed_defaults_name_real_versions_and_measured_shapes():
     known = {kernels.shape_key(layer.shape()) for layer in suite.LAYERS}
-    for device, entry in versions.load_defaults().items():
+    for device, entry in choice.load_defaults().items():
         assert entry["shapes"], device
         for key, number in entry["shapes"].items():
             assert key in known and number in kernels.VERSIONS, (device, key, number)
@@ -146,8 +148,8 @@ def test_fused_bound_holds_for_float32_and_catches_a_wrong_window():
 
 def test_committed_defaults_are_the_committed_measurements():
     # defaults.json is what choose_defaults makes of the committed suite runs (docs/bench), device by device
-    root = versions.DEFAULTS_FILE.parents[2] / "docs" / "bench"
-    table = versions.load_defaults()
+    root = choice.DEFAULTS_FILE.parents[2] / "docs" / "bench"
+    table = choice.load_defaults()
     for path in (root / "suite.json", root / "h200" / "suite.json"):
         result = json.loads(path.read_text())
         assert table[result["device"]]["shapes"] == suite.choose_defaults(result)
@@ -168,37 +170,88 @@ def test_device_entry_points_refuse_misaligned_pointers_before_any_launch(entry,
 def test_an_explicit_full_unroll_is_honoured_with_several_channels():
     vgg = S(3, 224, 224, 64, 3, PH=1, PW=1)
     inner = kernels.VERSIONS[7].inner(vgg)
-    assert versions.plan_defines(7, inner, {"UNROLL_M": "full"})["V7_UNROLL_M"] == 64
-    assert versions.plan_defines(7, inner)["V7_UNROLL_M"] == kernels.VERSIONS[7].SEVERAL_UNROLL
+    assert kernels.module_defines(7, inner, {"UNROLL_M": "full"})["V7_UNROLL_M"] == 64
+    assert kernels.module_defines(7, inner)["V7_UNROLL_M"] == kernels.VERSIONS[7].SEVERAL_UNROLL
 
 
 @pytest.mark.parametrize("layer", [(6, 30, 30, 5), (12, 33, 33, 5), (1, 28, 28, 5), (3, 9, 11, 3), (2, 6, 6, 6),
                                    (1, 1, 1, 1)])
 def test_v11_tap_order_is_a_padded_permutation_no_worse_than_the_natural_one(layer):
     c, h, w, k = layer
-    order = versions.tap_order(c, h, w, k)
+    order = v11_resident.tap_order(c, h, w, k)
     taps = c * k * k
     assert len(order) % 8 == 0 and len(order) - taps < 8
     assert sorted(order[:taps]) == list(range(taps)) and set(order[taps:]) <= {-1}   # padding only at the end
     natural = list(range(taps))
-    assert versions.read_wavefronts(c, h, w, k, order) <= versions.read_wavefronts(c, h, w, k, natural)
+    assert v11_resident.read_wavefronts(c, h, w, k, order) <= v11_resident.read_wavefronts(c, h, w, k, natural)
 
 
 def test_v11_tap_order_removes_bank_conflicts_on_the_2018_layer():
-    natural = versions.read_wavefronts(6, 30, 30, 5, list(range(150)))
-    ordered = versions.read_wavefronts(6, 30, 30, 5, versions.tap_order(6, 30, 30, 5))
+    natural = v11_resident.read_wavefronts(6, 30, 30, 5, list(range(150)))
+    ordered = v11_resident.read_wavefronts(6, 30, 30, 5, v11_resident.tap_order(6, 30, 30, 5))
     assert natural > 1.4 and ordered < 1.25, (natural, ordered)
     # consecutive taps of one row never conflict: 8 positions x 4 adjacent taps span 11 words
-    assert versions.read_wavefronts(1, 8, 40, 4, [0, 1, 2, 3]) == pytest.approx(1.0)
+    assert v11_resident.read_wavefronts(1, 8, 40, 4, [0, 1, 2, 3]) == pytest.approx(1.0)
 
 
 def test_v11_tiles_and_shared_memory():
     v11 = kernels.VERSIONS[11]
     course2 = kernels.ConvShape(6, 30, 30, 16, 5)
-    d = versions.plan_defines(11, v11.inner(course2))
+    d = kernels.module_defines(11, v11.inner(course2))
     assert (d["V11_WARPS"], d["V11_MT"], d["V11_BUFFERS"], d["V11_ENABLED"]) == (4, 2, 1, 1)
     # 19 k-steps x 2 filter fragments x 32 lanes x 16 bytes + the tap table + one 6x30x30 image
     assert v11.shared_bytes(d) == 19 * 2 * 32 * 16 + 19 * 32 + 6 * 900 * 4
     assert "filters" in v11.unsupported(kernels.ConvShape(6, 30, 30, 72, 5))
     assert "C*K*K" in v11.unsupported(kernels.ConvShape(64, 16, 16, 32, 3))
     assert "shared memory" in v11.unsupported(kernels.ConvShape(3, 226, 226, 64, 3))
+
+
+PROBE_PY = '''"""A test's own version: v1's kernel under another name."""
+from ece408_op.kernels.versions.registry import register
+from ece408_op.kernels.versions.v01_naive import Naive
+
+
+@register
+class Probe(Naive):
+    number, name, kernels = 99, "probe", ("conv_forward_probe",)
+    defaultable = False
+'''
+
+
+def test_a_new_version_is_picked_up_by_the_registry(tmp_path, monkeypatch):
+    """Adding a version is its two files in a folder of versions: the registry finds the module, the
+    module registers its class, and its CUDA file beside it is what its plans build."""
+    import shutil
+    import sys
+    from ece408_op.kernels.build import ModuleSpec, build_cubin
+    from ece408_op.kernels.versions import registry
+    package = tmp_path / "probe_versions"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "v99_probe.py").write_text(PROBE_PY)
+    common = kernels.VERSIONS[1].source_path.with_name("common.cuh")
+    naive = kernels.VERSIONS[1].source_path.read_text()
+    (package / "v99_probe.cu").write_text(naive.replace('#include "common.cuh"', f'#include "{common}"')
+                                          .replace("conv_forward_v1(", "conv_forward_probe("))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    course = S(1, 28, 28, 50, 5)
+    try:
+        registry.discover("probe_versions", [str(package)])
+        probe = kernels.VERSIONS[99]
+        assert list(kernels.VERSIONS)[-1] == 99 and probe.label == "v99 probe"
+        assert kernels.parse_version("probe") == kernels.parse_version("v99") == 99
+        assert kernels.choose_version("99", course) == 99 and kernels.default_version(course) != 99
+        spec = kernels.module_spec(99, probe.inner(course))
+        assert spec.source == package / "v99_probe.cu" and dict(spec.defines)["CONV_M"] == 50
+        if shutil.which("nvcc"):
+            monkeypatch.setenv("ECE408_CUBIN_CACHE", str(tmp_path / "cubins"))
+            assert build_cubin(spec, "sm_90") and build_cubin(ModuleSpec(spec.source, spec.defines), "sm_90")
+            assert len(list((tmp_path / "cubins").iterdir())) == 1            # cached once, by its sources
+        with pytest.raises(ValueError, match="clashes"):
+            # bad input: a second version of the same number
+            registry.register(type("Again", (type(probe),), {"name": "again"}))
+    finally:
+        registry.unregister(99)
+        for name in [n for n in sys.modules if n.startswith("probe_versions")]:
+            del sys.modules[name]
+    assert 99 not in kernels.VERSIONS

@@ -1,7 +1,8 @@
 """``python -m ece408_op bench cpu|overhead|zoo|gpu|memory ...``: the CPU benchmarks against MXNet's
 built-in (need MXNet), the model-zoo table (MXNet), the GPU one (PyCUDA and PyTorch, no MXNet), or
 how fast this machine maps fresh host memory (NumPy only: the floor under the GPU path's wall time
-with MXNet's CPU build)."""
+with MXNet's CPU build). The command lines are here; what they measure is in ``ece408_op/bench/``."""
+import argparse
 import importlib.util
 import json
 
@@ -43,7 +44,7 @@ def short_name(layer):
 
 def cpu_command(argv):
     _mxnet_with_all_cores()
-    from ..mx.bench import CPU_TABLE_HEAD, LAYERS, bench_cpu, cpu_png, cpu_row, machine
+    from ..bench.cpu import CPU_TABLE_HEAD, LAYERS, bench_cpu, cpu_png, cpu_row, machine
     names = {short_name(name): name for name in LAYERS}
     names.update({name.lower(): name for name in LAYERS})
     parser = ArgumentParser(prog="ece408_op bench cpu",
@@ -82,7 +83,7 @@ def cpu_command(argv):
 
 def overhead_command(argv):
     _mxnet_with_all_cores()
-    from ..mx.bench import bench_overhead, overhead_table
+    from ..bench.cpu import bench_overhead, overhead_table
     parser = ArgumentParser(prog="ece408_op bench overhead",
                             description="The fixed cost of one ece408_conv call, of an empty CustomOp and of the "
                                         "built-in Convolution (negligible computation).")
@@ -96,6 +97,7 @@ def overhead_command(argv):
 
 def zoo_command(argv):
     _mxnet_with_all_cores()
+    from ..bench import zoo as timing
     from ..mx import zoo
     parser = ArgumentParser(prog="ece408_op bench zoo",
                             description="Model-zoo networks, original vs every convolution swapped: agreement on "
@@ -113,21 +115,21 @@ def zoo_command(argv):
         result = zoo.validate(name, batch=1 if small >= 224 else 2, device=args.device)
         if not args.no_timing:
             size = max(args.size, small) if name != "inceptionv3" else max(args.size, 299)
-            result.seconds = zoo.time_pair(name, args.batch, size, args.repeats, device=args.device)
+            result.seconds = timing.time_pair(name, args.batch, size, args.repeats, device=args.device)
             result.timed_shape = (args.batch, 3, size, size)
         results.append(result)
         print(f"{name}: {result.swapped}/{result.convolutions} swapped, max rel. diff "
               f"{max(result.max_rel.values()):.1e}, argmax {'same' if all(result.argmax_equal.values()) else 'DIFFERS'}",
               flush=True)
-    print(zoo.table(results))
+    print(timing.table(results))
     if args.json:
         with open(args.json, "w") as handle:
-            handle.write(zoo.to_json(results))
+            handle.write(timing.to_json(results))
     return 0 if all(r.ok for r in results) else 1
 
 
 def memory_command(argv):
-    from ..kernels.hostcopy import fault_in_table
+    from ..bench.memory import fault_in_table
     parser = ArgumentParser(prog="ece408_op bench memory",
                             description="How fast this machine faults in fresh anonymous memory (as MXNet's new "
                                         "output is) with 1, 4 and all-core threads, with and without transparent "
@@ -159,19 +161,132 @@ def gpu_command(argv):
                           "the kernels run through PyCUDA): pip install -e '.[bench]' on a machine with a CUDA GPU")
     argv = [a for a in argv if a != "--debug"]
     if "--network" in argv:
-        from ..torch.bench import main as network_main
-        return network_main(argv)
+        return network_command(argv)
     if "--precompile" in argv:
         return precompile_command(argv)
-    from ..kernels.bench import main as gpu_main
-    return gpu_main(argv)
+    from ..bench.gpu import COURSE_LAYER
+    parser = _gpu_parser(COURSE_LAYER)
+    args = parser.parse_args(argv)
+    if args.suite:
+        if args.repeats == parser.get_default("repeats"):
+            args.repeats = 10
+        return suite_command(args)
+    if args.course_map:
+        from ..bench import coursemap
+        return coursemap.run(args.batch, args.repeats, args.out, streams=not args.no_streams)
+    layer = [getattr(args, key) for key in COURSE_LAYER]
+    if args.sweep:
+        return sweep_command(layer, args)
+    from ..bench import gpu
+    versions = [int(v) for v in args.versions.split(",")] if args.versions else None
+    result = gpu.run(*layer, repeats=args.repeats, versions=versions)
+    gpu.save(result, args.out)
+    gpu.print_table(result)
+    bad = [name for name, e in result["entries"].items() if e.get("valid") is False]
+    if bad:
+        print(f"INVALID results: {', '.join(bad)}")
+        return 1
+    return 0
+
+
+def _gpu_parser(course_layer):
+    from ..bench import gpu
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu", description=gpu.__doc__.splitlines()[0])
+    for key, value in course_layer.items():
+        parser.add_argument(f"--{key}", type=int, default=value)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--versions", help="comma-separated version numbers (default: all)")
+    parser.add_argument("--out", default="bench-gpu", help="folder for the JSON/CSV/PNG (and the sweep's table)")
+    parser.add_argument("--sweep", action="store_true", help="run v7's tuning sweep instead")
+    parser.add_argument("--suite", action="store_true",
+                        help="run the suite instead: every layer of the course models and real networks, several batches")
+    parser.add_argument("--quick", action="store_true", help="with --suite: one batch per layer")
+    parser.add_argument("--layers", help="with --suite: comma-separated layer names (default: all)")
+    parser.add_argument("--tiles", nargs="?", const="all",
+                        help="with --suite: first sweep tile sizes (of 'all', or e.g. '9,10,fused')")
+    parser.add_argument("--course-map", action="store_true",
+                        help="the course's optimisation list instead: v14-v19 against the versions they improve on the "
+                             "course layers, and ECE408_STREAMS (bench/coursemap.py; --batch, --repeats, --out)")
+    parser.add_argument("--no-streams", action="store_true", help="with --course-map: the kernels only")
+    parser.add_argument("--apply", action="store_true",
+                        help="with --sweep: store the winner in tuning.json; with --suite: the defaults in defaults.json")
+    return parser
+
+
+def sweep_command(layer, args):
+    """``bench gpu --sweep [--apply]``: v7's sweep on the course layer, its table; the winner stored."""
+    from ..bench import sweep
+    from ..kernels import tuning
+    result = sweep.sweep(*layer, repeats=args.repeats)
+    best = sweep.save_sweep(result, args.out, apply=args.apply)
+    print(sweep.sweep_markdown(result))
+    if best is None:
+        print("INVALID results: no v7 configuration was valid")
+        return 1
+    print("winner (ties within {:.0%} keep the stored tuning): {}{}".format(
+        sweep.NOISE, {key: best[key] for key in tuning.V7_KEYS}, ", stored in tuning.json" if args.apply else ""))
+    return 0
+
+
+def suite_command(args):
+    """``bench gpu --suite``: precompile, the tile sweep first (``--tiles``), the suite; JSON/CSV/plots/Markdown
+    saved, the summary printed; 1 if any entry is invalid."""
+    import json
+    from pathlib import Path
+    from ..bench import suite, tiles
+    from ..bench.precompile import suite_modules
+    from ..kernels.build import precompile
+    from ..kernels.device import GpuDevice
+    layers = args.layers.split(",") if args.layers else None
+    dev = GpuDevice.get()
+    print(f"precompiled {precompile(suite_modules(layers=layers, tiles=bool(args.tiles)), dev.arch)} modules",
+          flush=True)
+    if args.tiles:
+        owners = None if args.tiles == "all" else args.tiles.split(",")
+        swept = tiles.sweep_tiles(args.repeats, layers or tiles.TILE_LAYERS, owners=owners)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "tiles.json").write_text(json.dumps(swept, indent=1))
+        (Path(args.out) / "tiles.md").write_text(tiles.tiles_markdown(swept))
+    result = suite.run_suite(args.repeats, args.quick, layers, progress=lambda partial: suite.save(partial, args.out))
+    suite.save(result, args.out)
+    defaults = suite.choose_defaults(result)
+    if args.apply:
+        suite.apply_defaults(result)
+    (Path(args.out) / "suite_defaults.json").write_text(json.dumps({result["device"]: defaults}, indent=2) + "\n")
+    (Path(args.out) / "suite.md").write_text(suite.markdown_table(result, defaults))
+    suite.plot(result, args.out)
+    print("\n".join(suite.summary_lines(result, defaults)))
+    return 0 if all(r["valid"] for r in result["rows"]) else 1
+
+
+def network_command(argv):
+    """``bench gpu --network``: real networks' convolutions through ece408_op.torch (bench/network.py)."""
+    from ..bench import network
+    from ..torch.nets import NETWORKS
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=network.__doc__.splitlines()[0])
+    parser.add_argument("--network", action="store_true")
+    parser.add_argument("--nets", default=",".join(NETWORKS), help=f"comma-separated, of {', '.join(NETWORKS)}")
+    parser.add_argument("--whole", default="resnet18,resnet50", help="networks timed whole (default resnet18,resnet50)")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--autotune-check", choices=("none", "new", "suite"), default="new",
+                        help="re-measure the autotuner's candidates on new layers (and the suite's: 'suite')")
+    parser.add_argument("--no-hot-path", action="store_true")
+    parser.add_argument("--out", default="bench-gpu")
+    args = parser.parse_args(argv)
+    names = [n for n in args.nets.split(",") if n]
+    whole = [n for n in args.whole.split(",") if n]
+    unknown = sorted(set(names + whole) - set(NETWORKS))
+    if unknown:
+        raise UsageError(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(NETWORKS)}")
+    return network.run(names, whole, args.repeats, args.autotune_check, not args.no_hot_path, args.out,
+                       "python -m ece408_op bench gpu " + " ".join(argv))
 
 
 def precompile_command(argv):
     """``bench gpu --precompile``: no GPU needed; build into the cubin cache every module the suite (with
     its tiles), the network benchmark and their autotuning load (the network layers need PyTorch)."""
-    from ..kernels import suite
-    from ..kernels.device import cubin_cache_dir, precompile
+    from ..bench.precompile import network_modules, suite_modules
+    from ..kernels.build import cubin_cache_dir, precompile
     parser = ArgumentParser(prog="ece408_op bench gpu --precompile", description=precompile_command.__doc__)
     parser.add_argument("--precompile", action="store_true")
     parser.add_argument("--arch", default="sm_90", help="the GPU architecture (default sm_90: H100, H200)")
@@ -179,13 +294,12 @@ def precompile_command(argv):
                         help="the device whose defaults.json entries the network layers follow")
     parser.add_argument("--no-suite", action="store_true", help="only the network benchmark's modules")
     args = parser.parse_args(argv)
-    sets = [] if args.no_suite else suite.suite_modules()
+    modules = [] if args.no_suite else suite_modules()
     try:
-        from ..torch.bench import precompile_modules
-        sets += precompile_modules(device_name=args.device_name)
+        modules += network_modules(device_name=args.device_name)
     except ImportError as exc:
         print(f"network layers skipped: {exc}")
-    print(f"{precompile(sets, args.arch)} modules for {args.arch} in {cubin_cache_dir()}")
+    print(f"{precompile(modules, args.arch)} modules for {args.arch} in {cubin_cache_dir()}")
     return 0
 
 

@@ -43,10 +43,18 @@ class Breakdown:
         self.parts.append((name, now - self.last))
         self.last = now
 
+    def report(self, layers, device):
+        """``table`` with this machine's host link and fresh-memory rates measured now (after the
+        run): what --profile prints for the custom layers' hostcopy Records ``layers``."""
+        if not layers:
+            return self.table(layers)
+        from ..bench.memory import measure_fresh_memory, measure_link
+        return self.table(layers, measure_link(device.index), measure_fresh_memory())
+
     def table(self, layers=(), link=None, fresh=None):
         """The two tables as text; ``layers`` are hostcopy Records of the inference step (the
         last mark), ``link`` (HtoD, DtoH) GB/s or None, ``fresh`` (fault-in, host copy) GB/s of
-        fresh memory (``hostcopy.measure_fresh_memory``) or None."""
+        fresh memory (``bench.memory.measure_fresh_memory``) or None."""
         lines = ["Wall time of the run (host clock):", f"{'seconds':>9}  {'share':>6}  part"]
         total = sum(seconds for _, seconds in self.parts) or 1.0
         for i, (name, seconds) in enumerate(self.parts):

@@ -206,7 +206,7 @@ def _under_ncu(milestone_name, argv, console):
     threaded engine aborts ('Resource deadlock avoided', H100, 2026-11-24) before any kernel runs;
     the naive engine runs each operator on the calling thread (Op Time and Correctness alike)."""
     import os
-    from ..kernels import ncu
+    from ..bench import ncu
     return ncu.profile(ncu_argv(milestone_name, argv), say=console.say,
                        env={**os.environ, "MXNET_ENGINE_TYPE": "NaiveEngine"})
 

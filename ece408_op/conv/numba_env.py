@@ -36,6 +36,8 @@ import sys
 import threading
 from pathlib import Path
 
+from ..base.files import user_cache_dir
+
 SLP_ENV = "NUMBA_SLP_VECTORIZE"
 CACHE_ENV = "ECE408_NUMBA_CACHE"
 DISABLE_ENV = "ECE408_NUMBA"
@@ -118,8 +120,7 @@ def cache_base():
     given = os.environ.get(CACHE_ENV, "").strip()
     if given:
         return Path(given).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ece408_op" / "numba"
+    return user_cache_dir("numba")
 
 
 def _writable(folder):

@@ -14,11 +14,11 @@ import os
 import shutil
 import signal
 import stat
-import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..base.files import create_beside, replace_with
 from ..errors import DataError, Terminated
 
 MAX_READ_BYTES = 1 << 31          # 2 GiB: far above any Fashion-MNIST file (47 MB)
@@ -45,27 +45,18 @@ def storage_error(path, exc, doing="write"):
 
 
 def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
-    OSErrors (full disk, read-only, no permission) become one-line DataErrors."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename
+    (``base.files``), flushed to the disk first. OSErrors (full disk, read-only, no permission)
+    become one-line DataErrors."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".part")
+        handle, tmp = create_beside(path, suffix=".part")
     except OSError as exc:
         raise storage_error(path.parent, exc, "create files in") from exc
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())          # mkstemp makes 0600; data is for everyone
-        os.replace(tmp, path)
+        replace_with(handle, tmp, path, data, durable=True, mode=0o666 & ~_umask())   # data is for everyone
     except OSError as exc:
-        remove_quietly(tmp)
         raise storage_error(path, exc) from exc
-    except BaseException:
-        remove_quietly(tmp)
-        raise
 
 
 def read_regular_file(path, limit=MAX_READ_BYTES):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..base.files import user_cache_dir as base_cache_dir
 from ..errors import DataError
 from .checks import check_images, check_labels, check_pair, check_same_origin, identify
 from .files import list_folder, read_regular_file
@@ -49,8 +50,7 @@ def file_names(split):
 
 
 def user_cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ece408_op" / "fashion-mnist"
+    return base_cache_dir("fashion-mnist")
 
 
 def search_order(data_dir=None):

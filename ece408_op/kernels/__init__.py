@@ -16,43 +16,44 @@ The fused layer's API (the MXNet operator builds on exactly this; keep it stable
     Checked against ece408_op.conv.fused_reference_and_bound (float64, float32 bound).
 
 Imports NumPy, PyCUDA (on first use of a device) and ``ece408_op.conv``; never MXNet, so
-the benchmark runs next to PyTorch/cuDNN. Files:
+the benchmarks (``ece408_op/bench/``) run next to PyTorch/cuDNN. Files:
 
-    conv_forward.cu   the versions side by side (its header says how each differs)
-    versions.py       the version table: capability check, #defines and grid of each version
-    shape.py          the shape class a module is compiled for
-    tuning.py/.json   tuned parameters, as data (bench --sweep writes them)
-    device.py         a device's context, lock, memory, module and plan caches, profile
-    launch.py         plans and the entry points conv2d_forward_gpu / conv2d_forward_device (the
-                      course's Op Time), conv2d_forward_async / layer_call (network use: the
-                      caller's stream, no synchronisation), fused_forward_gpu / fused_forward_device
+    versions/         the ladder: each version's CUDA file and its Python half side by side
+                      (capability check, #defines, grid), the table they register in (VERSIONS)
+    choice.py         which version runs a layer: parsing, defaults.json, the fallback order
     autotune.py       timing the versions on a layer the table does not name; the user's cache
-    cudadrv.py        the driver calls made through ctypes: modules, launches on any stream
-    defaults.json     the default version per shape class, per device, from measurements
-    hostcopy.py       host arrays in and out at the link's speed, straight into MXNet's memory
-    profile.py        the nvprof-style table of --profile
-    bench.py          every version against cuDNN and the memory floor; the v7 sweep
-    suite.py          the benchmark suite: every shape and batch, ratio tables, plots, defaults.json
+    shape.py          the shape class a module is compiled for
+    tuning.py/.json   tuned parameters, as data (bench gpu --sweep writes them)
+    build.py          a module's sources, nvcc and the on-disk cubin cache (no GPU needed)
+    device.py         a device's context, lock, memory, module and plan caches, profile
+    plans.py          a version compiled for a shape class on a device: its module, kernels, launch
+    launch.py         the entry points conv2d_forward_gpu / conv2d_forward_device (the course's Op
+                      Time), conv2d_forward_async / layer_call (network use: the caller's stream, no
+                      synchronisation), fused_forward_gpu / fused_forward_device
+    cudadrv.py        the driver calls made through ctypes: modules, launches on any stream, host memory
     libraries.py      cuBLAS and cuFFT through ctypes (v18, v19), found where CUDA's loaders look
-    coursemap.py      the course's optimisation list measured: v14-v19 and ECE408_STREAMS (docs/course-map.md)
-    ncu.py            Nsight Compute over a command (--ncu): each kernel's time, bandwidth, FLOP rate, occupancy
+    defaults.json     the default version per shape class, per device, from measurements
+    hostcopy/         host arrays in and out at the link's speed, straight into MXNet's memory
+    profile.py        the nvprof-style table of --profile
+    team.py           a team's compiled kernels: load, check a launch plan, run and time it
 
 CUDA is used through the device's primary context, pushed and popped around every use,
 so that calls may come from any thread (MXNet calls an operator's forward on its own
 worker threads); memory is reused while large enough and freed inside that context.
 """
-from .device import DEVICE_ENV, SOURCE, GpuDevice, compile_error_line, require_nvcc
-from .launch import (ConvPlan, FusedPlan, LayerCall, conv2d_forward_async, conv2d_forward_device, conv2d_forward_gpu,
-                     forget_layer_calls, fused_forward_device, fused_forward_gpu, fused_plan_for, layer_call, plan_for,
-                     pooled_shape)
+from .build import compile_error_line, require_nvcc
+from .choice import KERNEL_ENV, PREFERENCE, choose_version, default_version, parse_version, shape_key
+from .device import DEVICE_ENV, GpuDevice
+from .launch import (LayerCall, conv2d_forward_async, conv2d_forward_device, conv2d_forward_gpu, forget_layer_calls,
+                     fused_forward_device, fused_forward_gpu, layer_call, pooled_shape)
+from .plans import ConvPlan, FusedPlan, fused_plan_for, module_defines, module_spec, plan_for
 from .profile import Profile
 from .shape import ConvShape
-from .versions import (FUSED, KERNEL_ENV, PREFERENCE, VERSIONS, choose_version, default_version, module_defines,
-                       parse_version, shape_key)
+from .versions import FUSED, VERSIONS
 
-__all__ = ["DEVICE_ENV", "SOURCE", "GpuDevice", "compile_error_line", "require_nvcc", "ConvPlan", "FusedPlan",
+__all__ = ["DEVICE_ENV", "GpuDevice", "compile_error_line", "require_nvcc", "ConvPlan", "FusedPlan",
            "conv2d_forward_device", "conv2d_forward_gpu", "fused_forward_device", "fused_forward_gpu",
            "fused_plan_for", "plan_for", "pooled_shape", "LayerCall", "conv2d_forward_async", "forget_layer_calls",
            "layer_call", "Profile", "ConvShape", "FUSED", "KERNEL_ENV",
-           "PREFERENCE", "VERSIONS", "choose_version", "default_version", "module_defines", "parse_version",
-           "shape_key"]
+           "PREFERENCE", "VERSIONS", "choose_version", "default_version", "module_defines", "module_spec",
+           "parse_version", "shape_key"]

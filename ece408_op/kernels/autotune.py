@@ -26,7 +26,8 @@ the convolution) loses there what its faster kernel gains (MobileNetV2's 1x1 192
 shape the table does not name (Op Time counts the GPU alone): there the floor can cost at most its
 10 us. Runs before the caller's kernels are queued, so never inside the course's timed region
 (``_TimedPlan.forward``).
-A cache entry names the kernel source it was measured with; a changed source tunes again. A file
+A cache entry names the kernel sources it was measured with (``source_key``: a hash of every version's
+CUDA files); a changed source tunes again. A file
 that cannot be read as a cache is ignored with a one-line warning and replaced on the next write
 (written atomically: a temporary file, then a rename).
 """
@@ -40,9 +41,13 @@ import sys
 import threading
 import time
 
+from ..base.files import atomic_write, user_cache_dir
 from ..errors import GpuError
-from .device import atomic_write, precompile, source_text, user_cache_dir
-from .versions import VERSIONS, plan_defines, shape_key
+from . import cudadrv
+from .build import precompile, sources_digest
+from .choice import shape_key
+from .plans import module_spec, plan_for
+from .versions import VERSIONS
 
 ENV = "ECE408_AUTOTUNE"
 SECONDS_ENV = "ECE408_AUTOTUNE_SECONDS"
@@ -75,6 +80,16 @@ TILES = {
          {"V20_BN": 64, "V20_WG": 2}, {"V20_INLINE": 1, "V20_WG": 1}, {"V20_INLINE": 1, "V20_WG": 2, "V20_MINB": 1}],
 }
 SCRATCH = ("autotune x", "autotune k", "autotune bias", "autotune y")
+
+
+_source_key = []
+
+
+def source_key():
+    """The first 16 hex digits of a hash of every version's CUDA files (a tuning names what it measured)."""
+    if not _source_key:
+        _source_key.append(sources_digest([version.source_path for version in VERSIONS.values()])[:16])
+    return _source_key[0]
 
 
 def enabled():
@@ -111,7 +126,7 @@ def candidates(shape, arch=None):
             try:
                 if version.unsupported(shape, overrides):
                     continue
-                key = (number, tuple(sorted(plan_defines(number, version.inner(shape), overrides).items())))
+                key = (number, module_spec(number, version.inner(shape), overrides))
             except ValueError:
                 continue
             if key not in seen:
@@ -164,12 +179,12 @@ class TuneCache:
         entry = self.entries().get(cache_key(shape, batch))
         try:
             number, overrides = int(entry["version"]), dict(entry.get("overrides") or {})
-            if entry.get("source") != source_text()[1][:16] or number not in VERSIONS:
+            if entry.get("source") != source_key() or number not in VERSIONS:
                 return None
             version = VERSIONS[number]
             if not version.defaultable or version.unsupported(shape, overrides):
                 return None
-            plan_defines(number, version.inner(shape), overrides)
+            module_spec(number, version.inner(shape), overrides)
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
         return number, overrides
@@ -243,7 +258,7 @@ def choose(dev, shape, batch, measure=None, log=_warn):
     seconds = time.perf_counter() - start
     cache.put(shape, batch, {
         "version": best[0], "overrides": best[1], "ms": round(best[2] * 1e3, 4), "batch": int(batch),
-        "source": source_text()[1][:16], "date": datetime.date.today().isoformat(), "seconds": round(seconds, 2),
+        "source": source_key(), "date": datetime.date.today().isoformat(), "seconds": round(seconds, 2),
         "timings": [[describe(t[0], t[1])] + [None if v is None else round(v * 1e3, 4) for v in _seconds(t)]
                     for t in timings]})
     if seconds > NOTE_S and log is not None:
@@ -261,16 +276,14 @@ def measure_on_device(dev, shape, batch, options, budget):
     """Time each of ``options`` on scratch data of the layer's size (on the legacy default stream, with
     the caller's stream set aside); [(version, overrides, median seconds, median GPU seconds)], the
     seconds None where not timed."""
-    from . import cudadrv
-    from .launch import plan_for
-    modules = [plan_defines(n, VERSIONS[n].inner(shape), o) for n, o in options]
+    modules = [module_spec(n, VERSIONS[n].inner(shape), o) for n, o in options]
     try:
         precompile(modules, dev.arch)                        # nvcc in parallel, before any timing
     except GpuError:                                         # one that does not build (v20 with an nvcc
         built = []                                           # without sm_90a): the others are timed
-        for option, defines in zip(options, modules):
+        for option, module in zip(options, modules):
             try:
-                precompile([defines], dev.arch)
+                precompile([module], dev.arch)
                 built.append(option)
             except GpuError as exc:
                 _warn(f"not tuning {describe(*option)}: {str(exc).splitlines()[0]}")

@@ -1,6 +1,6 @@
 """The CUDA driver calls the launcher makes itself (ctypes on libcuda): modules loaded from cubins,
-kernel launches on any stream, asynchronous device copies. PyCUDA keeps the rest (context, memory,
-events, host buffers).
+kernel launches on any stream, asynchronous device copies, host memory page-locked in place (the copy
+path's ``registered`` mode). PyCUDA keeps the rest (context, memory, events, host buffers).
 
 Why not PyCUDA's ``Function``: its launch accepts only a PyCUDA ``Stream``, so it cannot queue work
 on another framework's stream (PyTorch's current stream, given as a raw ``CUstream`` handle), and it
@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from ..errors import GpuError
+from .libraries import declare
 
 FUNC_ATTRIBUTE_NUM_REGS = 4
 FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -62,10 +63,10 @@ def lib():
                 "cuLaunchKernel": (p, u, u, u, u, u, u, u, p, p, ctypes.POINTER(p)),
                 "cuMemcpyDtoDAsync_v2": (ctypes.c_uint64, ctypes.c_uint64, s, p),
                 "cuMemsetD32Async": (ctypes.c_uint64, ctypes.c_uint, s, p),
+                "cuMemHostRegister_v2": (p, s, u),
+                "cuMemHostUnregister": (p,),
             }
-            for name, args in protos.items():
-                function = getattr(cu, name)
-                function.argtypes, function.restype = list(args), ctypes.c_int
+            declare(cu, protos)
             _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
             _raw_launch.restype = ctypes.c_int
             try:
@@ -120,6 +121,16 @@ def memcpy_dtod_async(dst, src, nbytes, stream=None):
 def memset_d32_async(dst, value, count, stream=None):
     check(lib().cuMemsetD32Async(int(dst), int(value), int(count), current_stream() if stream is None else stream),
           "cuMemsetD32Async")
+
+
+def host_register(address, nbytes):
+    """Page-lock ``nbytes`` of host memory at ``address`` in place, for the current context."""
+    check(lib().cuMemHostRegister_v2(address, nbytes, 0), "cuMemHostRegister_v2")
+
+
+def host_unregister(address):
+    """Undo ``host_register`` (with the same context current)."""
+    check(lib().cuMemHostUnregister(address), "cuMemHostUnregister")
 
 
 _CHARS = {np.uintp: "L", np.uint64: "L", np.int64: "l", np.int32: "i", np.uint32: "I", np.float32: "f"}

@@ -1,29 +1,22 @@
-"""One CUDA device: its primary context, lock, memory, compiled modules, plans and profile.
+"""One CUDA device: its primary context, lock, memory, loaded modules, plans and profile.
 
-Everything cached here is owned here and freed here (inside the context). Modules are
-keyed by their full set of ``#define``s, plans by (version, defines); compiled modules are cached
-on disk (``cubin_cache_dir``), so a second process loads them without nvcc.
+Everything cached here is owned here and freed here (inside the context). Modules are keyed by
+their ``build.ModuleSpec`` (source file and #defines), plans by (version, shape, module); compiled
+modules are cached on disk (``build.cubin_path``), so a second process loads them without nvcc.
 """
 import atexit
-import gzip
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import GpuError
 from . import cudadrv
+from .build import build_cubin
 from .profile import Profile
 
-SOURCE = Path(__file__).with_name("conv_forward.cu")
 DEVICE_ENV = "ECE408_GPU"             # CUDA device index (default 0)
 
 
@@ -40,112 +33,6 @@ def driver():
 def cuda_error_line(exc):
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def require_nvcc():
-    if shutil.which("nvcc") is None:
-        raise GpuError("nvcc not found on PATH; install the CUDA toolkit or add its bin folder "
-                       "(e.g. /usr/local/cuda/bin) to PATH")
-
-
-def compile_error_line(log):
-    """The first line of an nvcc log that names an error (else its first line)."""
-    lines = [line.strip() for line in log.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()]
-    return (errors or lines or ["nvcc failed"])[0]
-
-
-CACHE_ENV = "ECE408_CUBIN_CACHE"     # folder of compiled modules (default: the user's cache, XDG)
-NVCC_FLAGS = ("-cubin",)
-_source = {}
-
-
-def source_text():
-    """conv_forward.cu's text and its hash, read once per process."""
-    if not _source:
-        text = SOURCE.read_text()
-        _source.update(text=text, sha=hashlib.sha256(text.encode()).hexdigest())
-    return _source["text"], _source["sha"]
-
-
-def user_cache_dir(*parts):
-    """$XDG_CACHE_HOME (default ~/.cache) / ece408_op / parts."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "ece408_op", *parts)
-
-
-def cubin_cache_dir():
-    return Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else user_cache_dir("cubin")
-
-
-def cubin_path(defines, arch):
-    """Where the module built with ``defines`` (sorted (name, value) pairs) for ``arch`` is cached: named
-    by a hash of the source, the defines, the architecture and the flags (not nvcc's version: a cubin
-    built by another CUDA 12/13 nvcc loads the same; ``bench gpu --precompile`` fills it ahead)."""
-    _, sha = source_text()
-    key = "\n".join([sha, arch, " ".join(NVCC_FLAGS), *(f"{k}={v}" for k, v in defines)])
-    return cubin_cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.cubin.gz"
-
-
-def atomic_write(path, data):
-    """Write ``data`` (bytes) to ``path`` through a temporary file and a rename: readers see the old file
-    or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def feature_arch(defines, arch):
-    """``arch``, or its architecture-specific target where the defines ask for it (ARCH_FEATURES: v20's
-    wgmma exists only on sm_90a)."""
-    return arch + "a" if dict(defines).get("ARCH_FEATURES") and arch == "sm_90" else arch
-
-
-def build_cubin(defines, arch):
-    """The cubin of conv_forward.cu built with ``defines`` (sorted (name, value) pairs) for ``arch``: from
-    the cache, else nvcc (then cached). Needs no GPU and no PyCUDA."""
-    arch = feature_arch(defines, arch)
-    path = cubin_path(defines, arch)
-    try:
-        return gzip.decompress(path.read_bytes())
-    except (OSError, EOFError, gzip.BadGzipFile):
-        pass
-    require_nvcc()
-    with tempfile.TemporaryDirectory(prefix="ece408-nvcc-") as tmp:
-        out = Path(tmp, "module.cubin")
-        result = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", *(f"-D{k}={v}" for k, v in defines),
-                                 "-o", str(out), str(SOURCE)], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise GpuError(f"kernel compile failed for {dict(defines)}: {compile_error_line(result.stderr)}")
-        image = out.read_bytes()
-    try:
-        atomic_write(path, gzip.compress(image, 6))
-    except OSError:
-        pass                            # a read-only cache: build again next time
-    return image
-
-
-def precompile(define_sets, arch, workers=None):
-    """Build every module of ``define_sets`` (dicts of #defines) into the cache, nvcc on all cores;
-    returns how many distinct modules there are."""
-    unique = sorted({tuple(sorted(d.items())) for d in define_sets})
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        list(pool.map(lambda defines: build_cubin(defines, arch), unique))
-    return len(unique)
-
-
-def compile_module(defines, arch):
-    """conv_forward.cu built with ``defines`` and loaded into the current context."""
-    image = build_cubin(defines, arch)
-    return cudadrv.Module(image)
 
 
 class GpuDevice:
@@ -266,12 +153,12 @@ class GpuDevice:
         return total - free
 
     # -- code (inside active())
-    def module(self, defines):
-        """The module compiled with ``defines`` (a dict): once per process, the cubin cache across."""
-        key = tuple(sorted(defines.items()))
-        if key not in self._modules:
-            self._modules[key] = compile_module(key, self.arch)
-        return self._modules[key]
+    def module(self, spec):
+        """The module built from ``spec`` (a build.ModuleSpec), loaded into this context: once per process,
+        the cubin cache across."""
+        if spec not in self._modules:
+            self._modules[spec] = cudadrv.Module(build_cubin(spec, self.arch))
+        return self._modules[spec]
 
     def plan(self, key, make):
         """The plan cached under ``key``, made by ``make()`` on first use."""

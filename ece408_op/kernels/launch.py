@@ -1,9 +1,8 @@
-"""Running a layer: plans (a version compiled for a shape class) and the entry points:
-conv2d_forward_gpu / conv2d_forward_device (the convolution) and fused_forward_gpu /
-fused_forward_device (convolution + bias + tanh + 2x2 max-pool, the course models' block)."""
-import math
+"""Running a layer: the entry points conv2d_forward_gpu / conv2d_forward_device (the convolution, the
+course's Op Time), conv2d_forward_async / layer_call (network use: the caller's stream, no
+synchronisation) and fused_forward_gpu / fused_forward_device (convolution + bias + tanh + 2x2
+max-pool, the course models' block). The plans they run are ``plans.py``'s."""
 import os
-import time
 
 import numpy as np
 
@@ -12,179 +11,10 @@ from ..conv.parallel import parallel_copy
 from ..conv.spec import ConvSpec
 from ..errors import GpuError, ShapeError
 from . import autotune, cudadrv
-from .device import GpuDevice, cuda_error_line
+from .choice import KERNEL_ENV, resolve_version
+from .device import GpuDevice
+from .plans import fused_plan_for, plan_for
 from .shape import ConvShape
-from .versions import FUSED, KERNEL_ENV, VERSIONS, choose_version, plan_defines, resolve_version
-
-SHARED_DEFAULT_LIMIT = 48 * 1024     # dynamic shared memory beyond this needs the function's opt-in
-
-
-class _TimedPlan:
-    """What a plan shares: the course's Op Time around its ``launch`` (see ``forward``)."""
-
-    label = ""
-
-    def outputs(self, batch):
-        raise NotImplementedError
-
-    def launch(self, y, x, k, bias, batch):
-        raise NotImplementedError
-
-    def forward(self, y, x, k, bias, batch):
-        """The course's Op Time: zero y, synchronise, clock, kernels, synchronise, clock.
-
-        The first call of a plan launches its kernels once before that, untimed, so that
-        first-launch costs (module and constant-bank set-up, idle clocks) stay out of Op Time.
-        """
-        cuda, dev = self.device.cuda, self.device
-        try:
-            if not self.warm:
-                self.launch(y, x, k, bias, batch)
-                dev.synchronize()
-                self.warm = True
-            with dev.timed("[memset] y"):
-                cuda.memset_d32(y, 0, self.outputs(batch))
-            dev.synchronize()
-            start = time.perf_counter()
-            with dev.timed(self.label):
-                self.launch(y, x, k, bias, batch)
-            dev.synchronize()
-        except (cuda.Error, cudadrv.DriverError) as exc:
-            raise GpuError(f"kernel {self.label} failed: {cuda_error_line(exc)}") from exc
-        return time.perf_counter() - start
-
-
-class ConvPlan(_TimedPlan):
-    """One version compiled for one shape class on one device: its kernels and their launch.
-
-    ``shape`` is the caller's layer; ``inner`` the one the version's kernels compute (the same,
-    or for a course-style version the unpadded, bias-free layer: the plan pads x into a
-    workspace before and adds the bias after, both inside the timed launch)."""
-
-    def __init__(self, device, shape, version, tuning_overrides=None):
-        self.device, self.shape, self.version = device, shape, VERSIONS[version]
-        wrong_device = self.version.arch_reason(device.arch)
-        if wrong_device:                      # (v20 on another GPU: its entry point would trap)
-            raise GpuError(f"kernel {self.version.label} cannot run on device {device.index}: {wrong_device}")
-        self.tuning_overrides = dict(tuning_overrides or {})
-        self.inner = self.version.inner(shape)
-        self.defines = plan_defines(version, self.inner, tuning_overrides)   # the launch sizes its grid from them
-        module = device.module(self.defines)
-        self.kernels = [module.get_function(name) for name in self.version.kernels]
-        self.pad_input = module.get_function("pad_input") if self.inner.H != shape.H or self.inner.W != shape.W else None
-        self.add_bias = module.get_function("add_bias") if shape.BIAS and not self.inner.BIAS else None
-        self.add_into = module.get_function("add_into")
-        self.weights_symbol = module.get_global("c_weights")[0] if self.version.constant_weights else None
-        self.shared_bytes = self.version.shared_bytes(self.defines)
-        if self.shared_bytes > SHARED_DEFAULT_LIMIT:
-            for kernel in self.kernels:
-                kernel.set_attribute(device.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared_bytes)
-        self.label = f"conv_forward {self.version.label}"
-        self.warm = False
-
-    def outputs(self, batch):
-        return self.shape.outputs(batch)
-
-    def launch(self, y, x, k, bias, batch):
-        """Queue the layer's kernels (device pointers as ints, bias 0 for none); no synchronisation."""
-        s = self.shape
-        x = _prepare(self, x, k, batch, bias)
-        self.version.launch(self, y, x, k, bias if self.inner.BIAS else 0, batch)
-        if self.add_bias is not None:
-            count = s.outputs(batch)
-            self.add_bias(np.uintp(y), np.uintp(bias), np.int64(count), np.int32(s.M), np.int32(s.HO * s.WO),
-                          block=(256, 1, 1), grid=(min(math.ceil(count / 256), 1 << 20), 1))
-
-    def accumulate(self, y, tmp, batch, synchronize=True):
-        """y += tmp over the layer's outputs (req='add' on device arrays)."""
-        count = self.shape.outputs(batch)
-        self.add_into(np.uintp(y), np.uintp(tmp), np.int64(count), block=(256, 1, 1),
-                      grid=(min(math.ceil(count / 256), 1 << 16), 1))
-        if synchronize:
-            self.device.synchronize()
-
-
-def _prepare(plan, x, k, batch, bias=0):
-    """Before a course-style kernel: pad x into a workspace (returns the x to read) and copy the
-    weights into the constant bank (part of the forward, as in the course), and after them the bias
-    where the version adds it from there (v7: ``Strip.inner`` keeps the bias)."""
-    s, inner = plan.shape, plan.inner
-    if plan.pad_input is not None:
-        planes = batch * s.C
-        padded = int(plan.device.buffer("x-padded", planes * inner.H * inner.W * 4))
-        plan.pad_input(np.uintp(padded), np.uintp(x), np.int64(planes), *map(np.int32, (s.H, s.W, s.PH, s.PW)),
-                       block=(256, 1, 1), grid=(min(math.ceil(planes * inner.H * inner.W / 256), 1 << 20), 1))
-        x = padded
-    if plan.weights_symbol is not None:       # on the launch stream, in order with the kernels
-        cudadrv.memcpy_dtod_async(plan.weights_symbol, k, s.M * s.CKK * 4)
-        if plan.inner.BIAS and bias:
-            cudadrv.memcpy_dtod_async(plan.weights_symbol + s.M * s.CKK * 4, bias, s.M * 4)
-    return x
-
-
-class FusedPlan(_TimedPlan):
-    """Convolution (+ bias) + tanh + 2x2/2 max-pool of one shape class on one device.
-
-    ``conv`` None: the fused kernel (one pass; x padded first where the layer has padding).
-    Else ``conv`` is a convolution plan: it writes the convolution into a workspace and the
-    tanh_pool kernel pools it (any layer; also the baseline the fused kernel is measured against)."""
-
-    def __init__(self, device, shape, conv=None, tuning_overrides=None):
-        self.device, self.shape, self.conv = device, shape, conv
-        self.inner = shape.unpadded()
-        self.defines = conv.defines if conv else plan_defines(FUSED, self.inner, tuning_overrides)
-        module = device.module(self.defines)
-        self.kernel = None if conv else module.get_function(FUSED.kernel)
-        self.tanh_pool = module.get_function("tanh_pool")
-        self.pad_input = None if conv or self.inner.H == shape.H and self.inner.W == shape.W \
-            else module.get_function("pad_input")
-        self.weights_symbol = None if conv else module.get_global("c_weights")[0]
-        self.label = f"fused_forward ({conv.version.label} + tanh_pool)" if conv else "fused_forward"
-        self.warm = False
-
-    def outputs(self, batch):
-        s = self.shape
-        return batch * s.M * (s.HO // 2) * (s.WO // 2)
-
-    def launch(self, y, x, k, bias, batch):
-        s = self.shape
-        if self.conv is not None:
-            conv = int(self.device.buffer("fused-conv", s.outputs(batch) * 4))
-            self.conv.launch(conv, x, k, bias, batch)
-            count = self.outputs(batch)
-            self.tanh_pool(np.uintp(y), np.uintp(conv), np.int64(batch * s.M), np.int32(s.HO), np.int32(s.WO),
-                           block=(256, 1, 1), grid=(min(math.ceil(count / 256), 1 << 20), 1))
-            return
-        x = _prepare(self, x, k, batch)
-        d = self.defines
-        strips = math.ceil((s.WO // 2) / d["FUSE_PV"])
-        total = batch * (s.HO // 2) * strips
-        self.kernel(np.uintp(y), np.uintp(x), np.uintp(bias), np.int32(batch), block=(d["FUSE_THREADS"], 1, 1),
-                    grid=(math.ceil(total / d["FUSE_THREADS"]), 1))
-
-
-def plan_for(device, shape, version, tuning_overrides=None):
-    """The device's plan for ``version`` on ``shape`` (call inside ``device.active()``)."""
-    key = (version, shape, tuple(sorted(plan_defines(version, VERSIONS[version].inner(shape), tuning_overrides).items())))
-    return device.plan(key, lambda: ConvPlan(device, shape, version, tuning_overrides))
-
-
-def fused_plan_for(device, shape, version=None, tuning_overrides=None):
-    """The device's fused plan for ``shape``: ``version`` None/'auto' is the fused kernel where it
-    runs the layer, else the default convolution + tanh_pool; 'fused' the fused kernel (ShapeError
-    where it cannot run the layer); a convolution version, that version + tanh_pool."""
-    text = None if version is None else str(version).strip().lower()
-    reason = FUSED.reason(shape, tuning_overrides)
-    if text in (None, "", "auto") and reason is None or text == FUSED.name:
-        if reason:
-            raise ShapeError(f"the fused kernel cannot run this layer: {reason}; use version=auto")
-        key = ("fused", shape, tuple(sorted(plan_defines(FUSED, shape.unpadded(), tuning_overrides).items())))
-        return device.plan(key, lambda: FusedPlan(device, shape, None, tuning_overrides))
-    if shape.HO < 2 or shape.WO < 2:
-        raise ShapeError(f"the {shape.HO}x{shape.WO} convolution output has no 2x2 window to pool")
-    number = choose_version(version, shape, device.name)
-    conv = plan_for(device, shape, number, tuning_overrides)
-    return device.plan(("fused+conv", conv), lambda: FusedPlan(device, shape, conv))
 
 
 def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accumulate=False, device=None):
@@ -199,7 +29,7 @@ def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accum
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = np.ascontiguousarray(k, dtype=np.float32)
-    spec = _with_bias(spec, k, bias)
+    spec = spec_with_bias(spec, k, bias)
     call = layer_call(x.shape, k.shape, spec, bias is not None, version, device)
     batch = x.shape[0]
     y_shape = (batch, call.shape.M, call.shape.HO, call.shape.WO)
@@ -252,7 +82,7 @@ def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, 
                           accumulate=False, device=None):
     """Device pointers in and out, with the course's Op Time (``_TimedPlan.forward``: y zeroed, the
     device synchronised before and after): returns op_seconds. The milestones' path (MXNet's arrays,
-    ``hostcopy.forward_into``); for network use see ``conv2d_forward_async``.
+    ``hostcopy.engine.forward_into``); for network use see ``conv2d_forward_async``.
 
     The caller synchronises its own framework before the call; this returns after
     the device is idle again.
@@ -387,7 +217,7 @@ def conv2d_forward_async(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, s
         int(y_ptr), int(x_ptr), int(k_ptr), int(bias_ptr or 0), int(stream or 0), accumulate)
 
 
-def _with_bias(spec, k, bias):
+def spec_with_bias(spec, k, bias):
     """The spec to run: ``spec``, or the course's layer (with a bias if one is given); a bias
     must be given exactly when the spec has one."""
     if spec is None:
@@ -408,7 +238,7 @@ def fused_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, device
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = np.ascontiguousarray(k, dtype=np.float32)
-    spec = _with_bias(spec, k, bias)
+    spec = spec_with_bias(spec, k, bias)
     shape = ConvShape.of(x.shape, k.shape, spec)
     y_shape = pooled_shape(x.shape, k.shape, spec)
     if out is None:

@@ -1,5 +1,6 @@
-"""cuBLAS and cuFFT for v18 and v19, through ctypes (no Python binding needed), found where CUDA's
-own loaders look: the toolkit's lib64 (``$CUDA_HOME``, ``$CUDA_PATH``, /usr/local/cuda), the NVIDIA
+"""CUDA's libraries through ctypes (no Python binding needed): their C prototypes declared in one way
+(``declare``, also for the driver's in cudadrv.py), and cuBLAS and cuFFT for v18 and v19, found where
+CUDA's own loaders look: the toolkit's lib64 (``$CUDA_HOME``, ``$CUDA_PATH``, /usr/local/cuda), the NVIDIA
 wheels' ``nvidia/*/lib`` folders under site-packages (PyTorch's cuBLAS and cuFFT), then ``ldconfig``.
 
 Both libraries run on the CUDA runtime, which uses the context current on the calling thread: the
@@ -21,6 +22,14 @@ from ..errors import GpuError
 
 _lock = threading.RLock()
 _loaded = {}
+
+
+def declare(lib, prototypes, restype=ctypes.c_int):
+    """Give ``lib``'s functions their argument types ({name: (ctypes type, ...)}) and result type."""
+    for name, args in prototypes.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = list(args), restype
+    return lib
 
 
 def search_paths(stem):
@@ -89,14 +98,12 @@ class Cublas:
     DEFAULT_MATH = 0          # CUBLAS_DEFAULT_MATH: FP32 SGEMM, no TF32 tensor-core rounding
 
     def __init__(self, label):
-        lib = self.lib = _require("libcublas", label)
-        lib.cublasCreate_v2.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        lib.cublasSetMathMode.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        f = lib.cublasSgemmStridedBatched
-        f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                      ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
-                      ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_float),
-                      ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int]
+        p, i, n, f = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.POINTER(ctypes.c_float)
+        self.lib = declare(_require("libcublas", label), {
+            "cublasCreate_v2": (ctypes.POINTER(p),),
+            "cublasSetMathMode": (p, i),
+            "cublasSgemmStridedBatched": (p, i, i, i, i, i, f, p, i, n, p, i, n, f, p, i, n, i),
+        })
         self.handles = {}
         self.one, self.zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
@@ -123,13 +130,13 @@ class Cufft:
     PLANS = 16
 
     def __init__(self, label):
-        lib = self.lib = _require("libcufft", label)
-        lib.cufftPlanMany.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int),
-                                      ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                                      ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        for name in ("cufftExecR2C", "cufftExecC2R"):
-            getattr(lib, name).argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-        lib.cufftDestroy.argtypes = [ctypes.c_int]
+        p, i = ctypes.c_void_p, ctypes.c_int
+        self.lib = declare(_require("libcufft", label), {
+            "cufftPlanMany": (ctypes.POINTER(i), i, ctypes.POINTER(i), p, i, i, p, i, i, i, i),
+            "cufftExecR2C": (i, p, p),
+            "cufftExecC2R": (i, p, p),
+            "cufftDestroy": (i,),
+        })
         self.plans = {}
 
     def plan(self, key, size, kind, batch):

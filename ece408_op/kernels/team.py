@@ -99,7 +99,7 @@ def grader_cubin(arch):
         import subprocess
         import tempfile
         from pathlib import Path
-        from .device import compile_error_line, require_nvcc
+        from .build import compile_error_line, require_nvcc
         require_nvcc()
         with tempfile.TemporaryDirectory(prefix="ece408-grader-") as tmp:
             source, out = Path(tmp, "grader.cu"), Path(tmp, "grader.cubin")

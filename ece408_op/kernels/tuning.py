@@ -4,7 +4,7 @@
 (``docs/bench/v7_sweep.json`` and ``.md``, quoted by docs/kernel-notes.md); with
 ``--apply`` it also writes the winner here: the fastest valid row, unless the stored
 values tie with it (within 2%: run-to-run noise), so that noise never flips the tuning. The ``#ifndef`` defaults in
-conv_forward.cu equal these values for the course layer (a test checks it), so a
+versions/v07_strip.cu equal these values for the course layer (a test checks it), so a
 standalone ``nvcc`` build is the tuned kernel.
 """
 import json

@@ -32,7 +32,7 @@ def register():
         if _state["registered"] or _state["error"]:
             return _state["error"]
         try:
-            from . import fused, op  # noqa: F401  (register the operators)
+            from . import fused_op, op  # noqa: F401  (register the operators)
             _state["registered"] = True
         except Exception as exc:   # noqa: BLE001  never break the user's own `import mxnet`
             _state["error"] = f"{type(exc).__name__}: {exc}"

@@ -39,7 +39,7 @@ class Args:
     kernel: str = None     # --kernel: the GPU kernel version, as given
     team: str = None       # --team DIR: the team project to run (a path string)
     help: bool = False     # -h/--help: print the usage, run nothing
-    ncu: bool = False      # --ncu: re-run under Nsight Compute, then the kernels' metrics (kernels/ncu.py)
+    ncu: bool = False      # --ncu: re-run under Nsight Compute, then the kernels' metrics (bench/ncu.py)
     use_team: bool = False  # a team's forward runs the custom layers (set by run_milestone)
     time_limit: str = None  # --time-limit: seconds one forward of a team's may take
 
@@ -88,7 +88,7 @@ def run_milestone(milestone, args, console=None, clock=None, runtime=None):
 
 
 def _run(milestone, args, console, clock, device):
-    from ..kernels import hostcopy
+    from ..kernels.hostcopy.records import record_count, records_since
     from .inference import bind_model, load_test_batch, prepare, score
     from .models import load_model, model_input_shape
     from .op import op_times
@@ -107,7 +107,7 @@ def _run(milestone, args, console, clock, device):
     say(" done")
     clock.mark("model: load, swap" + (", fuse" if args.fuse else "") + ", bind")
     say("New Inference")
-    first_record = hostcopy.record_count()
+    first_record = record_count()
     with profiling as profile, op_times.capture(console if milestone.custom else None):
         metric = score(module, images, labels)
     clock.mark("inference: MXNet's forward over the whole network, of which")
@@ -118,9 +118,7 @@ def _run(milestone, args, console, clock, device):
     if profile is not None:
         say(f"\nProfile of the custom layers (CUDA events; Op Time covers the conv_forward rows only):\n"
             f"{profile.table()}")
-        layers = hostcopy.records_since(first_record)
-        say("\n" + clock.table(layers, hostcopy.measure_link(device.index) if layers else None,
-                                hostcopy.measure_fresh_memory() if layers else None))
+        say("\n" + clock.report(records_since(first_record), device))
     return metric.get()[1]
 
 

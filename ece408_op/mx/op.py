@@ -118,7 +118,7 @@ def take_last_error():
 
 
 def _remember_errors(method):
-    """For operators that do not say which thread runs a callback (mx/fused.py): remember what
+    """For operators that do not say which thread runs a callback (mx/fused_op.py): remember what
     it raises for an error of this thread and for a forward's."""
     def remembered(*args, **kwargs):
         try:
@@ -283,7 +283,7 @@ class Conv2dForward(mx.operator.CustomOp):
         self.config = config
         self.spec = config.spec
         self.device = config.device
-        self.kernel = config.gpu_kernel
+        self.version = config.gpu_kernel         # the version asked for (auto: the default choice)
         self.context = context                      # where MXNet runs the operator: 'cpu' or 'gpu'
         self.path = resolve_device(config.device, context)
         # [x, weight, (bias), y] shapes when create_operator knew them all: views of MXNet's memory
@@ -321,12 +321,12 @@ class Conv2dForward(mx.operator.CustomOp):
         if self.config.team:
             seconds = self._forward_team(x, k, bias, out, accumulate)
         elif self.path == "gpu" and out is not None and not accumulate:
-            from ..kernels.hostcopy import forward_into     # x in, y straight into MXNet's memory
-            seconds = forward_into(out, x, k, bias=bias, spec=self.spec, version=self.kernel)
+            from ..kernels.hostcopy.engine import forward_into     # x in, y straight into MXNet's memory
+            seconds = forward_into(out, x, k, bias=bias, spec=self.spec, version=self.version)
         elif self.path == "gpu":
             from .. import kernels
             y, seconds = kernels.conv2d_forward_gpu(x, k, bias=bias, spec=self.spec, out=out,
-                                                    version=self.kernel, accumulate=accumulate)
+                                                    version=self.version, accumulate=accumulate)
         else:
             warm_up()
             prepare_cpu(x, k, bias, self.spec, out=out, accumulate=accumulate, kernel=self.config.cpu_kernel)
@@ -362,7 +362,7 @@ class Conv2dForward(mx.operator.CustomOp):
         bias_ptr = ndarray_pointer(in_data[2]) if len(in_data) > 2 else None
         seconds = kernels.conv2d_forward_device(
             ndarray_pointer(y_nd), ndarray_pointer(x_nd), ndarray_pointer(k_nd), x_nd.shape, k_nd.shape,
-            bias_ptr=bias_ptr, spec=self.spec, version=self.kernel, accumulate=accumulate,
+            bias_ptr=bias_ptr, spec=self.spec, version=self.version, accumulate=accumulate,
             device=x_nd.context.device_id)
         op_times.add(seconds, "gpu")
 

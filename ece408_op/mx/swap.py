@@ -18,7 +18,7 @@ swapped node's inputs go through ``op.guard_inputs`` (see docs/mkldnn.md), named
 importable (the import hook registers the operator when MXNet loads).
 
 ``fuse=True`` first turns each Convolution -> tanh -> 2x2 max-pool chain that the fused kernel
-computes into one ``ece408_conv_tanh_pool`` node (``mx/fuse.py``; named after the convolution,
+computes into one ``ece408_conv_tanh_pool`` node (``mx/fuse_pass.py``; named after the convolution,
 same parameters, guarded like the others), then swaps the remaining convolutions.
 """
 import ast
@@ -31,8 +31,8 @@ from ..course import OP_TYPE
 from ..conv.spec import ConvSpec
 from ..errors import Ece408Error, ModelError, ShapeError
 from .compat import import_mxnet
-from .fuse import fuse_conv_tanh_pool
-from .fused import FUSED_OP_TYPE
+from .fuse_pass import fuse_conv_tanh_pool
+from .fused_op import FUSED_OP_TYPE
 from .op import OWN_ATTRS, SPEC_ATTRS, parse_cpu_kernel_attr, parse_device, parse_gpu_kernel, parse_team
 
 mx = import_mxnet()

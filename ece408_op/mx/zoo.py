@@ -5,7 +5,8 @@ every way MXNet runs a network.
     python -m ece408_op bench zoo [--nets resnet18_v1 ...] [--batch 8] [--size 224] [--repeats 5]
                                   [--device cpu|gpu] [--json FILE]
 
-prints the model-zoo table of docs/benchmarks.md. Paths (``PATHS``):
+validates each network here and times it (``ece408_op/bench/zoo.py``: the model-zoo table of
+docs/benchmarks.md). Paths (``PATHS``):
 
   executor      Symbol.simple_bind of the swapped symbol (``swap_convolutions(symbol)``)
   module        mx.mod.Module of the same
@@ -17,9 +18,6 @@ prints the model-zoo table of docs/benchmarks.md. Paths (``PATHS``):
 Agreement: the largest |swapped - original| over the largest |original| (relative, the logits)
 and whether every image's argmax is the same.
 """
-import json
-import statistics
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,11 +55,11 @@ def _randomise_batchnorm(net, seed):
             param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, shape).astype(np.float32)))
 
 
-def _params(net):
+def parameters(net):
     return {name: p.data() for name, p in net.collect_params().items()}
 
 
-def _bind(symbol, params, shape, context):
+def bind_executor(symbol, params, shape, context):
     executor = symbol.simple_bind(context, data=shape, grad_req="null")
     for name, array in executor.arg_dict.items():
         if name != "data":
@@ -105,9 +103,9 @@ def validate(name, batch=2, size=None, paths=PATHS, seed=408, **op_attrs):
     symbol = net(mx.sym.var("data"))
     report = swap_convolutions(symbol, **op_attrs)
     result = ZooResult(name, len(report.swapped) + len(report.kept), len(report.swapped), shape)
-    params = _params(net)
+    params = parameters(net)
     if "executor" in paths:
-        executor = _bind(report.result, params, shape, mx.cpu())
+        executor = bind_executor(report.result, params, shape, mx.cpu())
         _compare(result, "executor", executor.forward(is_train=False, data=x)[0].asnumpy(), want)
     if "module" in paths:
         module = mx.mod.Module(report.result, data_names=["data"], label_names=None, context=mx.cpu())
@@ -129,42 +127,3 @@ def validate(name, batch=2, size=None, paths=PATHS, seed=408, **op_attrs):
                 net.hybridize(static_alloc=True, static_shape=True)
             _compare(result, path, net(x).asnumpy(), want)
     return result
-
-
-def time_pair(name, batch=8, size=224, repeats=5, seed=408, **op_attrs):
-    """Median seconds of one forward of the original and of the swapped network (executor path,
-    MXNet's default subgraph optimisations for the original), repeats interleaved."""
-    shape = (batch, 3, size, size)
-    x = mx.nd.array(np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32))
-    net = build(name, seed)
-    net(x[:1]).wait_to_read()
-    symbol = net(mx.sym.var("data"))
-    params = _params(net)
-    executors = {"original": _bind(symbol, params, shape, mx.cpu()),
-                 "swapped": _bind(swap_convolutions(symbol, **op_attrs).result, params, shape, mx.cpu())}
-    times = {key: [] for key in executors}
-    for _ in range(repeats + 1):                                   # the first round warms up
-        for key, executor in executors.items():
-            start = time.perf_counter()
-            executor.forward(is_train=False, data=x)[0].wait_to_read()
-            times[key].append(time.perf_counter() - start)
-    return {key: statistics.median(values[1:]) for key, values in times.items()}
-
-
-def table(results):
-    """The model-zoo table of docs/benchmarks.md (markdown)."""
-    lines = ["| net | convolutions | swapped | max rel. diff (6 paths) | argmax agreement | timed input | "
-             "time original | time swapped | swapped / original |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in results:
-        agree = sum(r.argmax_equal.values())
-        t, shape = r.seconds, r.timed_shape
-        timing = (f"{shape[0]}x{shape[2]}x{shape[3]} | {t['original'] * 1e3:.0f} ms | {t['swapped'] * 1e3:.0f} ms | "
-                  f"{t['swapped'] / t['original']:.2f}" if t else " | | |")
-        lines.append(f"| {r.net} | {r.convolutions} | {r.swapped} | {max(r.max_rel.values()):.1e} | "
-                     f"{agree}/{len(r.argmax_equal)} paths | {timing} |")
-    return "\n".join(lines)
-
-
-def to_json(results):
-    return json.dumps([r.__dict__ for r in results], indent=2, default=list)

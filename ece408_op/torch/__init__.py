@@ -43,12 +43,13 @@ def _stream(index):
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream)
 
 
-def _check_kernel(kernel):
+def _check_version(version):
+    """``version`` (the ``kernel=`` a user gave) as it is, or a ValueError where it names no version."""
     try:
-        parse_version(kernel)
+        parse_version(version)
     except GpuError as exc:
         raise ValueError(str(exc)) from None
-    return kernel
+    return version
 
 
 def _forward_only(what):
@@ -75,7 +76,7 @@ def _pairs(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (int(value), int(value))
 
 
-def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel, unbatched=False):
+def _resolve(input, weight, bias, stride, padding, dilation, groups, version, unbatched=False):
     """PyTorch's shape checks (its messages), then the layer (its LayerCall on CUDA; the hot path's
     ``queue`` and ``template`` for a batched input). ``input`` is batched (``unbatched``: by the caller)."""
     if weight.dim() != 4:
@@ -107,7 +108,7 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, kernel, unb
     if input.device.type == "cuda" and input.shape[0]:
         layer.device_index = input.device.index
         try:
-            layer.call = layer_call(tuple(input.shape), tuple(weight.shape), spec, bias is not None, kernel,
+            layer.call = layer_call(tuple(input.shape), tuple(weight.shape), spec, bias is not None, version,
                                     input.device.index)
         except Ece408Error as exc:
             raise RuntimeError(str(exc)) from None
@@ -153,7 +154,7 @@ def _check(input, weight, bias):
         raise RuntimeError(f"ece408_op runs on CUDA and CPU tensors, not on {device.type}")
 
 
-def _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel):
+def _run(cache, input, weight, bias, stride, padding, dilation, groups, version):
     """The forward. Everything that depends only on the shapes, dtypes and devices is checked and resolved
     once per cache key; a call with a key seen before pays the look-up, y's allocation and the queue."""
     if not isinstance(input, torch.Tensor):
@@ -165,7 +166,7 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel):
         _check(input, weight, bias)
         unbatched = input.dim() == 3
         layer = _resolve(input.unsqueeze(0) if unbatched else input, weight, bias, stride, padding, dilation,
-                         groups, kernel, unbatched)
+                         groups, version, unbatched)
         cache[key] = layer
     queue = layer.queue
     if queue is not None:                # the hot path: a batched CUDA layer, its tensors usable as they are
@@ -216,7 +217,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     if isinstance(padding, str):
         raise ValueError("ece408_op.torch.conv2d takes numeric padding; use the Conv2d module for 'same'/'valid'")
     cache = _functional_cache.setdefault((_pairs(stride), _pairs(padding), _pairs(dilation), int(groups), kernel), {})
-    return _run(cache, input, weight, bias, stride, padding, dilation, groups, _check_kernel(kernel))
+    return _run(cache, input, weight, bias, stride, padding, dilation, groups, _check_version(kernel))
 
 
 # what a resolved layer depends on besides the tensors: setting one drops the module's resolved layers
@@ -232,7 +233,7 @@ class Conv2d(nn.Conv2d):
                  bias=True, padding_mode="zeros", device=None, dtype=None, *, kernel=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                          padding_mode, device, dtype)
-        self.kernel = _check_kernel(kernel)
+        self.kernel = _check_version(kernel)
         self._layers, self._padding = {}, None
 
     def __setattr__(self, name, value):
@@ -306,7 +307,7 @@ def _reason_to_keep(conv):
 def swap_convolutions(model, kernel=None):
     """Replace every ``torch.nn.Conv2d`` (exactly that class) in ``model`` by a ``Conv2d`` sharing its
     parameters, in place; a bare nn.Conv2d is returned swapped as ``report.result``."""
-    _check_kernel(kernel)
+    _check_version(kernel)
     report = SwapReport(model)
     if type(model) is nn.Conv2d:
         reason = _reason_to_keep(model)

@@ -18,7 +18,7 @@ import json
 from ..conv import ConvSpec
 from ..errors import ShapeError
 from .compat import import_mxnet
-from .fused import FUSED_OP_TYPE
+from .fused_op import FUSED_OP_TYPE
 
 mx = import_mxnet()
 

@@ -2,9 +2,9 @@
 issue, at several batch sizes, every relevant version against cuDNN (fp32, TF32 off, through
 PyTorch) in the same run; ratios to cuDNN and to the limit that binds (the memory floor or the
 FP32 compute peak); JSON/CSV, three plots; and the table of default versions per shape class,
-recorded with the device's name (``defaults.json``, read by ``versions.default_version``).
+recorded with the device's name (``defaults.json``, read by ``kernels.choice.default_version``).
 
-    python -m ece408_op bench gpu --suite [--quick] [--out DIR] [--apply] [--repeats N]
+    python -m ece408_op bench gpu --suite [--quick] [--out DIR] [--apply] [--repeats N] [--tiles ...]
 
 Every entry is validated on sampled images against the float64 reference (x drawn as full-mantissa
 floats, so that the tensor-core path's operand splitting is exercised) before it is timed: a
@@ -26,11 +26,13 @@ import numpy as np
 from ..conv.fused import fused_reference_and_bound
 from ..conv.reference import reference_and_bound
 from ..conv.spec import ConvSpec
-from .bench import _torch, time_events
-from .device import GpuDevice, precompile
-from .launch import conv2d_forward_async, fused_plan_for, plan_for
-from .shape import ConvShape
-from .versions import DEFAULTS_FILE, FUSED, VERSIONS, load_defaults, reload_defaults, shape_key
+from ..kernels.choice import DEFAULTS_FILE, default_version, load_defaults, reload_defaults, shape_key
+from ..kernels.device import GpuDevice, driver
+from ..kernels.launch import conv2d_forward_async
+from ..kernels.plans import fused_plan_for, plan_for
+from ..kernels.shape import ConvShape
+from ..kernels.versions import VERSIONS
+from .timing import cuda_torch, l2_flush, time_events
 
 COURSE_BATCHES = (100, 1000, 10000, 100000)
 BASELINE_LIMIT = 100000         # the unfused baselines of the fused layer run below this batch (memory)
@@ -85,7 +87,6 @@ QUICK_BATCHES = {"course": (10000,), "network": None}     # --quick: course laye
 
 def fp32_peak_flops(torch):
     """SMs x 128 FP32 FMA per clock x 2 x the maximum SM clock (from the device's attributes)."""
-    from .device import driver
     cuda = driver()
     dev = cuda.Device(torch.cuda.current_device())
     clock_hz = dev.get_attribute(cuda.device_attribute.CLOCK_RATE) * 1e3
@@ -205,7 +206,7 @@ def run_case(torch, layer, batch, repeats, flush, copy_bw, peak, log):
             f"valid={entry['valid']} err/bound={entry['worst_error_vs_bound']:.3f}")
 
     y_bytes = 4 * case.y.numel()
-    default = _default_now(shape, dev.name)
+    default = default_version(shape, dev.name)
     for number in _versions_for(layer, shape, batch, default):
         entry = case.measure(case.ours(number), case.y, version=VERSIONS[number])
         call = time_events(torch, case.whole_call(number), repeats, warmup=2, flush=flush)
@@ -232,19 +233,13 @@ def run_case(torch, layer, batch, repeats, flush, copy_bw, peak, log):
     return rows
 
 
-def _default_now(shape, device_name):
-    from .versions import default_version
-    return default_version(shape, device_name)
-
-
 def run_suite(repeats=10, quick=False, layers=None, log=print, progress=None):
     """Every layer of LAYERS (or those named in ``layers``) at its batches; ``progress(result)`` is
     called after each layer with the result so far (so that an interrupted run keeps its rows)."""
-    torch = _torch()
+    torch = cuda_torch()
     dev = GpuDevice.get()
     free, _ = torch.cuda.mem_get_info()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
+    flush = l2_flush(torch)
     src = torch.empty(256 << 20, device="cuda").uniform_()       # 1 GiB copied
     dst = torch.empty_like(src)
     copy = time_events(torch, lambda: dst.copy_(src), 10, flush=flush)
@@ -451,132 +446,3 @@ def markdown_table(result, defaults):
                      f"{row['vs_cudnn']:.2f} | {call_ratio} | {row['vs_bound']:.2f} | {row['binds']} | {row['valid']} | "
                      f"{row['worst_error_vs_bound']:.2g} |")
     return "\n".join(lines) + "\n"
-
-
-# Tile sweep of v7-v11 and the fused kernel (``--tiles``): tuning overrides tried per layer.
-TILE_GRID = {
-    7: [{}, {"UNROLL_M": 1}, {"UNROLL_M": 4}, {"UNROLL_M": 8}, {"UNROLL_M": 16}, {"UNROLL_M": 64}, {"VEC": 8},
-        {"VEC": 8, "UNROLL_M": 8}, {"THREADS": 128}, {"THREADS": 128, "UNROLL_M": 8}, {"STREAM": 1}],
-    8: [{}, {"V8_BK": 16}, {"V8_STAGES": 4}, {"V8_BP": 128, "V8_BF": 128, "V8_TP": 8, "V8_TF": 8},
-        {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 4}, {"V8_BP": 64, "V8_BF": 64, "V8_TP": 4, "V8_TF": 4}],
-    9: [{}, {"V9_STAGES": 4}, {"V9_BK": 32, "V9_STAGES": 2}, {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4},
-        {"V9_WP": 8, "V9_WF": 1, "V9_MI": 2}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4},
-        {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4}, {"V9_WP": 2, "V9_WF": 4, "V9_MI": 4, "V9_NI": 4},
-        {"V9_WP": 4, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}],
-    10: [{}, {"V10_VEC": 2}, {"V10_THREADS": 256}, {"V10_UNROLL_C": 2}, {"V10_VEC": 2, "V10_THREADS": 256}],
-    11: [{"V11_WARPS": w, "V11_MT": mt, "V11_BUFFERS": nb} for w in (4, 8) for mt in (2, 3, 4) for nb in (1, 2)],
-    "fused": [{}, {"FUSE_PV": 2}, {"FUSE_PV": 2, "FUSE_UNROLL_M": 5}, {"FUSE_UNROLL_M": 10}, {"FUSE_THREADS": 128}],
-}
-TILE_LAYERS = ("ece408-high", "2018-conv1", "2018-conv2", "2019-conv1", "2019-conv2", "resnet18-64",
-               "resnet18-128s2", "resnet18-256", "resnet18-512", "vgg-first")
-
-
-def tile_configs(layer, owners=None):
-    """(owner, overrides, defines) of TILE_GRID valid for ``layer`` (duplicates of the default dropped);
-    ``owners``: the versions (and "fused") to sweep, default all of TILE_GRID."""
-    from .versions import plan_defines
-    shape, seen, out = layer.shape(), set(), []
-    for owner, grid in TILE_GRID.items():
-        if owners is not None and str(owner) not in owners:
-            continue
-        if owner == "fused" and not layer.fused:
-            continue
-        for overrides in grid:
-            try:
-                inner = shape.unpadded() if owner == "fused" else VERSIONS[owner].inner(shape)
-                defines = tuple(sorted(plan_defines(FUSED if owner == "fused" else owner, inner, overrides).items()))
-            except ValueError:
-                continue
-            if owner != "fused" and VERSIONS[owner].unsupported(shape, overrides):
-                continue
-            if (owner, defines) not in seen:
-                seen.add((owner, defines))
-                out.append((owner, overrides, dict(defines)))
-    return out
-
-
-def sweep_tiles(repeats=10, layers=TILE_LAYERS, batch=None, owners=None, log=print):
-    """Time every tile configuration on each layer (course layers at 10,000 images, networks at their
-    native batch); rows sorted per layer, valid and fastest first."""
-    torch = _torch()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
-    dev, rows = GpuDevice.get(), []
-    for layer in LAYERS:
-        if layer.name not in layers:
-            continue
-        case = Case(torch, layer, batch or (LADDER_BATCH if layer.course else layer.batches[0]), repeats, flush)
-        for owner, overrides, _ in tile_configs(layer, owners):
-            with dev.active():
-                plan = fused_plan_for(dev, case.shape, "fused", overrides) if owner == "fused" else \
-                    plan_for(dev, case.shape, owner, overrides)
-            out = case.pooled if owner == "fused" else case.y
-            entry = case.measure(case.launcher(plan, out), out, fused=owner == "fused")
-            rows.append({"layer": layer.name, "batch": case.batch, "owner": str(owner), "overrides": overrides,
-                         "median_s": entry["median_s"], "valid": entry["valid"]})
-            log(f"  tiles {layer.name:16s} {str(owner):6s} {json.dumps(overrides):70s} {entry['median_s'] * 1e3:8.3f} ms "
-                f"valid={entry['valid']}")
-        del case
-        torch.cuda.empty_cache()
-    rows.sort(key=lambda r: (r["layer"], r["owner"], not r["valid"], r["median_s"]))
-    return {"device": dev.name, "repeats": repeats, "rows": rows}
-
-
-def tiles_markdown(tiles):
-    """The tile sweep as a Markdown table (per layer and owner, fastest first)."""
-    lines = [f"Tile sweep on {tiles['device']}: median of {tiles['repeats']} (L2 flushed); course layers at 10,000 "
-             "images, networks at their native batch; every row validated against the float64 reference.", "",
-             "| layer | batch | kernel | overrides (else the default tile) | median ms | valid |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for row in tiles["rows"]:
-        owner = row["owner"] if row["owner"] == "fused" else f"v{row['owner']}"
-        overrides = ", ".join(f"{k}={v}" for k, v in row["overrides"].items()) or "(default)"
-        lines.append(f"| {row['layer']} | {row['batch']} | {owner} | {overrides} | {row['median_s'] * 1e3:.3f} | "
-                     f"{row['valid']} |")
-    return "\n".join(lines) + "\n"
-
-
-def suite_modules(quick=False, layers=None, tiles=True):
-    """The #define sets of every module the suite (and with ``tiles`` the tile sweep) loads (of ``layers``:
-    names, default all)."""
-    from .versions import plan_defines
-    sets = []
-    for layer in LAYERS:
-        if layers and layer.name not in layers:
-            continue
-        shape = layer.shape()
-        sets += [plan_defines(n, VERSIONS[n].inner(shape)) for n in VERSIONS if VERSIONS[n].unsupported(shape) is None]
-        sets += [plan_defines(FUSED, shape.unpadded())]
-        if VERSIONS[12].unsupported(shape) is None:          # v12's GEMMs: a plan of v8 or v9 of their own
-            number, overrides = VERSIONS[12].gemm_tuning(shape)
-            sets += [plan_defines(number, VERSIONS[12].gemm_shape(shape), overrides)]
-        if tiles and layer.name in TILE_LAYERS:
-            sets += [defines for _, _, defines in tile_configs(layer)]
-    return sets
-
-
-def main(args):
-    """``bench gpu --suite``: run, save JSON/CSV/plots/Markdown, print the summary; 1 if any entry is invalid."""
-    layers = args.layers.split(",") if args.layers else None
-    dev = GpuDevice.get()
-    print(f"precompiled {precompile(suite_modules(layers=layers, tiles=bool(args.tiles)), dev.arch)} modules",
-          flush=True)
-    if args.tiles:
-        owners = None if args.tiles == "all" else args.tiles.split(",")
-        tiles = sweep_tiles(args.repeats, layers or TILE_LAYERS, owners=owners)
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "tiles.json").write_text(json.dumps(tiles, indent=1))
-        (Path(args.out) / "tiles.md").write_text(tiles_markdown(tiles))
-    result = run_suite(args.repeats, args.quick, layers, progress=lambda partial: save(partial, args.out))
-    save(result, args.out)
-    defaults = choose_defaults(result)
-    if args.apply:
-        apply_defaults(result)
-    (Path(args.out) / "suite_defaults.json").write_text(json.dumps({result["device"]: defaults}, indent=2) + "\n")
-    (Path(args.out) / "suite.md").write_text(markdown_table(result, defaults))
-    plot(result, args.out)
-    print("\n".join(summary_lines(result, defaults)))
-    return 0 if all(r["valid"] for r in result["rows"]) else 1
-
-
-__all__ = ["LAYERS", "FUSED", "run_suite", "choose_defaults", "apply_defaults", "plot", "save", "main"]

@@ -1,5 +1,5 @@
 """The ``ece408_conv_tanh_pool`` MXNet custom operator: convolution (+ bias) -> tanh -> 2x2
-max-pool in one operator, inference only (opt-in; ``mx/fuse.py`` puts it into a graph).
+max-pool in one operator, inference only (opt-in; ``mx/fuse_pass.py`` puts it into a graph).
 
     y = mx.sym.Custom(data, weight, op_type="ece408_conv_tanh_pool", num_filter=50, kernel=(5, 5))
     y = mx.sym.Custom(data, weight, bias, op_type="ece408_conv_tanh_pool", num_filter=6,
@@ -12,7 +12,7 @@ convolution's: B x M x HO//2 x WO//2.
 Attributes (strings, as MXNet passes them): ``num_filter``, ``kernel`` (square), ``no_bias``
 (default True; False adds a third input, the bias), ``device`` and ``gpu_kernel`` as for
 ``ece408_conv``. Paths: CPU, ``conv.fused.conv_tanh_pool_cpu``; GPU with arrays in host memory
-(MXNet's CPU build), ``kernels.hostcopy.forward_into`` (x in, the fused kernel, y straight
+(MXNet's CPU build), ``kernels.hostcopy.engine.forward_into`` (x in, the fused kernel, y straight
 into MXNet's output); GPU with arrays on the GPU (mxnet-cu), the kernel on their device
 pointers. Op Time covers the fused computation; one ``Op Time`` line per forward, as for
 ``ece408_conv``. Nothing is validated in ``__init__`` (an exception there crashes MXNet):
@@ -36,9 +36,9 @@ FUSED_OP_TYPE = "ece408_conv_tanh_pool"
 
 
 class ConvTanhPool(mx.operator.CustomOp):
-    def __init__(self, device, kernel):
+    def __init__(self, device, version):
         super().__init__()
-        self.device, self.kernel = device, kernel
+        self.device, self.version = device, version
 
     @_remember_errors
     def forward(self, is_train, req, in_data, out_data, aux):
@@ -59,8 +59,8 @@ class ConvTanhPool(mx.operator.CustomOp):
         direct = on_host and req != "add"           # write straight into MXNet's memory
         out = host_view(y_nd) if direct else np.empty(y_nd.shape, np.float32)
         if path == "gpu":
-            from ..kernels.hostcopy import forward_into
-            seconds = forward_into(out, x, k, bias, version=self.kernel, fused=True)
+            from ..kernels.hostcopy.engine import forward_into
+            seconds = forward_into(out, x, k, bias, version=self.version, fused=True)
         else:
             warm_up()
             prepare_fused_cpu(x, k, bias)           # compilation (first call) out of Op Time
@@ -83,7 +83,7 @@ class ConvTanhPool(mx.operator.CustomOp):
             raise Ece408Error(f"{FUSED_OP_TYPE} cannot add into its output on GPU arrays (req='add')")
         x_nd, k_nd, *rest = in_data
         return entry(ndarray_pointer(y_nd), ndarray_pointer(x_nd), ndarray_pointer(k_nd), x_nd.shape,
-                     k_nd.shape, bias_ptr=ndarray_pointer(rest[0]) if rest else None, version=self.kernel,
+                     k_nd.shape, bias_ptr=ndarray_pointer(rest[0]) if rest else None, version=self.version,
                      device=x_nd.context.device_id)
 
     @_remember_errors

@@ -22,16 +22,17 @@ and one imperative ``nd`` call, until its output is ready.
 """
 import os
 import platform
-import statistics
 import time
 
 import numpy as np
 
 from ..conv import ConvSpec
 from ..conv.parallel import pool_size
-from .compat import import_mxnet
-from . import lean
-from .op import fault_in_output, host_view, op_times
+from ..mx import lean
+from ..mx.compat import import_mxnet
+from ..mx.op import fault_in_output, host_view, op_times
+from ..mx.swap import swap_convolutions
+from .timing import host_interleaved, summary
 
 mx = import_mxnet()
 
@@ -61,10 +62,6 @@ def machine():
             "mxnet": mx.__version__, "numpy": np.__version__}
 
 
-def _summary(times):
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "repeats": len(times)}
-
-
 def bench_layer(shape, repeats=5, seed=408):
     """{'builtin', 'custom_call', 'op_time'} summaries for one layer, repeats interleaved after a warm-up."""
     b, c, h, w, m, attrs = shape
@@ -89,17 +86,11 @@ def bench_layer(shape, repeats=5, seed=408):
         del y
         mx.nd.waitall()
 
-    times = {"builtin": [], "custom_call": [], "fresh_output": []}
-    with op_times.capture() as start:
-        for round_ in range(repeats + 1):                 # round 0 warms up (MKLDNN primitives, pool)
-            for key, fn in (("builtin", builtin), ("custom_call", custom), ("fresh_output", fresh_output)):
-                begin = time.perf_counter()
-                fn()
-                if round_:
-                    times[key].append(time.perf_counter() - begin)
+    with op_times.capture() as start:              # round 0 warms up (MKLDNN primitives, pool)
+        times = host_interleaved({"builtin": builtin, "custom_call": custom, "fresh_output": fresh_output}, repeats)
         ours = [seconds for seconds, _ in op_times.since(start)][1:]
-    result = {key: _summary(values) for key, values in times.items()}
-    result["op_time"] = _summary(ours)
+    result = {key: summary(values) for key, values in times.items()}
+    result["op_time"] = summary(ours)
     result["layer"] = {"B": b, "C": c, "H": h, "W": w, "M": m, **{k: list(v) if isinstance(v, tuple) else v for k, v in attrs.items()}}
     result["ratio_call"] = result["custom_call"]["median_s"] / result["builtin"]["median_s"]
     result["ratio_op_time"] = result["op_time"]["median_s"] / result["builtin"]["median_s"]
@@ -215,7 +206,6 @@ def _per_node(symbol, rounds, forwards=20):
 
 
 def bench_overhead(rounds=9):
-    from .swap import swap_convolutions
     builtin = _chain("builtin")
     graphs = {"built-in Convolution": builtin, "empty CustomOp": _chain("empty"),
               "empty CustomOp, lean registration": _chain("empty_lean"),
@@ -247,10 +237,10 @@ def bench_overhead(rounds=9):
             imperative[name].append(total / 50)
             invoke[name].append(pushed / 50)
     wait = {name: [t - i for t, i in zip(imperative[name], invoke[name])] for name in calls}
-    return {"machine": machine(), "graph_per_node": {k: _summary(v) for k, v in per_node.items()},
-            "imperative_per_call": {k: _summary(v) for k, v in imperative.items()},
-            "imperative_invoke": {k: _summary(v) for k, v in invoke.items()},
-            "imperative_wait": {k: _summary(v) for k, v in wait.items()}}
+    return {"machine": machine(), "graph_per_node": {k: summary(v) for k, v in per_node.items()},
+            "imperative_per_call": {k: summary(v) for k, v in imperative.items()},
+            "imperative_invoke": {k: summary(v) for k, v in invoke.items()},
+            "imperative_wait": {k: summary(v) for k, v in wait.items()}}
 
 
 def overhead_table(result):

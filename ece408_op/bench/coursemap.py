@@ -7,10 +7,11 @@ m3's copy path against its unoverlapped form.
 Writes ``course_map.json`` and ``course_map.md`` in DIR. Kernels: the suite's cases (``suite.Case``: x
 and k drawn on the device, every entry validated on sampled images against the float64 reference, v17
 and v19 against their own error models, then timed: warm-up, L2 flushed before each repeat, CUDA
-events, median). Streams: ``hostcopy.forward_into`` on host arrays into memory already faulted in (so
+events, median). Streams: ``hostcopy.engine.forward_into`` on host arrays into memory already faulted in (so
 that the page faults of fresh memory, which dominate a first call, do not hide the copies), with
 ``ECE408_STREAMS`` = 1, 2, 4, 8, 16 and unset (the default ring copy), median of the repeats.
 """
+import datetime
 import json
 import os
 import statistics
@@ -19,10 +20,17 @@ from pathlib import Path
 import numpy as np
 
 from ..conv.reference import reference_and_bound
-from .bench import _torch
-from .device import GpuDevice
-from .suite import LAYERS, Case, precompile
-from .versions import VERSIONS, default_version, plan_defines
+from ..kernels.build import precompile
+from ..kernels.choice import default_version
+from ..kernels.device import GpuDevice
+from ..kernels.hostcopy.engine import forward_into
+from ..kernels.hostcopy.records import record_count, records_since
+from ..kernels.hostcopy.streams import STREAMS_ENV
+from ..kernels.launch import conv2d_forward_gpu
+from ..kernels.plans import module_spec
+from ..kernels.versions import VERSIONS
+from .suite import LAYERS, Case
+from .timing import cuda_torch, l2_flush
 
 COURSE = ("ece408-high", "2018-conv1", "2018-conv2", "2019-conv1", "2019-conv2")
 # (version, the version it improves, the course's item); "default": the layer's default version
@@ -38,17 +46,16 @@ def _layers():
 
 def measure_kernels(batch, repeats, log=print):
     """Rows {layer, version, label, median_s, valid, worst_error_vs_bound, [worst_error_vs_float32]}."""
-    torch, dev = _torch(), GpuDevice.get()
+    torch, dev = cuda_torch(), GpuDevice.get()
     wanted = {n for step in STEPS for n in step[:2] if n != "default"}
     sets, plans = [], {}
     for layer in _layers():
         shape = layer.shape()
         numbers = sorted((wanted | {default_version(shape, dev.name)}) - {None})
         plans[layer.name] = [n for n in numbers if VERSIONS[n].unsupported(shape) is None]
-        sets += [plan_defines(n, VERSIONS[n].inner(shape)) for n in plans[layer.name]]
+        sets += [module_spec(n, VERSIONS[n].inner(shape)) for n in plans[layer.name]]
     log(f"precompiled {precompile(sets, dev.arch)} modules")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
+    flush = l2_flush(torch)
     rows = []
     for layer in _layers():
         case = Case(torch, layer, batch, repeats, flush)
@@ -73,9 +80,8 @@ def measure_kernels(batch, repeats, log=print):
 def measure_streams(batch, repeats=3, log=print):
     """Rows {layer, streams, wall_s, op_time_s, kernels_s, gpu_pipeline_s, valid}: ``forward_into`` with
     ECE408_STREAMS = each of STREAM_CHUNKS and unset ("ring"), medians of ``repeats`` after one warm call."""
-    from . import hostcopy
     rng = np.random.default_rng(408)
-    saved = os.environ.get(hostcopy.STREAMS_ENV)
+    saved = os.environ.get(STREAMS_ENV)
     rows = []
     try:
         for layer in _layers():
@@ -86,16 +92,16 @@ def measure_streams(batch, repeats=3, log=print):
             ref, bound = reference_and_bound(x[:2], k)
             for chunks in (*STREAM_CHUNKS, None):
                 if chunks is None:
-                    os.environ.pop(hostcopy.STREAMS_ENV, None)
+                    os.environ.pop(STREAMS_ENV, None)
                 else:
-                    os.environ[hostcopy.STREAMS_ENV] = str(chunks)
+                    os.environ[STREAMS_ENV] = str(chunks)
                 records = []
                 for i in range(repeats + 1):
                     out[:2] = np.nan
-                    start = hostcopy.record_count()
-                    hostcopy.forward_into(out, x, k)
+                    start = record_count()
+                    forward_into(out, x, k)
                     if i:
-                        records += hostcopy.records_since(start)
+                        records += records_since(start)
                 valid = bool((np.abs(out[:2] - ref) <= bound).all())
 
                 def median(field):
@@ -108,9 +114,9 @@ def measure_streams(batch, repeats=3, log=print):
                     f"GPU pipeline {row['gpu_pipeline_s'] * 1e3:7.2f} ms  valid={valid}")
     finally:
         if saved is None:
-            os.environ.pop(hostcopy.STREAMS_ENV, None)
+            os.environ.pop(STREAMS_ENV, None)
         else:
-            os.environ[hostcopy.STREAMS_ENV] = saved
+            os.environ[STREAMS_ENV] = saved
     return rows
 
 
@@ -146,7 +152,7 @@ def markdown(result):
             lines.append(f"| {r['label']} | {r['layer']} | {r['worst_error_vs_bound']:.3g} | "
                          f"{r['worst_error_vs_float32']:.3g} | {r['rel_error']:.2g} |")
     if result.get("streams"):
-        lines += ["", "Streams (`ECE408_STREAMS=N`, `hostcopy.forward_into` into memory already faulted in; median of "
+        lines += ["", "Streams (`ECE408_STREAMS=N`, `hostcopy.engine.forward_into` into memory already faulted in; median of "
                   f"{result['stream_repeats']}): Op Time = first chunk's kernels starting to the last chunk's ending "
                   "(GPU clock); kernels = their own time added up; GPU pipeline = first copy in starting to last copy "
                   "out ending.", "",
@@ -159,7 +165,6 @@ def markdown(result):
 
 
 def run(batch=10000, repeats=20, out="bench-gpu", streams=True, log=print):
-    import datetime
     result = {"device": GpuDevice.get().name, "date": datetime.date.today().isoformat(), "batch": batch,
               "repeats": repeats, "kernels": measure_kernels(batch, repeats, log)}
     if streams:
@@ -177,8 +182,7 @@ def run(batch=10000, repeats=20, out="bench-gpu", streams=True, log=print):
 def ncu_target():
     """What docs/bench/ncu_course_list.txt profiles: v3, v14, v4, v17, v18, v19 once each (a warm-up and a
     timed launch) on ece408-high's layer, then v14-v17 on 2019 conv2's, at 1,000 images:
-    ``python -m ece408_op.kernels.ncu -- python -m ece408_op.kernels.coursemap``."""
-    from .launch import conv2d_forward_gpu
+    ``python -m ece408_op.bench.ncu -- python -m ece408_op.bench.coursemap``."""
     rng = np.random.default_rng(0)
     for (c, hw, m), numbers in (((1, 28, 50), (3, 14, 4, 17, 18, 19)), ((12, 33, 24), (14, 15, 16, 17))):
         x = rng.random((1000, c, hw, hw), dtype=np.float32)

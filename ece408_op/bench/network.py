@@ -12,7 +12,7 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet, no torchvision).
    defaults.json, else autotuned) against nn.Conv2d's (cuDNN fp32, TF32 off), whole call, each
    repeat after an L2 flush ("flushed") and as a run of calls without one ("back to back", as in a
    network: the mean of 10 consecutive calls, median of the repeats), the entries taking turns
-   within each repeat (``kernels.bench.time_interleaved``); the kernels alone beside them
+   within each repeat (``timing.time_interleaved``); the kernels alone beside them
    (the layer's recorded launches replayed: no checks, no allocation, no look-up).
    Each layer's output is checked against the float64 reference (NumPy, conv.reference) on one image.
 3. The autotuner's choice against a re-measurement of every candidate (median of 20, back to back) on
@@ -22,71 +22,25 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet, no torchvision).
 
 Writes network.json, network.csv (per layer), network.md (the tables) and network.png.
 """
-import argparse
 import copy
 import csv
 import datetime
 import json
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ..kernels.bench import time_interleaved
-from .nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
-
-
-# ------------------------------------------------------------------ timing
-
-class Timer:
-    def __init__(self, torch, repeats):
-        self.torch, self.repeats = torch, repeats
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.flush = torch.empty(max(4 * l2, 256 << 20) // 4, device="cuda")
-
-    def spin(self):
-        """Keep the SMs busy for ~20 ms first: after the host-only work between measurements (the float64
-        check) the clocks have dropped, and a few warm-up calls of a small layer do not raise them."""
-        sleep = getattr(self.torch.cuda, "_sleep", None)
-        if sleep is not None:
-            sleep(40_000_000)
-
-    def flushed(self, *fns):
-        """Median seconds of each of ``fns`` between CUDA events, L2 flushed before each call, the callables
-        taking turns within each repeat."""
-        self.spin()
-        return [r["median_s"] for r in time_interleaved(self.torch, fns, self.repeats, warmup=2, flush=self.flush)]
-
-    def back_to_back(self, *fns, calls=10):
-        """Median over the repeats of the mean seconds per call of ``calls`` consecutive calls (no flush),
-        for each of ``fns`` in turn within each repeat."""
-        self.spin()
-        return [r["median_s"] for r in time_interleaved(self.torch, fns, max(3, self.repeats // 2), warmup=2,
-                                                        calls=calls)]
-
-
-def _host_us(fn, torch, calls=200, rounds=9):
-    """Median over ``rounds`` of the host microseconds per call of ``calls`` calls in a row, each round queued
-    behind a GPU sleep longer than itself: the figure is the host's alone (without the sleep, a kernel
-    longer than the host's part fills the launch queue and the loop runs at the GPU's pace)."""
-    out = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(20_000_000)                       # ~10 ms of GPU work ahead
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - start) / calls * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(out)
-
+from ..kernels import autotune, cudadrv
+from ..kernels.device import GpuDevice
+from ..kernels.launch import conv2d_forward_async, layer_call
+from ..torch import Conv2d, swap_convolutions
+from ..torch.nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
+from .precompile import autotune_shapes
+from .timing import Timer, cuda_torch, host_us
 
 def hot_path(torch):
     """Host microseconds per call on the issue's 1x8x8x8 3x3 layer (seen before)."""
-    from .. import kernels
-    from ..kernels import cudadrv
-    from . import Conv2d
     conv = Conv2d(8, 8, 3, padding=1).cuda().eval()
     ref = torch.nn.Conv2d(8, 8, 3, padding=1).cuda().eval()
     x = torch.rand(1, 8, 8, 8, device="cuda")
@@ -99,7 +53,7 @@ def hot_path(torch):
     args = (y.data_ptr(), x.data_ptr(), conv.weight.data_ptr(), tuple(x.shape), tuple(conv.weight.shape),
             conv.bias.data_ptr(), spec)
     stream = torch.cuda.current_stream().cuda_stream
-    kernels.conv2d_forward_async(*args, stream=stream)
+    conv2d_forward_async(*args, stream=stream)
     sync = torch.cuda.synchronize
     plan = call.plan
 
@@ -114,13 +68,13 @@ def hot_path(torch):
         result = {
             "layer": "1x8x8x8, 3x3, padding 1, bias",
             "version": call.plan.version.label,
-            "lookup_us": _host_us(lambda: kernels.layer_call(args[3], args[4], spec, True), torch),
-            "lean_call_us": _host_us(lambda: kernels.conv2d_forward_async(*args, stream=stream), torch),
-            "queue_us": _host_us(lambda: call.queue(args[0], args[1], args[2], args[5], stream), torch),
-            "replay_only_us": _host_us(lambda: recording.replay(addresses, stream), torch),
-            "plan_launch_us": _host_us(launch_only, torch),
-            "module_forward_us": _host_us(lambda: conv(x), torch),
-            "cudnn_module_forward_us": _host_us(lambda: ref(x), torch),
+            "lookup_us": host_us(lambda: layer_call(args[3], args[4], spec, True), torch),
+            "lean_call_us": host_us(lambda: conv2d_forward_async(*args, stream=stream), torch),
+            "queue_us": host_us(lambda: call.queue(args[0], args[1], args[2], args[5], stream), torch),
+            "replay_only_us": host_us(lambda: recording.replay(addresses, stream), torch),
+            "plan_launch_us": host_us(launch_only, torch),
+            "module_forward_us": host_us(lambda: conv(x), torch),
+            "cudnn_module_forward_us": host_us(lambda: ref(x), torch),
             "launches_per_call": plan.version.launches(plan.defines) + (plan.add_bias is not None) + (plan.pad_input is not None),
         }
     sync()
@@ -146,7 +100,6 @@ def _check_layer(conv, x, y):
 def layer_rows(torch, name, timer, log):
     """Each distinct convolution of network ``name``: ours and cuDNN, whole call and kernel, flushed and
     back to back."""
-    from . import Conv2d
     torch.manual_seed(408)
     model = NETWORKS[name]().cuda().eval()
     batch = NETWORK_BATCH[name]
@@ -201,7 +154,6 @@ def layer_rows(torch, name, timer, log):
 
 def autotune_check(torch, shapes, log, repeats=20):
     """Per (name, ConvShape, batch): the autotuner's pick against every candidate re-measured."""
-    from ..kernels import GpuDevice, autotune
     dev = GpuDevice.get()
     out = []
     for name, shape, batch in shapes:
@@ -226,21 +178,9 @@ def autotune_check(torch, shapes, log, repeats=20):
     return out
 
 
-def autotune_shapes(with_suite):
-    from ..kernels import ConvShape, suite
-    shapes = [("1x1 256->64 56x56", ConvShape(256, 56, 56, 64, 1), 64),
-              ("1x1/2 512->1024 28x28", ConvShape(512, 28, 28, 1024, 1, SH=2, SW=2), 64),
-              ("dw 3x3 144 56x56", ConvShape(144, 56, 56, 144, 3, PH=1, PW=1, G=144), 64),
-              ("dilated 3x3 d2 64 28x28", ConvShape(64, 28, 28, 64, 3, PH=2, PW=2, DH=2, DW=2), 64)]
-    if with_suite:
-        shapes += [(layer.name, layer.shape(), 10000 if layer.course else layer.batches[0]) for layer in suite.LAYERS]
-    return shapes
-
-
 # ------------------------------------------------------------------ whole networks
 
 def network_rows(torch, names, timer, log):
-    from . import swap_convolutions
     rows = []
     for name in names:
         torch.manual_seed(408)
@@ -350,34 +290,18 @@ def save(result, out_dir):
     plt.close(fig)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=__doc__.splitlines()[0])
-    parser.add_argument("--network", action="store_true")
-    parser.add_argument("--nets", default=",".join(NETWORKS), help=f"comma-separated, of {', '.join(NETWORKS)}")
-    parser.add_argument("--whole", default="resnet18,resnet50", help="networks timed whole (default resnet18,resnet50)")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--autotune-check", choices=("none", "new", "suite"), default="new",
-                        help="re-measure the autotuner's candidates on new layers (and the suite's: 'suite')")
-    parser.add_argument("--no-hot-path", action="store_true")
-    parser.add_argument("--out", default="bench-gpu")
-    args = parser.parse_args(argv)
-    names = [n for n in args.nets.split(",") if n]
-    whole = [n for n in args.whole.split(",") if n]
-    unknown = sorted(set(names + whole) - set(NETWORKS))
-    if unknown:
-        from ..errors import UsageError
-        raise UsageError(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(NETWORKS)}")
-    from ..kernels.bench import _torch
-    from ..kernels import GpuDevice
-    torch = _torch()
+def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu", command="", log=None):
+    """``bench gpu --network``: the hot path (``hot``), every distinct layer of the networks ``names``, the
+    autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` timed whole; saved to ``out`` as it
+    goes. Returns 1 if any layer's output was invalid, else 0."""
+    torch = cuda_torch()
     dev = GpuDevice.get()
-    timer = Timer(torch, args.repeats)
-    log = lambda line: print(line, flush=True)                     # noqa: E731
-    result = {"device": dev.name, "date": datetime.date.today().isoformat(), "repeats": args.repeats,
-              "command": "python -m ece408_op bench gpu " + " ".join(argv or []),
-              "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "layers": [], "autotune": [],
-              "networks": []}
-    if not args.no_hot_path:
+    timer = Timer(torch, repeats)
+    log = log or (lambda line: print(line, flush=True))
+    result = {"device": dev.name, "date": datetime.date.today().isoformat(), "repeats": repeats,
+              "command": command, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "layers": [],
+              "autotune": [], "networks": []}
+    if hot:
         result["hot_path"] = hot_path(torch)
         log("hot path: " + ", ".join(f"{k} {v:.2f}" if not isinstance(v, str) else f"{k} {v}"
                                      for k, v in result["hot_path"].items()))
@@ -385,12 +309,12 @@ def main(argv=None):
         result["hot_path"] = {}
     for name in names:
         result["layers"] += layer_rows(torch, name, timer, log)
-        save(result, args.out)
-    if args.autotune_check != "none":
-        result["autotune"] = autotune_check(torch, autotune_shapes(args.autotune_check == "suite"), log)
-        save(result, args.out)
+        save(result, out)
+    if check_autotune != "none":
+        result["autotune"] = autotune_check(torch, autotune_shapes(check_autotune == "suite"), log)
+        save(result, out)
     result["networks"] = network_rows(torch, whole, timer, log)
-    save(result, args.out)
+    save(result, out)
     met = sum(r["met"] for r in result["layers"])
     log(f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
         + "; ".join(f"{r['network']} {r['ratio']:.2f}x" for r in result["networks"]))
@@ -398,33 +322,3 @@ def main(argv=None):
     if bad:
         log("INVALID: " + "; ".join(f"{r['network']} {r['what']}" for r in bad))
     return 1 if bad else 0
-
-
-def precompile_modules(names=tuple(NETWORKS), device_name=None, with_suite=True):
-    """The #define sets the network benchmark (and its autotuning) loads, without a GPU: every distinct
-    layer's candidates (a meta-device forward finds the shapes), for ``bench gpu --precompile``."""
-    import torch
-    from ..kernels import ConvShape, autotune
-    from ..kernels.versions import VERSIONS, plan_defines, resolve_version
-    from ..conv import ConvSpec
-    sets = []
-
-    def add(shape):
-        number, overrides = resolve_version(None, shape, device_name, tune=lambda s: None)
-        sets.append(plan_defines(number, VERSIONS[number].inner(shape), overrides))
-        for n, o in autotune.candidates(shape):
-            sets.append(plan_defines(n, VERSIONS[n].inner(shape), o))
-    for name in names:
-        model = NETWORKS[name]().to("meta").eval()
-        for _, conv, shape in conv_layers(model, torch.empty(NETWORK_BATCH[name], 3, 224, 224, device="meta")):
-            spec = ConvSpec(num_filter=conv.out_channels, kernel=tuple(conv.kernel_size), stride=tuple(conv.stride),
-                            pad=tuple(conv.padding), dilate=tuple(conv.dilation), num_group=conv.groups,
-                            no_bias=conv.bias is None)
-            add(ConvShape.of(shape, tuple(conv.weight.shape), spec))
-    for _, shape, _ in autotune_shapes(with_suite):
-        add(shape)
-    return sets
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

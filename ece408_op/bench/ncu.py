@@ -2,7 +2,7 @@
 command launches, by name, with its time, achieved DRAM bandwidth, FP32 FLOP rate and achieved occupancy.
 
     python -m ece408_op m3 1000 --ncu                      # a milestone re-runs itself under ncu
-    python -m ece408_op.kernels.ncu [--kernels REGEX] [--csv FILE] -- COMMAND [ARGS...]
+    python -m ece408_op.bench.ncu [--kernels REGEX] [--csv FILE] -- COMMAND [ARGS...]
 
 The ladder's kernels keep C names (``extern "C"``: conv_forward_v7, im2col_v5, fft_multiply, ...),
 so ncu shows them as written; cuBLAS's and cuFFT's (v18, v19) appear under their libraries' names.
@@ -161,7 +161,7 @@ def profile(argv, kernels=None, keep_csv=None, say=print, env=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m ece408_op.kernels.ncu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.ncu", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="profile only kernels whose name matches this regular expression")
     parser.add_argument("--csv", help="keep ncu's raw CSV here")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")

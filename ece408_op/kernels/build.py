@@ -1,0 +1,136 @@
+"""Building a module: one CUDA file (a version's, or the fused kernel's) with its #defines, by nvcc,
+cached on disk. Needs no GPU and no PyCUDA.
+
+A module is a ``ModuleSpec``: the source file and its sorted ``#define``s (``plans.module_spec`` makes
+them from a version and a layer). Its cubin is cached under a name hashed from exactly the sources it
+includes (the file and the local headers it pulls in, ``source_files``), the defines, the architecture
+and the flags, so that a second process loads it without nvcc and a change to a header rebuilds only
+the modules that include it.
+"""
+import gzip
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base.files import atomic_write, user_cache_dir
+from ..errors import GpuError
+
+CACHE_ENV = "ECE408_CUBIN_CACHE"     # folder of compiled modules (default: the user's cache, XDG)
+NVCC_FLAGS = ("-cubin",)
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What a module is built from: a CUDA file and its #defines (sorted (name, value) pairs)."""
+    source: Path
+    defines: tuple
+
+    def define_dict(self):
+        return dict(self.defines)
+
+
+def require_nvcc():
+    if shutil.which("nvcc") is None:
+        raise GpuError("nvcc not found on PATH; install the CUDA toolkit or add its bin folder "
+                       "(e.g. /usr/local/cuda/bin) to PATH")
+
+
+def compile_error_line(log):
+    """The first line of an nvcc log that names an error (else its first line)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["nvcc failed"])[0]
+
+
+_texts = {}
+_texts_lock = threading.Lock()
+
+
+def _text(path):
+    """A source file's text, read once per process."""
+    with _texts_lock:
+        if path not in _texts:
+            _texts[path] = Path(path).read_text()
+        return _texts[path]
+
+
+def source_files(path):
+    """``path`` and every local header it includes (``#include "name"``, beside the including file),
+    recursively, each once, in the order first included."""
+    seen = []
+
+    def visit(file):
+        if file in seen:
+            return
+        seen.append(file)
+        for name in INCLUDE.findall(_text(file)):
+            visit(file.parent / name)
+    visit(Path(path))
+    return seen
+
+
+def sources_digest(paths):
+    """A SHA-256 (hex) of the files that ``paths`` are built from: their names and texts."""
+    digest = hashlib.sha256()
+    for file in dict.fromkeys(f for path in paths for f in source_files(path)):
+        digest.update(f"{file.name}\n{_text(file)}\n".encode())
+    return digest.hexdigest()
+
+
+def cubin_cache_dir():
+    return Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else user_cache_dir("cubin")
+
+
+def cubin_path(spec, arch):
+    """Where the module ``spec`` built for ``arch`` is cached: named by a hash of its sources, defines,
+    architecture and flags (not nvcc's version: a cubin built by another CUDA 12/13 nvcc loads the same;
+    ``bench gpu --precompile`` fills it ahead)."""
+    key = "\n".join([sources_digest([spec.source]), arch, " ".join(NVCC_FLAGS), *(f"{k}={v}" for k, v in spec.defines)])
+    return cubin_cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.cubin.gz"
+
+
+def feature_arch(defines, arch):
+    """``arch``, or its architecture-specific target where the defines ask for it (ARCH_FEATURES: v20's
+    wgmma exists only on sm_90a)."""
+    return arch + "a" if dict(defines).get("ARCH_FEATURES") and arch == "sm_90" else arch
+
+
+def build_cubin(spec, arch):
+    """The cubin of ``spec`` for ``arch``: from the cache, else nvcc (then cached)."""
+    arch = feature_arch(spec.defines, arch)
+    path = cubin_path(spec, arch)
+    try:
+        return gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, gzip.BadGzipFile):
+        pass
+    require_nvcc()
+    with tempfile.TemporaryDirectory(prefix="ece408-nvcc-") as tmp:
+        out = Path(tmp, "module.cubin")
+        result = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", *(f"-D{k}={v}" for k, v in spec.defines),
+                                 "-o", str(out), str(spec.source)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise GpuError(f"kernel compile failed for {spec.source.name} {dict(spec.defines)}: "
+                           f"{compile_error_line(result.stderr)}")
+        image = out.read_bytes()
+    try:
+        atomic_write(path, gzip.compress(image, 6))
+    except OSError:
+        pass                            # a read-only cache: build again next time
+    return image
+
+
+def precompile(specs, arch, workers=None):
+    """Build every module of ``specs`` (ModuleSpecs) into the cache, nvcc on all cores; returns how many
+    distinct modules there are."""
+    unique = sorted(set(specs), key=lambda spec: (str(spec.source), spec.defines))
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        list(pool.map(lambda spec: build_cubin(spec, arch), unique))
+    return len(unique)

@@ -1,0 +1,131 @@
+"""Which version runs a layer: parsing a request, the measured defaults table and the fallback order.
+
+    parse_version('v3') -> 3          ('auto'/None -> None, 'fast' -> FAST; GpuError for anything else)
+    resolve_version(request, shape, device_name, tune) -> (version, tuning overrides)
+
+Which version runs a layer by default: the per-device table ``defaults.json`` (written by
+``python -m ece408_op bench gpu --suite --apply`` from measurements on that device, keyed by the
+device's name and the layer's shape class), else the autotuner's choice where the caller passes one
+(``tune``: ``autotune.choose`` on the network call path), else the first version of PREFERENCE that
+runs the layer and suits it (``suits``: v7 only where every channel's strip fits in registers).
+"""
+import json
+import os
+from pathlib import Path
+
+from ..errors import GpuError, ShapeError
+from .versions import VERSIONS
+
+KERNEL_ENV = "ECE408_KERNEL"
+DEFAULTS_FILE = Path(__file__).with_name("defaults.json")
+# The fallback order where no table measured on this device names the layer's shape: from the H100
+# benchmark of the course layer (docs/benchmarks.md): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
+# v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
+# course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them;
+# v13 before v8 where it runs (depthwise layers, MobileNetV2 on the H100: docs/gpu-dropin.md).
+# v1, v5, v6, v8 and v9 run every shape. v12 (Winograd) is never a default: only asked for. v20 (wgmma) runs on
+# compute capability 9.0 only, so it is never a fallback: a default where the table or the autotuner chose it.
+PREFERENCE = (7, 10, 13, 8, 4, 6, 5, 1, 3, 2, 9, 11)
+
+FAST = "fast"             # the request "v12 (Winograd) where it runs the layer, else the default"
+
+
+def parse_version(text):
+    """'auto' / None -> None; '3', 'v3', 'constant' -> 3; 'fast' -> FAST. Raises GpuError for anything else."""
+    if text is None or str(text).strip().lower() in ("", "auto"):
+        return None
+    key = str(text).strip().lower()
+    if key == FAST:
+        return FAST
+    for version in VERSIONS.values():
+        if key in (str(version.number), f"v{version.number}", version.name):
+            return version.number
+    names = ", ".join(f"{v.number}/{v.name}" for v in VERSIONS.values())
+    raise GpuError(f"unknown kernel {text!r}; choose auto, {FAST} (v12 where it runs, else auto) or one of {names}")
+
+
+def shape_key(shape):
+    """The defaults table's key of a shape class (its bias aside)."""
+    s = shape
+    return f"C{s.C} H{s.H} W{s.W} M{s.M} K{s.KH}x{s.KW} S{s.SH}x{s.SW} P{s.PH}x{s.PW} D{s.DH}x{s.DW} G{s.G}"
+
+
+def load_defaults():
+    """The measured defaults table: {device name: {"shapes": {shape key: version}, ...}}, read from disk."""
+    if not DEFAULTS_FILE.exists():
+        return {}
+    return json.loads(DEFAULTS_FILE.read_text(encoding="utf-8"))
+
+
+_measured = {}
+
+
+def measured_defaults():
+    """``load_defaults()`` read once per process and file (``reload_defaults`` forgets it)."""
+    if DEFAULTS_FILE not in _measured:
+        _measured[DEFAULTS_FILE] = load_defaults()
+    return _measured[DEFAULTS_FILE]
+
+
+def reload_defaults():
+    _measured.clear()
+
+
+def measured_version(shape, device_name):
+    """The version defaults.json names for ``shape`` on this device, where it is still defaultable and
+    runs the layer; else None."""
+    if device_name is None:
+        return None
+    measured = measured_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
+    if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None:
+        return measured
+    return None
+
+
+def fallback_version(shape):
+    """The first of PREFERENCE that runs ``shape`` and suits it."""
+    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
+    return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
+
+
+def default_version(shape, device_name=None):
+    """The version measured fastest for ``shape`` on this device (defaults.json), else the first of
+    PREFERENCE that runs ``shape`` and suits it."""
+    return measured_version(shape, device_name) or fallback_version(shape)
+
+
+def _requested(requested):
+    """The request as a version number, FAST or None (auto), $ECE408_KERNEL standing in for auto."""
+    if requested is None or str(requested).strip().lower() in ("", "auto"):
+        requested = os.environ.get(KERNEL_ENV)
+    return parse_version(requested)
+
+
+def choose_version(requested, shape, device_name=None):
+    """Resolve 'auto'/None (then $ECE408_KERNEL) and 'fast' (for a whole network: v12 on its 3x3 stride-1
+    layers, the default on the others) and check support; returns a version number."""
+    return resolve_version(requested, shape, device_name)[0]
+
+
+def resolve_version(requested, shape, device_name=None, tune=None):
+    """(version, tuning overrides or None) to run ``shape``: an explicit request (checked), else 'fast''s
+    v12 where it runs, else the measured table (defaults.json), else ``tune(shape)`` (the autotuner's
+    (version, overrides), or None), else the fallback order."""
+    number = _requested(requested)
+    if number == FAST and VERSIONS[12].unsupported(shape) is None:
+        return 12, None
+    if number in (None, FAST):
+        measured = measured_version(shape, device_name)
+        if measured is not None:
+            return measured, None
+        tuned = tune(shape) if tune is not None else None
+        return tuned if tuned is not None else (fallback_version(shape), None)
+    reason = VERSIONS[number].unsupported(shape)
+    if reason:
+        raise ShapeError(f"kernel {VERSIONS[number].label} cannot run this layer: {reason}; use kernel=auto")
+    if VERSIONS[number].arch_features:        # (v20: built for sm_90a; elsewhere its entry point traps)
+        missing = VERSIONS[number].available()
+        if missing:
+            raise GpuError(f"kernel {VERSIONS[number].label} cannot run here: {missing}; use kernel=auto")
+    return number, None
+

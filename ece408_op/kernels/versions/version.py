@@ -1,0 +1,121 @@
+"""What a kernel version is (``Version``) and what several versions share.
+
+A ``general`` version computes any ConvShape itself (padding, stride, dilation, groups, rectangular
+kernels, bias). The others are the course's kind of kernel (stride 1, no dilation, one group, square
+kernel): for them the launcher pads x into a workspace first and adds the bias after
+(``ConvShape.unpadded`` is the layer they see), and every other layer is refused by their capability
+check, so that the default choice (``kernels/choice.py``) falls back to one that runs it.
+"""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ...conv.reference import reference_and_bound
+
+MAX_SHARED = 227 * 1024   # bytes of shared memory a block may opt into on sm_80/sm_90
+CONST_WEIGHTS = 16384     # floats of __constant__ memory for weights (64 KB): v3, v4, v7
+TILE = 16                 # the output tile edge of v2-v4 and v14-v17 (tiles.cuh)
+
+
+def ints(*values):
+    return [np.int32(v) for v in values]
+
+
+def const_weights_reason(floats):
+    if floats > CONST_WEIGHTS:
+        return f"weights ({floats} floats) exceed constant memory ({CONST_WEIGHTS})"
+    return None
+
+
+def plane_grid(s, batch):
+    """v14-v17: (tiles of the output plane, M filters, images up to grid z's limit)."""
+    return (math.ceil(s.HO / TILE) * math.ceil(s.WO / TILE), s.M, min(batch, 65535))
+
+
+class Sourced:
+    """Kernels built from one CUDA file of this folder: ``source``, else the .cu file beside the
+    Python module that defines the class (v07_strip.py: v07_strip.cu)."""
+    source = None
+
+    @property
+    def source_path(self):
+        module = Path(sys.modules[type(self).__module__].__file__)
+        return module.with_name(self.source) if self.source else module.with_suffix(".cu")
+
+
+class Version(Sourced):
+    """One rung of the ladder: its kernels (in the CUDA file ``source_path``), what it cannot run, the
+    constants its kernels are compiled with and the grid they launch with. A subclass put into the
+    table by ``registry.register`` is a version."""
+    number = 0
+    name = ""
+    kernels = ()              # entry points in its CUDA file, in launch order
+    constant_weights = False  # every launch copies k into constant memory (inside Op Time)
+    general = False           # computes padding, stride, dilation, groups, rectangular kernels, bias itself
+    tuning_keys = ()          # the tuning overrides it takes (see plans.module_spec)
+    exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
+    defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
+    own_error_model = False   # checked against its own error model (v17 FP16, v19 FFT), not the float32 bound
+    arch_features = False     # built for the device's architecture-specific target (v20: sm_90a's wgmma)
+
+    def inner(self, shape):
+        """The layer this version's kernels compute: ``shape`` itself, or for a course-style
+        version the unpadded, bias-free layer the launcher wraps around it."""
+        return shape if self.general else shape.unpadded()
+
+    def unsupported(self, shape, tuning_overrides=None):
+        """None if this version runs ``shape``, else a short reason."""
+        if not self.general:
+            reason = shape.course_reason()
+            if reason:
+                return reason
+        return self.limits(self.inner(shape), tuning_overrides)
+
+    def limits(self, inner, tuning_overrides=None):
+        """None, or why the kernels cannot run ``inner`` (the layer they compute) on this device."""
+        return None
+
+    def defines(self, inner, tuning_overrides=None):
+        """The ``#define``s its kernels are compiled with (the same values size its grid)."""
+        return {}
+
+    def own(self, tuning_overrides):
+        """The overrides among ``tuning_overrides`` that are this version's."""
+        return {k: v for k, v in (tuning_overrides or {}).items() if k in self.tuning_keys}
+
+    def suits(self, shape):
+        """Whether the fallback rule (no measured table for the device) may pick it for ``shape``."""
+        return True
+
+    def shared_bytes(self, defines):
+        """Dynamic shared memory per block (bytes) of its launch."""
+        return 0
+
+    def launch(self, plan, y, x, k, bias, batch):
+        """Queue the kernels on device pointers (ints; bias 0 where there is none); no
+        synchronisation. ``plan.inner`` is the layer they compute."""
+        raise NotImplementedError
+
+    def available(self):
+        """None if this machine has what the version calls besides its kernels (v18, v19: cuBLAS,
+        cuFFT), else why not; checked where it runs, not by ``unsupported`` (a property of the layer)."""
+        return None
+
+    def arch_reason(self, arch):
+        """None if its kernels run on a device of ``arch`` ('sm_90'), else why not (v20: 9.0 only)."""
+        return None
+
+    def launches(self, defines):
+        """Kernel launches per call (besides a course-style version's padding and bias passes)."""
+        return len(self.kernels)
+
+    def reference_and_bound(self, x, k, bias=None, spec=None):
+        """(float64 reference, elementwise bound its results must meet): the float32 bound, or the
+        version's own error model (``own_error_model``; ece408_op/conv/bounds.py)."""
+        return reference_and_bound(x, k, bias, spec)
+
+    @property
+    def label(self):
+        return f"v{self.number} {self.name}"
