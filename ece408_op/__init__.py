@@ -21,15 +21,9 @@ from .course import OP_TYPE, __version__  # noqa: F401  (the package's name for 
 
 def require_mxnet():
     """Import the MXNet layer (registering the operator) and return the ``mxnet`` module,
-    or raise a one-line Ece408Error saying why MXNet is unusable here."""
-    from .mx.compat import import_mxnet
-    mxnet = import_mxnet()
-    from .mx import hook
-    error = hook.register()
-    if error is not None:
-        from .errors import Ece408Error
-        raise Ece408Error(f"ece408_conv could not be registered with MXNet: {error}")
-    return mxnet
+    or raise a one-line Ece408Error saying why MXNet is unusable here (``mx/hook.py``)."""
+    from .mx.hook import require_mxnet as require
+    return require()
 
 
 def mxnet_unavailable():

@@ -74,15 +74,11 @@ class ConvTanhPool(mx.operator.CustomOp):
 
     def _on_device_arrays(self, in_data, y_nd, req):
         """mxnet-cu builds: the fused kernel on the arrays' device pointers."""
-        from .. import kernels
-        entry = getattr(kernels, "fused_forward_device", None)
-        if entry is None:
-            raise Ece408Error("this build has no fused GPU kernel (kernels.fused_forward_device); "
-                              "run the unfused graph or the CPU path")
+        from ..kernels.launch import fused_forward_device
         if req == "add":
             raise Ece408Error(f"{FUSED_OP_TYPE} cannot add into its output on GPU arrays (req='add')")
         x_nd, k_nd, *rest = in_data
-        return entry(ndarray_pointer(y_nd), ndarray_pointer(x_nd), ndarray_pointer(k_nd), x_nd.shape,
+        return fused_forward_device(ndarray_pointer(y_nd), ndarray_pointer(x_nd), ndarray_pointer(k_nd), x_nd.shape,
                      k_nd.shape, bias_ptr=ndarray_pointer(rest[0]) if rest else None, version=self.version,
                      device=x_nd.context.device_id)
 

@@ -81,3 +81,15 @@ def install():
             return
         if not any(isinstance(f, _Finder) for f in sys.meta_path):
             sys.meta_path.insert(0, _Finder())
+
+
+def require_mxnet():
+    """Import MXNet (the shims first) with ``ece408_conv`` registered, and return the ``mxnet``
+    module, or raise a one-line Ece408Error saying why MXNet is unusable here."""
+    from .compat import import_mxnet
+    mxnet = import_mxnet()
+    error = register()
+    if error is not None:
+        from ..errors import Ece408Error
+        raise Ece408Error(f"ece408_conv could not be registered with MXNet: {error}")
+    return mxnet

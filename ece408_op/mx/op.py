@@ -324,9 +324,9 @@ class Conv2dForward(mx.operator.CustomOp):
             from ..kernels.hostcopy.engine import forward_into     # x in, y straight into MXNet's memory
             seconds = forward_into(out, x, k, bias=bias, spec=self.spec, version=self.version)
         elif self.path == "gpu":
-            from .. import kernels
-            y, seconds = kernels.conv2d_forward_gpu(x, k, bias=bias, spec=self.spec, out=out,
-                                                    version=self.version, accumulate=accumulate)
+            from ..kernels.launch import conv2d_forward_gpu
+            y, seconds = conv2d_forward_gpu(x, k, bias=bias, spec=self.spec, out=out, version=self.version,
+                                            accumulate=accumulate)
         else:
             warm_up()
             prepare_cpu(x, k, bias, self.spec, out=out, accumulate=accumulate, kernel=self.config.cpu_kernel)
@@ -353,14 +353,14 @@ class Conv2dForward(mx.operator.CustomOp):
 
     def _forward_gpu_arrays(self, in_data, y_nd, accumulate):
         """mxnet-cu builds: the arrays already live on the GPU; pass their device pointers."""
-        from .. import kernels
+        from ..kernels.launch import conv2d_forward_device
         # MXNet calls forward once the inputs are ready; the plan's context-wide
         # synchronize before the kernels also waits for MXNet's streams, and the one
         # after them finishes our work before MXNet reads y. (No mx.nd.waitall()
         # here: it would wait for this very operator.)
         x_nd, k_nd = in_data[0], in_data[1]
         bias_ptr = ndarray_pointer(in_data[2]) if len(in_data) > 2 else None
-        seconds = kernels.conv2d_forward_device(
+        seconds = conv2d_forward_device(
             ndarray_pointer(y_nd), ndarray_pointer(x_nd), ndarray_pointer(k_nd), x_nd.shape, k_nd.shape,
             bias_ptr=bias_ptr, spec=self.spec, version=self.version, accumulate=accumulate,
             device=x_nd.context.device_id)
