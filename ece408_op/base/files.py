@@ -6,10 +6,79 @@
 * ``atomic_write(path, data)``: a temporary file in the same folder, then a rename: readers see the
   old file or the new one, never a part (``create_beside`` and ``replace_with`` are its two steps, for
   a caller that reports their failures apart).
+* ``read_regular(path, limit)``: the bytes of a file someone else controls (a team's, a data
+  file): opened once, never blocking (a FIFO or a device never hangs the reader), without
+  following a link unless asked, checked to be a regular file on that descriptor and read from it,
+  at most ``limit`` bytes; each refusal its own exception, for the caller's one-line message.
 """
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+CHUNK = 1 << 16
+
+
+class Refused(Exception):
+    """A file ``read_regular`` will not read; ``str()`` is why, in a few words."""
+
+
+class IsLink(Refused):
+    def __init__(self):
+        super().__init__("it is a symbolic link")
+
+
+class NotRegular(Refused):
+    def __init__(self, mode):
+        self.kind = file_kind(mode)
+        super().__init__(f"it is not a regular file ({self.kind})")
+
+
+class TooLarge(Refused):
+    def __init__(self, size, limit, growing=False):
+        self.size, self.limit, self.growing = size, limit, growing
+        super().__init__(f"it grew past {limit} bytes while it was read" if growing else
+                         f"it has {size} bytes; at most {limit}")
+
+
+def file_kind(mode):
+    """What a non-regular file is, in words (``a folder``, ``a FIFO``...)."""
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return what
+    return "not a file"
+
+
+def read_regular(path, limit, follow_links=False):
+    """The bytes of ``path`` (see the module docstring). Raises IsLink, NotRegular, TooLarge (each a
+    Refused), FileNotFoundError, or the OSError of the open or the read."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise IsLink() from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegular(info.st_mode)
+        if info.st_size > limit:
+            raise TooLarge(info.st_size, limit)
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(size, limit, growing=True)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def user_cache_dir(*parts):

@@ -36,7 +36,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ..base.files import user_cache_dir
+from ..base.files import atomic_write, user_cache_dir
 
 SLP_ENV = "NUMBA_SLP_VECTORIZE"
 CACHE_ENV = "ECE408_NUMBA_CACHE"
@@ -182,10 +182,7 @@ def load_source(name, source):
             path = folder / "src" / f"{modname}.py"
             try:
                 if not path.exists() or path.read_text() != source:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    staging = path.with_suffix(f".{os.getpid()}.tmp")
-                    staging.write_text(source)
-                    os.replace(staging, path)        # other processes see the whole file or none
+                    atomic_write(path, source.encode())    # other processes see the whole file or none
             except OSError:
                 path = None
         if path is not None:

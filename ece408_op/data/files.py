@@ -13,12 +13,11 @@ import errno
 import os
 import shutil
 import signal
-import stat
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..base.files import create_beside, replace_with
+from ..base.files import NotRegular, TooLarge, create_beside, read_regular, replace_with
 from ..errors import DataError, Terminated
 
 MAX_READ_BYTES = 1 << 31          # 2 GiB: far above any Fashion-MNIST file (47 MB)
@@ -60,26 +59,19 @@ def atomic_write_bytes(path, data):
 
 
 def read_regular_file(path, limit=MAX_READ_BYTES):
-    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes."""
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes (a link is
+    followed: a data folder may be made of links; a FIFO never blocks the reader)."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # a FIFO must not block us
+        return read_regular(path, limit, follow_links=True)
+    except NotRegular as exc:
+        if exc.kind == "a folder":
+            raise DataError(f"cannot read {path}: a folder is where the file should be; remove it") from None
+        raise DataError(f"{path} is not a regular file; replace it with the IDX file") from None
+    except TooLarge as exc:
+        raise DataError(f"{path} is {exc.size} bytes, more than any Fashion-MNIST file; is it the right file?") from None
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror}; {_read_hint(exc)}") from exc
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise DataError(f"cannot read {path}: a folder is where the file should be; remove it")
-        raise DataError(f"{path} is not a regular file; replace it with the IDX file")
-    with os.fdopen(fd, "rb") as handle:
-        if info.st_size > limit:
-            raise DataError(f"{path} is {info.st_size} bytes, more than any Fashion-MNIST file; "
-                            "is it the right file?")
-        try:
-            return handle.read(limit + 1)
-        except OSError as exc:
-            raise DataError(f"cannot read {path}: {exc.strerror}; {_read_hint(exc)}") from exc
 
 
 def _read_hint(exc):

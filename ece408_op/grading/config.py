@@ -25,10 +25,10 @@ UTF-8; YAML without aliases (a "billion laughs" alias bomb) and nested at most M
 """
 import os
 import shlex
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.files import IsLink, NotRegular, TooLarge, read_regular
 from ..errors import Ece408Error
 
 CONFIG_NAME = "rai_build.yml"
@@ -182,22 +182,18 @@ def read_config_text(path):
     """The text of the config file at ``path``: a regular file (never through a link), at most
     MAX_BYTES, UTF-8 without NUL; ConfigError otherwise."""
     try:
-        fd = os.open(os.fsencode(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        data = read_regular(os.fsencode(path), MAX_BYTES)
     except FileNotFoundError:
         raise ConfigError(path, [f"not found in {_shown(Path(path).parent)}; every submission needs one at its "
                                  "top level"]) from None
+    except IsLink:
+        raise ConfigError(path, ["cannot be read: it is a symbolic link; commit the file itself"]) from None
+    except NotRegular:
+        raise ConfigError(path, ["is not a regular file"]) from None
+    except TooLarge:
+        raise ConfigError(path, [f"is larger than {MAX_BYTES >> 10} KiB; the course's file is a few lines"]) from None
     except OSError as exc:
-        why = "it is a symbolic link; commit the file itself" if exc.errno == 40 else (exc.strerror or str(exc))
-        raise ConfigError(path, [f"cannot be read: {why}"]) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(path, ["is not a regular file"])
-        data = os.read(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_BYTES:
-        raise ConfigError(path, [f"is larger than {MAX_BYTES >> 10} KiB; the course's file is a few lines"])
+        raise ConfigError(path, [f"cannot be read: {exc.strerror or exc}"]) from None
     if b"\0" in data:
         raise ConfigError(path, ["holds a NUL byte; it must be a text file"])
     try:

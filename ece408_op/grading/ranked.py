@@ -11,6 +11,7 @@ import base64
 import os
 from dataclasses import dataclass, field
 
+from ..base.files import Refused, read_regular
 from ..team import project
 from . import channel
 from . import transcript as tx
@@ -45,24 +46,13 @@ def timing_key(milestone):
 def _take_artifact(path, dest, limit=ART_LIMIT):
     """Copy the build's output ``path`` (a regular file, no link, at most ``limit``) into ``dest``."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        data = read_regular(path, limit)
+    except (Refused, OSError):
         return False
-    try:
-        import stat
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return False
-        with open(dest, "wb") as out:
-            while True:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                out.write(chunk)
-        os.chmod(dest, 0o644)
-        return True
-    finally:
-        os.close(fd)
+    with open(dest, "wb") as out:
+        out.write(data)
+    os.chmod(dest, 0o644)
+    return True
 
 
 def measure_argv(sandbox, sock):

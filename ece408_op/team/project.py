@@ -4,14 +4,13 @@ Only the template's own file names are ever taken from a team folder, as regular
 symbolic link is refused), each at most MAX_FILE_BYTES, hashed (SHA-256) as they are copied:
 the record of a ranked run lists exactly the files it measured and their digests.
 """
-import errno
 import hashlib
 import os
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.files import NotRegular, Refused, TooLarge, read_regular
 from ..course import CPU_FILES, GPU_FILES, MILESTONES
 from ..errors import Ece408Error
 
@@ -20,7 +19,6 @@ TEMPLATE_FILES = ("README.md", "rai_build.yml", "new-forward.py", "new-forward.c
 FORWARD_FILES = CPU_FILES + GPU_FILES
 MILESTONE_FILES = {name: m.files for name, m in MILESTONES.items() if m.files}
 MAX_FILE_BYTES = 1 << 20
-CHUNK = 1 << 16
 
 
 class TeamError(Ece408Error):
@@ -105,46 +103,24 @@ class TeamFiles:
 
 
 def read_file_once(folder, name, max_bytes=MAX_FILE_BYTES):
-    """The bytes of ``folder/name``: opened once without following a link and without blocking
-    (a FIFO or device never hangs the reader), checked to be a regular file of at most
-    ``max_bytes`` on that descriptor, and read from it. TeamError (one line) otherwise."""
+    """The bytes of ``folder/name``, read once (``base.files.read_regular``: no link followed, never
+    blocking, a regular file of at most ``max_bytes`` on the descriptor it is read from); TeamError
+    (one line) otherwise."""
     path = os.path.join(os.fsencode(folder), os.fsencode(name))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        return read_regular(path, max_bytes)
     except FileNotFoundError:
         raise TeamError(f"the submission has no {name}; a team project needs it "
                         "(python -m ece408_op init DIR makes one)") from None
-    except OSError as exc:
-        why = "it is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
-        raise TeamError(f"the submission's {name} cannot be taken: {why}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TeamError(f"the submission's {name} is not a regular file ({_kind(info.st_mode)})")
-        if info.st_size > max_bytes:
-            raise TeamError(f"the submission's {name} has {info.st_size} bytes; at most {max_bytes}")
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, CHUNK)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise TeamError(f"the submission's {name} grew past {max_bytes} bytes while it was read")
-            chunks.append(chunk)
-        return b"".join(chunks)
+    except NotRegular as exc:
+        raise TeamError(f"the submission's {name} is not a regular file ({exc.kind})") from None
+    except TooLarge as exc:
+        raise TeamError(f"the submission's {name} has {exc.size} bytes; at most {max_bytes}" if not exc.growing else
+                        f"the submission's {name} grew past {max_bytes} bytes while it was read") from None
+    except Refused as exc:
+        raise TeamError(f"the submission's {name} cannot be taken: {exc}") from None
     except OSError as exc:
         raise TeamError(f"the submission's {name} cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-
-
-def _kind(mode):
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return what
-    return "not a file"
 
 
 def read_team_files(folder, names, max_bytes=MAX_FILE_BYTES):
