@@ -8,23 +8,39 @@ from ..owner import owner_tag, tag_alive
 from .base import Launch, Sandbox, SandboxError, _quiet, engine, gpu_device_nodes
 
 
-class ContainerSandbox(Sandbox):
-    """podman or docker: a fresh container per command, removed after it."""
+class ImageSandbox(Sandbox):
+    """An engine that runs an image (podman, docker, buildah): ``check`` finds its tools
+    (``require``) and the image (``inspect_argv``), whose id the record keeps."""
 
     isolated = True
     auto = True
+    build_hint = "{engine} build -t {image} ."
 
-    def check(self):
+    def require(self):
         if shutil.which(self.engine) is None:
             raise SandboxError(f"engine {self.engine} is not installed")
-        if self.engine == "docker" and _quiet(["docker", "info", "--format", "{{.ServerVersion}}"], 15).returncode:
-            raise SandboxError("engine docker: its daemon does not answer (docker info)")
-        inspect = _quiet([self.engine, "image", "inspect", "--format", "{{.Id}}", self.image])
+
+    def inspect_argv(self):
+        return [self.engine, "image", "inspect", "--format", "{{.Id}}", self.image]
+
+    def check(self):
+        self.require()
+        inspect = _quiet(self.inspect_argv())
         if inspect.returncode != 0:
             raise SandboxError(f"image {self.image} not found by {self.engine}; build it first "
-                               f"({self.engine} build -t {self.image} .) or name another one with --image")
+                               f"({self.build_hint.format(engine=self.engine, image=self.image)}) or name another "
+                               "one with --image")
         self.image_id = inspect.stdout.strip()
         return self
+
+
+class ContainerSandbox(ImageSandbox):
+    """podman or docker: a fresh container per command, removed after it."""
+
+    def require(self):
+        super().require()
+        if self.engine == "docker" and _quiet(["docker", "info", "--format", "{{.ServerVersion}}"], 15).returncode:
+            raise SandboxError("engine docker: its daemon does not answer (docker info)")
 
     def launch(self, step, name):
         L = self.limits
@@ -84,25 +100,20 @@ class DockerSandbox(ContainerSandbox):
 
 
 @engine
-class BuildahSandbox(Sandbox):
+class BuildahSandbox(ImageSandbox):
     """buildah: ``buildah run --isolation oci`` (namespaces, not chroot), one working container per
     command, made with the memory limit and a process-count ulimit."""
 
     engine = "buildah"
-    isolated = True
-    auto = True
+    build_hint = "buildah bud -t {image} ."
 
-    def check(self):
-        if shutil.which("buildah") is None:
-            raise SandboxError("engine buildah is not installed")
+    def require(self):
+        super().require()
         if shutil.which("runc") is None and shutil.which("crun") is None:
             raise SandboxError("engine buildah runs with --isolation oci, which needs runc or crun")
-        inspect = _quiet(["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", self.image])
-        if inspect.returncode != 0:
-            raise SandboxError(f"image {self.image} not found by buildah; build it first "
-                               f"(buildah bud -t {self.image} .) or name another one with --image")
-        self.image_id = inspect.stdout.strip()
-        return self
+
+    def inspect_argv(self):
+        return ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", self.image]
 
     def launch(self, step, name):
         L = self.limits
