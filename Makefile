@@ -1,11 +1,12 @@
 # The two commands of the README:
 #   make run    set everything up (virtual env, install, data) and run m2 on ece408-high, 10,000 images
-#   make test   the same set-up, then the test suite
+#   make test   the same set-up, then the test suite (every test: what CI runs)
+# and, while working: make test-fast (the tests not marked slow or service: a few minutes)
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: run test data bench-cpu clean
+.PHONY: run test test-fast data bench-cpu clean
 
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,9 @@ run: data
 # pytest exits 5 when it collects no test: not a failure of the suite.
 test: data
 	$(PY) -m pytest tests -q -rs || [ $$? -eq 5 ]
+
+test-fast: data
+	$(PY) -m pytest tests -q -m "not slow and not service" || [ $$? -eq 5 ]
 
 bench-cpu: data
 	$(PY) -m ece408_op bench cpu --json bench-cpu.json

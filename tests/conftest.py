@@ -21,6 +21,32 @@ if not os.environ.get("ECE408_CUBIN_CACHE"):
     os.environ["ECE408_CUBIN_CACHE"] = str(cubin_cache_dir())
 
 
+def pytest_configure(config):
+    """Each run its own temporary folder (unless --basetemp names one): pytest's shared
+    /tmp/pytest-of-<user> is cleaned by the next run that starts, which then resets its permissions
+    under a run still going (PostgreSQL's initdb failed in the first of two suites on one machine)."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        import tempfile
+        config.option.basetemp = tempfile.mkdtemp(prefix="pytest-ece408-")
+        config._ece408_basetemp = config.option.basetemp
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """This run's own temporary folder goes when every test passed (kept to look into otherwise),
+    with any tmpfs a test left mounted in it."""
+    folder = getattr(session.config, "_ece408_basetemp", None)
+    if folder and exitstatus == 0:
+        import shutil
+        try:
+            for line in Path("/proc/mounts").read_text().splitlines():
+                target = line.split()[1] if len(line.split()) > 1 else ""
+                if target.startswith(folder):
+                    subprocess.run(["umount", "-l", target], capture_output=True)
+        except OSError:
+            pass
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def resident_pages(addr, nbytes):
     """How many of the pages of [addr, addr + nbytes) are in memory (mincore)."""
     libc = ctypes.CDLL(None, use_errno=True)

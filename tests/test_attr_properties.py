@@ -25,6 +25,7 @@ attrs_strategy = st.dictionaries(st.sampled_from(SPEC_KEYS + ["device", "gpu_ker
                                  values, max_size=9)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.fixed_dictionaries({}, optional={k: values for k in SPEC_KEYS}))
 def test_conv_spec_from_attrs_raises_only_shape_error(attrs):
@@ -82,6 +83,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(attrs_strategy, min_size=20, max_size=20))
 def test_random_attributes_through_mxnet_never_crash(op_module, batch):

@@ -62,6 +62,7 @@ def test_bench_gpu_without_pytorch_is_one_line():
     assert _module("bench", "gpu", "--help").returncode == 0        # the help needs neither
 
 
+@pytest.mark.slow
 def test_bench_cpu_takes_short_layer_names(tmp_path):
     require_mxnet()
     import json
@@ -84,6 +85,7 @@ def test_bench_cpu_takes_short_layer_names(tmp_path):
                                            f"{', '.join(shorts)}"
 
 
+@pytest.mark.slow
 def test_bench_overhead_splits_an_imperative_call_into_invoke_and_engine_wait(tmp_path):
     """``bench overhead`` times each imperative call until it returns and then until its output is
     ready (MXNet's engine hop): the split behind docs/benchmarks.md's statement of what CustomOp costs."""
@@ -129,6 +131,7 @@ def test_scripts_are_plain_files_calling_the_cli(name):
     assert os.access(path, os.X_OK)
 
 
+@pytest.mark.slow
 def test_script_help_from_any_folder(tmp_path):
     # The classic name, run from another folder: the help (stdout, exit 0) names the script.
     require_mxnet()

@@ -14,6 +14,8 @@ import pytest
 from conftest import ROOT
 from teams import FORKS, PLAIN, cli, team_project
 
+pytestmark = pytest.mark.slow          # every test here builds or runs a container image
+
 BASE = "localhost/ece408-debian-base:bookworm"
 IMAGE = "localhost/ece408_op:ci-cpu"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"

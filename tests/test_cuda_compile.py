@@ -43,6 +43,7 @@ def test_every_version_has_its_file_and_every_file_a_version():
     assert all(path.exists() for path in SOURCES)
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_source_compiles_alone(source, tmp_path):
@@ -62,6 +63,7 @@ def _ladder_defines(shape):
     return defines
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("shape", SHAPE_CLASSES, ids=str)
 def test_shape_class_compiles_without_spills(shape, tmp_path):
@@ -235,6 +237,7 @@ def _ptxas(defines, arch, tmp_path):
     return result.stderr, block, registers
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("case", [(0, {})] + [(0, o) for o in autotune.TILES[20][1:]] +
                          [(i, {}) for i in range(1, len(V20_LAYERS))], ids=str)

@@ -36,7 +36,7 @@ BYTES = os.fsdecode(b"b\xffad")                                # a folder name t
 OUTCOMES = {"t01": "ok", "t02": "ok", "t03": "ok", EVIL: "ok", BYTES: "ok", "w-wrong": "failed", "x-fails": "failed",
             "y-slow": "timeout", "z-forks": "failed"}
 
-pytestmark = [pytest.mark.skipif(bubblewrap_missing() is not None, reason=f"{bubblewrap_missing()}"),
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bubblewrap_missing() is not None, reason=f"{bubblewrap_missing()}"),
               pytest.mark.timeout(1800)]                   # a class of real runs through Slurm
 
 

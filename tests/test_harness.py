@@ -73,6 +73,7 @@ def test_script_size_zero_is_a_clear_error():
     assert last.startswith("error: dataset size -3 ") and "nothing to run" in last, result.stderr
 
 
+@pytest.mark.slow
 def test_m2_output_format_and_m1_agreement_both_models():
     for model in ("ece408-high", "ece408-low"):
         m2 = run_script("m2_cpu.py", model, 300)
@@ -169,6 +170,7 @@ def test_usage_error_is_the_usage_then_one_line_naming_what_was_wrong(argv, erro
     assert last.count("\n") == 1 and last.startswith(error), last
 
 
+@pytest.mark.slow
 def test_usage_names_the_command_that_ran(tmp_path):
     for command, prog in ((["-m", "ece408_op", "final"], "python -m ece408_op final"),
                           ([str(SCRIPTS / "m3.1.py")], "m3.1.py"), ([str(SCRIPTS / "m1_cpu.py")], "m1_cpu.py")):
@@ -194,6 +196,7 @@ def _predictions_of_the_first(n, model):
     return executor.forward(is_train=False, data=x)[0].asnumpy().argmax(axis=1), labels[:n]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [113, 1])
 def test_correctness_is_the_exact_fraction_of_the_first_n_images(n):
     # n = 113, a prime: k/113 has more than two decimals, and no k'/112 equals it (0 < k < 113),

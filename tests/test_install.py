@@ -79,6 +79,7 @@ INSTALLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(INSTALLS))
 def test_import_mxnet_first_works_after_install(tmp_path, how):
     python, purelib = _fresh_venv(tmp_path)

@@ -15,6 +15,8 @@ mx = models.mx
 from ece408_op.errors import ModelError  # noqa: E402
 from ece408_op.mx.inference import load_test_batch, run_inference  # noqa: E402
 
+pytestmark = pytest.mark.slow          # every test here runs whole milestones
+
 # name -> (input side, (conv1, conv2 filters), hidden units, flattened conv2 output)
 LATER = {"ece408-2018": (64, (6, 16), 140, 16 * 26 * 26), "ece408-2019": (70, (12, 24), 160, 24 * 29 * 29)}
 

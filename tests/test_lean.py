@@ -95,6 +95,7 @@ def _fresh(code):
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_a_raising_constructor_is_an_mxnet_error_not_a_crash():
     # with mx.operator.register this kills the interpreter (MXNet's creator does not catch it)
     result = _fresh("""
@@ -116,6 +117,7 @@ def test_a_raising_constructor_is_an_mxnet_error_not_a_crash():
     assert "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_forward_and_backward_errors_reach_the_caller_with_their_reason():
     result = _fresh("""
         import ece408_op, mxnet as mx

@@ -21,6 +21,7 @@ def test_course_models_are_present_and_float16_on_disk():
         assert saved["arg:fc1_weight"].shape == (500, 7200)
 
 
+@pytest.mark.slow
 def test_accuracy_targets_on_10000_test_images():
     # Real inference over the whole test split, with the custom operator.
     high = run_inference("ece408-high", 10000)["accuracy"]

@@ -61,6 +61,7 @@ def _within(got, ref, bound, what):
     assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} off, first at {tuple(np.argwhere(bad)[0])}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
 def test_direct_kernels_match_the_reference_and_write_every_output(rng, layer):
     spec, x, k, bias = _layer(rng, *layer)
@@ -138,6 +139,7 @@ RELAYOUT = ("import numpy as np, sys\n"
             "print(dict(loops.relayout.stats.cache_hits).__len__())\n")
 
 
+@pytest.mark.slow
 def test_cache_folder_key_and_first_compile_note(tmp_path):
     env = {"ECE408_NUMBA_CACHE": str(tmp_path / "numba"), "NUMBA_SLP_VECTORIZE": ""}
     first = _run(RELAYOUT, env)
@@ -185,6 +187,7 @@ def test_numba_imported_first_gets_slp_turned_on_with_a_warning(tmp_path):
     assert off.stdout.split() == ["0", "0", "slp0-"] and "several times slower" in off.stderr
 
 
+@pytest.mark.slow
 def test_warmup_command():
     result = _run("from ece408_op.cli import main; import sys; sys.exit(main(['warmup']))")
     assert result.returncode == 0, result.stderr
@@ -203,6 +206,7 @@ WINOGRAD = [(3, 16, 13, 17, 5, dict(kernel=3, pad=1)), (2, 32, 18, 18, 40, dict(
             (2, 256, 14, 14, 64, dict(kernel=3, pad=1))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", WINOGRAD, ids=lambda g: "B%dC%dH%dW%dM%d" % g[:5] + str(g[5]))
 def test_winograd_within_a_quarter_of_the_bound_on_its_layers(layer):
     from ece408_op.conv import winograd
@@ -264,6 +268,7 @@ def test_operator_takes_cpu_kernel_and_reports_a_bad_one(rng):
     assert "cpu_kernel='gemm' is not one of auto, fast, blas" in str(op.take_last_error())
 
 
+@pytest.mark.slow
 def test_bench_cpu_bad_options_are_one_line_errors(tmp_path):
     # bad input: no repeats, a PNG in a folder that does not exist
     for args in (["--repeats", "0"], ["--png", str(tmp_path / "missing" / "x.png")]):

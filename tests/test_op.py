@@ -201,6 +201,7 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how,attrs,reason", BAD_INPUTS, ids=[f"{h}-{sorted(a.items())}" for h, a, _ in BAD_INPUTS])
 def test_bad_input_is_a_catchable_mxnet_error_never_a_crash(how, attrs, reason):
     # bad input: each attribute, shape and dtype above
@@ -212,6 +213,7 @@ def test_bad_input_is_a_catchable_mxnet_error_never_a_crash(how, attrs, reason):
     assert "Traceback" not in result.stdout + result.stderr     # one line, no dumped traceback
 
 
+@pytest.mark.slow
 def test_exit_with_work_still_queued_is_clean():
     # A program that ends while MXNet still has a forward of ours queued (no wait_to_read): MXNet's
     # shutdown would run it in a finalising interpreter and abort; the operator finishes it first.

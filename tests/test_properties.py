@@ -207,6 +207,7 @@ def test_npm_converter_random_bytes(tmp_path_factory, raw):
     _convert(tmp_path_factory, gzip.compress(raw, mtime=0), None, 1)
 
 
+@pytest.mark.slow
 @given(st.lists(st.builds(_row, seeds), min_size=3, max_size=5), st.integers(1, 2))
 def test_npm_converter_accepts_every_well_formed_archive(tmp_path_factory, rows, test_per_class):
     # the other side of the property: a well-formed archive always converts, in the documented order

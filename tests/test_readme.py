@@ -293,6 +293,7 @@ def _run(block, session):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(BLOCK_TIMEOUT + 60)
 @pytest.mark.parametrize("block", RUN, ids=str)
 def test_readme_example(block, session):

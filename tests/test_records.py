@@ -83,6 +83,7 @@ def record(team, op_time=0.2, status="ok", at="2026-01-01T00:00:00", options=Non
 BYTE_OF_SURROGATE = st.characters(min_codepoint=0xDC80, max_codepoint=0xDCFF)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(st.lists(st.one_of(st.characters(), BYTE_OF_SURROGATE, st.sampled_from("\\x0\x07\x85\u2028")), max_size=30))
 def test_team_names_escape_injectively_and_print_no_control_character(chars):

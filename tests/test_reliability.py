@@ -172,6 +172,7 @@ def test_labels_outside_0_to_9_are_refused(tmp_path, split, bad):
     assert os.listdir(tmp_path / "dest") == []                         # nothing committed
 
 
+@pytest.mark.slow
 def test_more_images_than_the_file_holds_is_an_error_with_the_count(tmp_path, env):
     # bad input: a dataset size above what the folder holds (50), in the library and through m2
     folder = faults.write_set(tmp_path / "plain", test=50)
@@ -181,6 +182,7 @@ def test_more_images_than_the_file_holds_is_an_error_with_the_count(tmp_path, en
     one_line_error(m2(env, 100, "--data-dir", folder), r"asked for 100 images but .*holds 50")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flipped byte", "file deleted", "unfinished manifest", "corrupt manifest"])
 def test_fetch_checks_the_files_before_saying_already_present(tmp_path, env, damage):
     # bad input: a fetched folder damaged after the fetch; fetch must notice and fetch again
@@ -260,6 +262,7 @@ def test_a_force_fetch_of_the_other_source_is_the_set_used(tmp_path):
 
 # ================================================================ tracebacks instead of one-line errors
 
+@pytest.mark.slow
 def test_unreadable_data_folders_are_one_line_errors(tmp_path, env):
     # bad input: a data folder that is a file, a data file that is a folder, a FIFO, a dangling link ...
     good = faults.write_set(tmp_path / "good", test=40)
@@ -433,6 +436,7 @@ def test_numpy_2_is_one_line_error(tmp_path, env, milestone):
     one_line_error(result, r"MXNet 1.9.1 needs NumPy < 2 but NumPy 2\.\d+\.\d+ is installed; run: pip install")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["m2", "ece408-high", "100"], ["fetch", "--help"], ["--help"]])
 def test_lost_standard_output_is_never_exit_0(tmp_path, env, argv):
     # bad input: stdout closed (>&-), a reader that goes away (| head -1), a full disk (> /dev/full)
@@ -481,6 +485,7 @@ def test_checkpoints_that_fail_to_load_say_why(tmp_path, broken, message):
     assert "Traceback" not in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_unknown_model_and_missing_params_say_what_was_looked_for_where(tmp_path, env):
     # bad input: a model name that exists nowhere, a prefix path to nothing, a symbol file without params
     from conftest import ROOT
@@ -524,6 +529,7 @@ def _fetch_source(tmp_path, source, behaviour, timeout=60, **options):
     return server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["url", "npm"])
 @pytest.mark.parametrize("behaviour", ["one byte every 0.2 s", "nothing after the headers"])
 def test_the_deadline_holds_against_a_slow_server(tmp_path, source, behaviour):
@@ -563,6 +569,7 @@ def test_the_endless_body_is_cut_off_at_the_cap(tmp_path):
     assert 26421880 < sent < 26421880 + (16 << 20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["url", "npm"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_interrupted_fetch_leaves_no_temporary_file(tmp_path, env, source, signum):

@@ -90,6 +90,7 @@ def test_a_team_sees_its_own_small_world(tmp_path):
     assert "writable False False True True" in text
 
 
+@pytest.mark.slow
 def test_two_teams_at_once_neither_reads_nor_writes_the_other(tmp_path):
     """Team A keeps a secret in its /src and /build while team B, at the same time, looks for it
     everywhere (/proc/*/root, /proc/*/cwd, the whole tree) and overwrites what it finds."""
@@ -139,6 +140,7 @@ def test_a_setsid_child_does_not_outlive_its_team(tmp_path):
     assert dev(second).returncode == 0
 
 
+@pytest.mark.slow
 def test_time_limit_kills_every_process_of_the_command(tmp_path):
     folder = team(tmp_path / "t", ['/bin/bash -c "setsid sleep 4012 & (sleep 4013 &); sleep 100"', "echo never-run"])
     start = time.monotonic()
@@ -229,6 +231,7 @@ def test_output_bomb_is_stopped_and_the_transcript_capped(tmp_path):
     assert peak < 400_000 or peak == before                             # KiB: the runner never held the output
 
 
+@pytest.mark.slow
 def test_cpu_time_limit(tmp_path):
     folder = team(tmp_path / "t", ['python -c "while True: pass"'])
     start = time.monotonic()

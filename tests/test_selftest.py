@@ -14,7 +14,7 @@ from ece408_op.selftest import faults
 
 # The first test pays for the module's selftest run (240-288 s on the shared 2-core CI machine,
 # 2026-11-23; its own subprocess limit is 1200 s).
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 require_mxnet("ece408_op.mx.inference")
 

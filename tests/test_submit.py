@@ -179,6 +179,7 @@ def only_record(db):
     return record
 
 
+@pytest.mark.slow
 def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
     team = team_project(tmp_path / "team")
     db = tmp_path / "runs.db"
@@ -203,6 +204,7 @@ def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
     assert f"* Record {record.id} (tigers, m2, 100 images): ok; total Op Time {record.op_time:.6f} s" in out.stdout
 
 
+@pytest.mark.slow
 def test_ranked_run_on_the_host_engine_is_marked_not_isolated(tmp_path, expected_100):
     team = team_project(tmp_path / "team", cpu=PLAIN)
     db = tmp_path / "runs.db"
@@ -213,6 +215,7 @@ def test_ranked_run_on_the_host_engine_is_marked_not_isolated(tmp_path, expected
     assert record.engine == "host" and not record.isolated and record.status == "ok" and record.correct
 
 
+@pytest.mark.slow
 def test_a_ranked_run_takes_only_the_team_files(tmp_path, expected_100):
     """A submission holding the harness's own scripts, a package named ece408_op, sitecustomize.py,
     a .pth, an LD_PRELOAD library and a rai_build.yml that uses them, all printing fake lines: none
@@ -232,6 +235,7 @@ def test_a_ranked_run_takes_only_the_team_files(tmp_path, expected_100):
     assert "Op Time: 0.000001" in record.transcript                              # printed, and only printed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack, extra, outcome", [
     (FORKS, (), "new-forward.py line 6: PermissionError: [Errno 1] Operation not permitted; a team's forward may not "
                 "start processes or programs"),
@@ -252,6 +256,7 @@ def test_attacks_on_the_ranked_run_fail_in_one_line(tmp_path, expected_100, atta
     assert f"* Not ranked: ece408-high: {errors[0][len('error: '):]}" in record.transcript
 
 
+@pytest.mark.slow
 def test_a_wrong_forward_is_stored_but_not_valid(tmp_path, expected_100):
     team = team_project(tmp_path / "team", cpu=WRONG)
     out = ranked(team, tmp_path / "r.db")
@@ -259,6 +264,7 @@ def test_a_wrong_forward_is_stored_but_not_valid(tmp_path, expected_100):
     assert only_record(tmp_path / "r.db").status == "failed"
 
 
+@pytest.mark.slow
 def test_the_clock_is_the_harness_s(tmp_path, expected_100):
     """A forward that replaces perf_counter, monotonic and time in its own process: the Op Time is
     still the harness's (the physical floor would refuse a time of 0)."""
@@ -269,6 +275,7 @@ def test_the_clock_is_the_harness_s(tmp_path, expected_100):
     assert record.status == "ok" and all(t > 1e-4 for m in record.models for t in m["op_times"])
 
 
+@pytest.mark.slow
 def test_a_pth_cannot_be_planted_for_the_next_team(tmp_path, expected_100):
     import site
     team = team_project(tmp_path / "team", cpu=WRITES_PTH)
@@ -280,6 +287,7 @@ def test_a_pth_cannot_be_planted_for_the_next_team(tmp_path, expected_100):
     assert nxt.returncode == 0 and only_record(tmp_path / "r2.db").op_time > 1e-4
 
 
+@pytest.mark.slow
 def test_no_secret_of_the_grader_is_in_reach(tmp_path, expected_100):
     db = tmp_path / "secret-place" / "runs.db"
     db.parent.mkdir()
@@ -294,6 +302,7 @@ def test_no_secret_of_the_grader_is_in_reach(tmp_path, expected_100):
     assert only_record(db).status == "ok"
 
 
+@pytest.mark.slow
 def test_submit_with_staff_hidden_model(tmp_path, expected_100):
     import shutil
     staff = tmp_path / "staff"
@@ -433,6 +442,7 @@ def test_parallel_writer_processes_lose_no_rows(tmp_path):
     parallel_writers(str(tmp_path / "parallel.db"), workers=8, each=40)
 
 
+@pytest.mark.slow
 def test_concurrent_ranked_runs_write_the_same_database(tmp_path, expected_100):
     db = tmp_path / "class.db"
     teams = [team_project(tmp_path / f"t{i}", cpu=PLAIN) for i in range(3)]
@@ -455,6 +465,7 @@ def test_postgresql_url_without_psycopg_is_one_line():
                                   "pip install 'ece408_op[grade]' (or psycopg[binary])")
 
 
+@pytest.mark.slow
 def test_a_scratch_folder_longer_than_a_socket_path_works(tmp_path):
     """The measuring process's channel is a Unix socket in the scratch folder; a socket's path holds
     107 bytes and a --scratch folder may be longer (it is bound through its folder's descriptor)."""

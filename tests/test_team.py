@@ -55,6 +55,7 @@ def expected_100():
     return reference_accuracies(100)
 
 
+@pytest.mark.slow
 def test_template_m2_prints_the_course_lines_with_the_right_correctness(tmp_path, expected_100):
     team = team_project(tmp_path / "team")
     here = cli("m2", 100, cwd=team)                             # from inside the folder
@@ -67,6 +68,7 @@ def test_template_m2_prints_the_course_lines_with_the_right_correctness(tmp_path
     assert match and float(match[1]) == expected_100["ece408-low"] and match[2] == "ece408-low", there.stdout
 
 
+@pytest.mark.slow
 def test_team_forward_really_runs(tmp_path, expected_100):
     """The team's file is what computes: a wrong forward gives a wrong Correctness, a failing one
     a one-line error naming its file and line."""
@@ -89,6 +91,7 @@ def test_fake_printed_lines_stay_printed_text(tmp_path, expected_100):
     assert times[:-1] == ["0.000001"] * 2 and float(times[-1]) > 0.000001, out.stdout
 
 
+@pytest.mark.slow
 def test_missing_team_files_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     out = cli("m2", 10, "--team", tmp_path / "empty")
@@ -261,6 +264,7 @@ def _spin():
 threading.Thread(target=_spin, daemon=True).start()""")
 
 
+@pytest.mark.slow
 def test_a_team_process_that_ran_while_held_is_refused(tmp_path):
     """Whatever woke it (here: a SIGCONT from outside, standing for any source the lock-down could
     miss), a team process that ran while the harness held it stopped is refused before the clock

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -13,6 +15,7 @@ def test_every_test_runs_under_a_time_limit(pytestconfig):
     assert 0 < float(pytestconfig.getini("timeout")) <= 600, pytestconfig.getini("timeout")
 
 
+@pytest.mark.slow
 def test_a_hanging_test_fails_at_the_limit(tmp_path):
     (tmp_path / "test_hang.py").write_text("import subprocess\n\n\ndef test_hang():\n"
                                             "    subprocess.run(['sleep', '600'])\n")

@@ -37,7 +37,7 @@ from ece408_op.grading.store import open_store
 HOST = ["--engine", "bubblewrap"]
 SIZE = 20
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
 # only image 0 of each call is computed: what a team that foresees the checked images would do
 PARTIAL = PLAIN.replace("            y += np.einsum(\"bchw,mc->bmhw\", x[:, :, p:p + H_out, q:q + W_out], k[:, :, p, q])",

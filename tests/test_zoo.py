@@ -9,6 +9,7 @@ from conftest import require_mxnet
 zoo = require_mxnet("ece408_op.mx.zoo")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(zoo.NETS))
 def test_every_convolution_swapped_and_logits_agree_on_every_path(name):
     size = zoo.NETS[name]
