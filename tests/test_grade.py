@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -550,8 +551,10 @@ def test_postgresql_back_before_grade_ends_gets_every_run_stored(mode, tmp_path,
         server.stop()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
-def test_database_disk_full_during_grade_keeps_the_measured_run(tmp_path):
+@contextmanager
+def nearly_full_database(tmp_path):
+    """(disk, db, spool, env): a SQLite database on a 1 MiB tmpfs with 300 KiB left, and where its
+    records spool (a second of retries) when the disk fills up."""
     with small_tmpfs(tmp_path / "small", "1m") as small:
         db = small / "runs.db"
         with open_store(str(db)):
@@ -559,7 +562,12 @@ def test_database_disk_full_during_grade_keeps_the_measured_run(tmp_path):
         free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
         (small / "filler").write_bytes(b"x" * (free - (300 << 10)))          # 300 KiB left
         spool = tmp_path / "spool"
-        env = {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "1"}
+        yield small, db, spool, {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "1"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
+def test_database_disk_full_during_grade_keeps_the_measured_run(tmp_path):
+    with nearly_full_database(tmp_path) as (small, db, spool, env):
         classdir = tmp_path / "class"
         loud = PLAIN.replace("    B, M, H_out, W_out = y.shape",
                              "    print('x' * 4000 * 100)\n    B, M, H_out, W_out = y.shape")
@@ -583,14 +591,7 @@ def test_database_disk_full_during_grade_keeps_the_measured_run(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
 def test_database_disk_full_spools_the_record(tmp_path):
-    with small_tmpfs(tmp_path / "small", "1m") as small:
-        db = small / "runs.db"
-        with open_store(str(db)):
-            pass
-        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
-        (small / "filler").write_bytes(b"x" * (free - (300 << 10)))          # 300 KiB left
-        spool = tmp_path / "spool"
-        env = {"ECE408_SPOOL": str(spool), "ECE408_DB_RETRY": "1"}
+    with nearly_full_database(tmp_path) as (small, db, spool, env):
         # a team whose transcript (about 800 KB) no longer fits the disk
         team = team_project(tmp_path / "team", cpu=PLAIN.replace("    B, M, H_out, W_out = y.shape",
                                                                    "    print('x' * 4000 * 100)\n    B, M, H_out, W_out = y.shape"))
