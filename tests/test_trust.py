@@ -128,6 +128,42 @@ def test_a_forward_that_skips_work_fails(tmp_path, source, size):
     assert "fresh run 1: the output differs from the reference at (b, m, h, w)" in record.reason, record.reason
 
 
+def precomputing_source(size):
+    """A forward that carries the first ``size`` test images in its own file (the data set is public:
+    no data file needed), computes the course layer for them in its untimed warm-up (which hands it
+    the true weights) and copies that answer in every later call: what ranked first before, when
+    the timed run was the network's own input."""
+    import base64
+    from ece408_op.data import load_fashion_mnist
+    images, _ = load_fashion_mnist("test", size)
+    blob = base64.b64encode(images.tobytes()).decode()
+    return PLAIN.replace("def forward(y, x, k):", "_forward = None\n\ndef _compute(y, x, k):") + f'''
+import base64
+IMAGES = np.frombuffer(base64.b64decode("{blob}"), np.uint8).reshape({size}, 1, 28, 28).astype(np.float32)
+KEPT = {{}}
+
+def forward(y, x, k):
+    if "y" not in KEPT:                               # the warm-up: the true k, the layer's shape
+        out = np.zeros((IMAGES.shape[0],) + y.shape[1:], np.float32)
+        _compute(out, IMAGES, k)
+        KEPT["y"] = out
+        _compute(y, x, k)
+        return
+    y[...] = KEPT["y"][:y.shape[0]]                   # every timed call: the answer kept
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_precomputing_forward_fails(tmp_path):
+    """It would be right on the network's own images, but the time that ranks comes from fresh
+    inputs drawn after the warm-up, so its first fresh run fails the check."""
+    team = team_project(tmp_path / "team", cpu=precomputing_source(SIZE))
+    out = cli("submit", "--submit", "m2", "--size", SIZE, "--team", team, "--db", tmp_path / "r.db", *HOST)
+    assert out.returncode == 1, out.stdout[-3000:]
+    record = record_of(tmp_path / "r.db", record_id(out.stdout))
+    assert record.status == "failed" and "fresh run 1: the output differs from the reference" in record.reason
+
+
 # ---------------------------------------------------------------------------- a team sees only its layer
 
 @pytest.mark.timeout(600)
