@@ -18,10 +18,11 @@ ALLOWED = {
     "torch": {"conv", "kernels", "torch"},      # the PyTorch front-end: no MXNet (needs PyTorch)
     "grading": {"grading", "team", "data"},    # runs the milestones as subprocesses: no MXNet
     "selftest": {"conv", "kernels", "data", "mx", "selftest"},
-    "cli": {"conv", "kernels", "data", "team", "mx", "grading", "selftest", "torch", "cli"},
+    "service": {"grading", "team", "data", "service"},   # the submission service: grading through service/runs.py only
+    "cli": {"conv", "kernels", "data", "team", "mx", "grading", "selftest", "torch", "service", "cli"},
 }
 BASE = {"errors", ""}
-MXNET_FREE = ("conv", "kernels", "team", "data", "grading", "selftest", "cli")    # selftest and cli import mx lazily
+MXNET_FREE = ("conv", "kernels", "team", "data", "grading", "selftest", "service", "cli")    # selftest and cli import mx lazily
 
 
 TEMPLATE = PACKAGE / "team" / "template"         # a team's files, copied by init: data, not modules

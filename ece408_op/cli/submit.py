@@ -89,6 +89,9 @@ def check_repeats(parser, repeats, ranked=True):
 
 
 def command(argv):
+    from . import remote
+    if remote.wanted(argv):                            # --server / $ECE408_SERVER: the class's service
+        return remote.submit(argv)
     parser = ArgumentParser(prog="ece408_op submit",
                             description="Run a submission folder's rai_build.yml in a sandbox like the course "
                                         "server (a development run); --submit measures the team's forward with "
