@@ -91,6 +91,13 @@ class Hub:
         if event is not None:
             event.set()
 
+    def wake_all(self):
+        """Every waiting claim answers now (the server is draining)."""
+        while self.claimers:
+            future, _ = self.claimers.popleft()
+            if not future.done():
+                future.set_result(True)
+
     def queue_changed(self):
         self.queue_version += 1
         event, self.queue = self.queue, asyncio.Event()
@@ -128,6 +135,7 @@ class Service:
         self.tokens = Tokens(db)
         self.failures = FailureLimiter(settings.max_failures, settings.failure_window)
         self.hub = None
+        self.loop = None
         self.draining = False
         self._places = (0.0, -1, {}, None)
         self._places_lock = None
@@ -186,13 +194,13 @@ async def read_body(request, cap, what):
     """The request's body, at most ``cap`` bytes (413 before reading more)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
-        raise Refused(413, f"the {what} is {int(declared) / (1 << 20):g} MiB; this service takes at most "
-                           f"{cap / (1 << 20):g} MiB")
+        raise Refused(413, f"the {what} is {uploads.size_text(int(declared))}; this service takes at most "
+                           f"{uploads.size_text(cap)}")
     parts, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > cap:
-            raise Refused(413, f"the {what} is larger than {cap / (1 << 20):g} MiB, the most this service takes")
+            raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
         parts.append(chunk)
     return b"".join(parts)
 
@@ -255,6 +263,7 @@ def make_app(service):
     @asynccontextmanager
     async def lifespan(app):
         service.hub = Hub()
+        service.loop = asyncio.get_running_loop()
         service._places_lock = asyncio.Lock()
         try:
             await service.run(jobs.restarted, db, settings.local_workers)

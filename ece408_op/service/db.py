@@ -15,11 +15,13 @@ connects again: the service recovers by itself when the database is back.
 """
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 
 from .runs import POSTGRES_PREFIXES, StoreError, describe, open_store, resolve_url
 
 LOCK_KEY = 408433                         # pg_advisory_xact_lock key of the service's migrations
+IDLE_CHECK = 2.0                          # seconds after which an idle PostgreSQL connection is pinged before use
 SQLITE_DOWN = ("locked", "busy", "disk", "unable to open", "readonly", "full", "i/o", "malformed")
 
 MIGRATIONS = [
@@ -133,14 +135,24 @@ class Database:
 
     # ------------------------------------------------------------ connections
     def store(self):
-        """This thread's Store (connected, the store's and the service's schema migrated)."""
+        """This thread's Store (connected, the store's and the service's schema migrated). A
+        PostgreSQL connection idle for IDLE_CHECK seconds is pinged first: one the server dropped
+        (a restart) is replaced before any statement of a transaction runs on it."""
         store = getattr(self._local, "store", None)
+        if store is not None and self.postgres and time.monotonic() - self._local.used > IDLE_CHECK:
+            try:
+                store.conn.execute("SELECT 1")
+                store.conn.rollback()
+            except Exception:                      # noqa: BLE001  any failure: a new connection
+                self.drop()
+                store = None
         if store is None:
             try:
                 store = open_store(self.url)
             except StoreError as exc:
                 raise Unavailable(str(exc)) from exc
             self._local.store = store
+            self._local.used = time.monotonic()
             with self._stores_lock:
                 self._stores.add(store)
             if not self._migrated:
@@ -198,6 +210,7 @@ class Database:
         try:
             yield Tx(conn, self.postgres)
             conn.execute("COMMIT") if not self.postgres else conn.commit()
+            self._local.used = time.monotonic()
         except BaseException as exc:
             try:
                 conn.execute("ROLLBACK") if not self.postgres else conn.rollback()

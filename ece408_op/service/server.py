@@ -269,6 +269,8 @@ class DrainingServer(_uvicorn_server()):
             return
         self.draining = True
         self.service.draining = True
+        if self.service.loop is not None:
+            self.service.loop.call_soon_threadsafe(self.service.hub.wake_all)     # waiting claims answer 204 now
         log("server.draining", signal=signal.Signals(sig).name)
         threading.Thread(target=self._drain, name="drain", daemon=True).start()
 

@@ -152,7 +152,7 @@ def _inflate(data, cap):
             piece = inflater.unconsumed_tail
             size += len(chunk)
             if size > cap:
-                raise UploadError(f"the upload unpacks to more than {_mib(cap)}: a compression bomb, or a "
+                raise UploadError(f"the upload unpacks to more than {size_text(cap)}: a compression bomb, or a "
                                   "folder larger than the service takes")
             out.append(chunk)
             if not chunk and not piece:
@@ -166,8 +166,9 @@ def _inflate(data, cap):
     return b"".join(out)
 
 
-def _mib(n):
-    return f"{n / (1 << 20):g} MiB"
+def size_text(n):
+    """``51 KiB``, ``16.0 MiB``."""
+    return f"{n / 1024:.0f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
 def _check_name(raw, is_dir):
@@ -197,7 +198,7 @@ def check(data, kind, milestone=None, max_upload=MAX_UPLOAD):
     """The entries of the upload ``data`` of a ``kind`` run (see the module docstring): a
     Checked, or UploadError (one line) before anything is written anywhere."""
     if len(data) > max_upload:
-        raise UploadError(f"the upload is {_mib(len(data))}; this service takes at most {_mib(max_upload)}")
+        raise UploadError(f"the upload is {size_text(len(data))}; this service takes at most {size_text(max_upload)}")
     max_bytes, max_entries = caps(kind)
     raw = _inflate(data, max_bytes + TAR_OVERHEAD * (max_entries + 2) + 1024)
     checked = Checked()
@@ -227,7 +228,7 @@ def check(data, kind, milestone=None, max_upload=MAX_UPLOAD):
                 files.add(name)
                 checked.total += info.size
                 if info.size > max_bytes or checked.total > max_bytes:
-                    raise UploadError(f"the upload's files hold more than {_mib(max_bytes)}")
+                    raise UploadError(f"the upload's files hold more than {size_text(max_bytes)}")
                 content = tar.extractfile(info).read()
                 if len(content) != info.size:
                     raise UploadError(f"the upload's {printable(name, 80)} is cut short")

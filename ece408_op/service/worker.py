@@ -341,8 +341,11 @@ class Slot:
         threads = [threading.Thread(target=read_results, daemon=True), threading.Thread(target=pump, daemon=True)]
         for t in threads:
             t.start()
-        proc.stdin.write(json.dumps(self.spec(job, folder, write_fd)).encode())
-        proc.stdin.close()
+        try:
+            proc.stdin.write(json.dumps(self.spec(job, folder, write_fd)).encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass                                    # the child is gone already: its outcome says so
         deadline = time.monotonic() + job["time_limit"]
         why, stopped_at = None, None
         while proc.poll() is None:
