@@ -26,9 +26,9 @@ def add_client_options(parser):
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
 
 
-def connect(args, fallback_files=()):
+def connect(args, preferred_files=()):
     from ..service import client
-    return client.connect(args.server, args.token_file, fallback_files)
+    return client.connect(args.server, args.token_file, preferred_files)
 
 
 def submit(argv):

@@ -7,7 +7,7 @@ from .remote import add_client_options, connect
 
 def instructor_connect(args):
     from ..service.paths import instructor_token_file
-    return connect(args, fallback_files=[instructor_token_file()] if loopback_server(args) else [])
+    return connect(args, preferred_files=[instructor_token_file()] if loopback_server(args) else [])
 
 
 def loopback_server(args):

@@ -254,6 +254,34 @@ def end_lines(job, record):
     return []
 
 
+class AccessLog:
+    """One ``http`` log line a request: method, path (never the query string or a header: no
+    token can reach the log this way), status, milliseconds, client address. The workers' routine
+    calls (claims, chunks, heartbeats) are logged at debug level unless they fail."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = {}
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            code = status.get("code")
+            routine = scope["path"].startswith("/api/worker/") and code is not None and code < 400
+            client = scope.get("client")
+            log("http", level="debug" if routine else "info", method=scope["method"], path=scope["path"],
+                status=code, ms=round((time.perf_counter() - started) * 1000, 1), address=client[0] if client else None)
+
+
 # ---------------------------------------------------------------------------- the application
 
 def make_app(service):
@@ -298,6 +326,7 @@ def make_app(service):
 
     app = FastAPI(title="ece408_op submission service", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    app.add_middleware(AccessLog)
 
     @app.exception_handler(Refused)
     async def refused(request, exc):

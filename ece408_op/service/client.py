@@ -96,7 +96,7 @@ def resolve_server(explicit=None):
     return check_url(url)
 
 
-def resolve_token(url, token_file=None, fallback_files=()):
+def resolve_token(url, token_file=None, preferred_files=()):
     if os.environ.get(TOKEN_ENV):
         token = os.environ[TOKEN_ENV].strip()
         if not looks_like_token(token):
@@ -105,12 +105,12 @@ def resolve_token(url, token_file=None, fallback_files=()):
     path = token_file or os.environ.get(TOKEN_FILE_ENV)
     if path:
         return read_token_file(path)
+    for candidate in preferred_files:
+        if os.access(candidate, os.R_OK):
+            return read_token_file(candidate)
     login = saved_login()
     if login and normal_url(login["server"]) == url and looks_like_token(str(login["token"])):
         return str(login["token"])
-    for candidate in fallback_files:
-        if os.access(candidate, os.R_OK):
-            return read_token_file(candidate)
     raise ClientError(f"no token for {url}: python -m ece408_op login --server {url} (or set ${TOKEN_ENV})")
 
 
@@ -271,9 +271,9 @@ def follow_to_end(client, job_id, after=-1):
 
 # ---------------------------------------------------------------------------- commands
 
-def connect(server=None, token_file=None, fallback_files=()):
+def connect(server=None, token_file=None, preferred_files=()):
     url = resolve_server(server)
-    return Client(url, resolve_token(url, token_file, fallback_files))
+    return Client(url, resolve_token(url, token_file, preferred_files))
 
 
 def submit(client, folder, milestone=None, size=None, detach=False):

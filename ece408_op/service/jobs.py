@@ -82,7 +82,7 @@ def duration(seconds):
     if hours:
         return f"{hours} h {minutes} min"
     if minutes:
-        return f"{minutes} min {secs} s"
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
     return f"{secs} s"
 
 
