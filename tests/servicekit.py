@@ -184,6 +184,16 @@ class Service:
         raise AssertionError(f"{text!r} not in job {job_id}'s transcript in {timeout} s:\n"
                              f"{self.transcript(job_id)[-3000:]}\n{self.log()[-3000:]}")
 
+    def chunks(self, db=None):
+        """(job id, text, time stored) of every transcript chunk."""
+        if db and db.startswith("postgresql://"):
+            import psycopg
+            with psycopg.connect(db) as conn:
+                return conn.execute("SELECT job_id, text, at FROM service_chunks").fetchall()
+        import sqlite3
+        with sqlite3.connect(db or str(self.root / "data" / "ece408_op" / "service.db")) as conn:
+            return conn.execute("SELECT job_id, text, at FROM service_chunks").fetchall()
+
     def records(self, db=None):
         from ece408_op.grading.store import open_store
         with open_store(db or str(self.root / "data" / "ece408_op" / "service.db")) as store:

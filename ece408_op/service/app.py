@@ -67,14 +67,23 @@ class Settings:
     claim_wait: float = 25.0                     # seconds a worker's claim waits for a job
     reap_every: float = 5.0
     local_workers: tuple = ()                    # names of this server's own workers (serve --workers)
-    ranking_seconds: float = 10.0                # a ranking is computed again at least this often
+    ranking_seconds: float = 10.0                # a ranking is computed again at least this often (new
+                                                 # records through this server: within a second)
 
 
 class Hub:
-    """In-process wake-ups: a job's new chunks or end, a change of the queue, waiting claims."""
+    """In-process wake-ups and the newest transcript chunks, so that a live stream of a running job
+    reads the database only when the job's state changes (claimed, ended, taken back, cancelled):
+    a posted chunk wakes its followers with the chunk itself (``tails``), and the state changes
+    count in ``versions``. Waiting claims are woken one at a time (``wake_claim``)."""
+
+    TAIL = 256                                    # chunks of a job kept in memory for its followers
 
     def __init__(self):
         self._jobs = weakref.WeakValueDictionary()
+        self.versions = {}                        # job id -> number of its last state change here
+        self.tails = {}                           # job id -> deque of (seq, text) posted here since then
+        self.counter = 0
         self.queue = asyncio.Event()
         self.queue_version = 0
         self.records_version = 0
@@ -86,22 +95,43 @@ class Hub:
             event = self._jobs[job_id] = asyncio.Event()
         return event
 
-    def job_changed(self, job_id):
+    def _wake(self, job_id):
         event = self._jobs.pop(job_id, None)
         if event is not None:
             event.set()
 
-    def wake_all(self):
-        """Every waiting claim answers now (the server is draining)."""
-        while self.claimers:
-            future, _ = self.claimers.popleft()
-            if not future.done():
-                future.set_result(True)
+    def job_changed(self, job_id):
+        """The job's state changed: its followers read it from the database."""
+        self.counter += 1
+        self.versions[job_id] = self.counter
+        self.tails.pop(job_id, None)
+        self._wake(job_id)
 
-    def queue_changed(self):
-        self.queue_version += 1
-        event, self.queue = self.queue, asyncio.Event()
-        event.set()
+    def chunks_posted(self, job_id, chunks):
+        tail = self.tails.get(job_id)
+        if tail is None:
+            tail = self.tails[job_id] = deque(maxlen=self.TAIL)
+        tail.extend(chunks)
+        self._wake(job_id)
+
+    def tail_after(self, job_id, cursor):
+        """The chunks after ``cursor`` posted here, in order; None where some are not here."""
+        tail = self.tails.get(job_id)
+        if not tail:
+            return []
+        new = []
+        for seq, text in reversed(tail):
+            if seq <= cursor:
+                break
+            new.append((seq, text))
+        new.reverse()
+        return new if not new or new[0][0] == cursor + 1 else None
+
+    def prune(self):
+        """Forget the versions of jobs nobody follows (they are only compared by followers)."""
+        for job_id in [j for j in self.versions if j not in self._jobs]:
+            del self.versions[job_id]
+            self.tails.pop(job_id, None)
 
     def wake_claim(self, gpu_needed=False):
         """Wake one waiting claim able to take a job needing a GPU (``gpu_needed``), oldest first:
@@ -114,6 +144,18 @@ class Hub:
                 self.claimers.remove(item)
                 future.set_result(True)
                 return
+
+    def wake_all(self):
+        """Every waiting claim answers now (the server is draining)."""
+        while self.claimers:
+            future, _ = self.claimers.popleft()
+            if not future.done():
+                future.set_result(True)
+
+    def queue_changed(self):
+        self.queue_version += 1
+        event, self.queue = self.queue, asyncio.Event()
+        event.set()
 
 
 async def wait_first(events, timeout):
@@ -323,6 +365,7 @@ def make_app(service):
                 service.hub.wake_claim(gpu_needed=False)
             if changed:
                 service.hub.queue_changed()
+            service.hub.prune()
 
     app = FastAPI(title="ece408_op submission service", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
@@ -355,8 +398,10 @@ def make_app(service):
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Refused(401, "this needs a token: python -m ece408_op login (or $ECE408_TOKEN)")
-        principal = await service.run(service.tokens.verify, token.strip())
+        principal = service.tokens.cached(token.strip())
         if principal is None:
+            principal = await service.run(service.tokens.verify, token.strip())
+        if not principal:
             service.failures.fail(where)
             log("auth.failed", level="warning", address=where, path=request.url.path)
             raise Refused(401, "the token was not accepted (mistyped, revoked or rotated); ask the course staff "
@@ -481,26 +526,39 @@ def make_app(service):
         return EventSourceResponse(follow(job["id"], after), ping=15, send_timeout=30)
 
     async def follow(job_id, cursor):
-        shown, waited = None, False
+        """The job's events from chunk ``cursor`` on: what is new is read from the database at
+        the start, after each change of the job's state and every 15 s; in between, a running
+        job's chunks come from the hub as they are posted, and a queued job's place is looked
+        at every 2 s."""
+        shown, waited, job, seen, read_at = None, False, None, None, 0.0
+        hub = service.hub
         while True:
-            job_wake, queue_wake = service.hub.job(job_id), service.hub.queue
-            try:
-                job, chunks = await service.run(jobs.follow, db, job_id, cursor, FOLLOW_BATCH)
-            except Unavailable as exc:
-                service.down(exc)
-                if not waited:
-                    yield {"event": "notice", "data": json.dumps("the service's database cannot be reached right "
-                                                                 "now; waiting for it")}
-                    waited = True
-                await asyncio.sleep(DOWN_RETRY)
-                continue
-            waited = False
-            if job is None:
-                return
+            wake = hub.job(job_id)
+            version = hub.versions.get(job_id, 0)
+            chunks = None
+            if job is not None and version == seen and time.monotonic() - read_at < 15 and \
+                    job["state"] not in ENDED:
+                chunks = hub.tail_after(job_id, cursor) if job["state"] != QUEUED else []
+            if chunks is None:
+                try:
+                    job, chunks = await service.run(jobs.follow, db, job_id, cursor, FOLLOW_BATCH)
+                except Unavailable as exc:
+                    service.down(exc)
+                    if not waited:
+                        yield {"event": "notice", "data": json.dumps("the service's database cannot be reached "
+                                                                     "right now; waiting for it")}
+                        waited = True
+                    await asyncio.sleep(DOWN_RETRY)
+                    continue
+                waited, seen, read_at = False, version, time.monotonic()
+                if job is None:
+                    return
+                if len(chunks) >= FOLLOW_BATCH:
+                    seen = None                                # more to read: read again at once
             for seq, text in chunks:
                 yield {"event": "line", "id": str(seq), "data": json.dumps(text)}
                 cursor = seq
-            if len(chunks) >= FOLLOW_BATCH:
+            if seen is None:
                 continue
             if job["state"] in ENDED:
                 yield {"event": "end", "data": json.dumps(public(job))}
@@ -511,10 +569,7 @@ def make_app(service):
                 if place != shown:
                     yield {"event": "queued", "data": json.dumps(place)}
                     shown = place
-            else:
-                shown = None
-            await wait_first([job_wake, queue_wake if job["state"] == QUEUED else None],
-                             5 if job["state"] == QUEUED else 15)
+            await wait_first([wake], 2.0 if job["state"] == QUEUED else 15.0)
 
     # ------------------------------------------------------------ the ranking
     @app.get("/api/ranking")
@@ -532,7 +587,9 @@ def make_app(service):
         lock = service._ranking_locks.setdefault(key, asyncio.Lock())
         async with lock:
             version, at, body = service._ranking.get(key, (None, 0.0, None))
-            if version != service.hub.records_version or time.monotonic() - at > settings.ranking_seconds:
+            age = time.monotonic() - at
+            if body is None or age > settings.ranking_seconds or \
+                    (version != service.hub.records_version and age > 1.0):       # new records: at most once a second
                 version = service.hub.records_version
                 body = await service.run(service.with_store,
                                          lambda store: ranking_report(store, milestone, size, fmt))
@@ -654,9 +711,9 @@ def make_app(service):
                 isinstance(c, list) and len(c) == 2 and isinstance(c[0], int) and c[0] >= 0
                 and isinstance(c[1], str) and len(c[1]) <= jobs.MAX_CHUNK for c in chunks):
             raise Refused(400, f"chunks is a list of at most {jobs.MAX_CHUNKS} [seq, text] pairs")
-        cancel = await service.run(jobs.add_chunks, db, check_job_id(job_id), lease_of(request),
-                                   [(c[0], c[1]) for c in chunks])
-        service.hub.job_changed(job_id)
+        chunks = [(c[0], c[1]) for c in chunks]
+        cancel = await service.run(jobs.add_chunks, db, check_job_id(job_id), lease_of(request), chunks)
+        service.hub.chunks_posted(job_id, chunks)
         return {"cancel": cancel}
 
     @app.post("/api/worker/jobs/{job_id}/heartbeat")

@@ -151,6 +151,10 @@ class Database:
                 store = open_store(self.url)
             except StoreError as exc:
                 raise Unavailable(str(exc)) from exc
+            if not self.postgres:
+                # WAL without a sync at every commit: a commit survives the server's crash (kill -9),
+                # not the machine's power cut; the sync comes at each checkpoint
+                store.conn.execute("PRAGMA synchronous = NORMAL")
             self._local.store = store
             self._local.used = time.monotonic()
             with self._stores_lock:
