@@ -130,3 +130,15 @@ def test_fetch_and_gpu_bench_commands_need_no_mxnet():
     result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "--source" in result.stdout, result.stderr
     assert result.returncode == 0, result.stderr
+
+
+def test_the_service_reaches_grading_through_one_module():
+    # service/runs.py is the service's one door into grading/ and team/: a move of their modules
+    # (the architecture step) then touches one file of the service
+    bad = []
+    for owner, path in _modules():
+        if owner == "service" and path.name != "runs.py":
+            ours, _ = _package_imports(path)
+            bad += [f"{path.relative_to(ROOT)}:{line} imports ece408_op.{target}"
+                    for target, line in ours if target in ("grading", "team", "data")]
+    assert not bad, "\n".join(bad)

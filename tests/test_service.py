@@ -330,3 +330,35 @@ def test_health_and_readiness(service):
     with service.http() as http:
         assert http.get("/health").json() == {"status": "ok", "draining": False}
         assert http.get("/ready").json() == {"status": "ready"}
+
+
+def test_the_instructor_s_commands(tmp_path):
+    svc = Service(tmp_path / "svc", workers=0).start()
+    try:
+        roster = tmp_path / "roster.csv"
+        roster.write_text("netid,team\nab1,rho\ncd2,sigma\nef3,rho\n")
+        out = svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens")
+        assert out.returncode == 2 and out.stderr == "error: team rho is named twice\n"
+        roster.write_text("netid,team\nab1,rho\ncd2,sigma\n")
+        assert svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens").returncode == 0
+        roster.write_text("team\nrho\ntau\n")
+        again = svc.cli("teams", "import", roster)
+        assert again.returncode == 0 and again.stdout.startswith("tau\tece408_"), again.stdout
+        assert "rho: exists already; its token is unchanged" in again.stderr
+        added = svc.cli("teams", "add", "rho", "upsilon")
+        assert added.returncode == 2 and "already exist: rho; nothing was added" in added.stderr
+        listed = svc.cli("teams", "list")
+        assert [line.split()[0] for line in listed.stdout.splitlines()] == ["team", "rho", "sigma", "tau"]
+        out = svc.cli("teams", "worker", "gpu-node-1", "--out", tmp_path / "worker.token")
+        assert out.returncode == 0 and oct((tmp_path / "worker.token").stat().st_mode & 0o777) == "0o600"
+        who = svc.cli("jobs", "list", env={"ECE408_TOKEN_FILE": str(tmp_path / "worker.token")})
+        assert who.returncode == 2 and who.stderr == "error: this needs a team token or the instructor's token\n"
+        token = (tmp_path / "tokens" / "rho.token").read_text().strip()
+        svc.cli("submit", "--detach", team_project(tmp_path / "rho", commands=["echo hi"]), token=token)
+        everyone = svc.cli("jobs", "list", "--team", "rho", env={"ECE408_TOKEN": svc.instructor_token})
+        assert everyone.returncode == 0 and " rho " in everyone.stdout, everyone.stdout
+        assert svc.cli("deadlines", "set", "final", "2030-12-04T23:59:00-06:00").returncode == 0
+        assert svc.cli("deadlines", "clear", "final").stdout == "final: no deadline\n"
+        assert svc.cli("deadlines", "list").stdout == "No deadlines set.\n"
+    finally:
+        svc.close()

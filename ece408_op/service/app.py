@@ -22,8 +22,9 @@
 
 Tokens travel only in ``Authorization: Bearer``; an error is JSON ``{"error": "one line"}``
 (``Retry-After`` where waiting helps: 429, and 503 while the database is down). Database work
-runs in threads (``anyio.to_thread``), one connection each; live streams wake on in-process
-events (a posted chunk, a change of the queue) and read what is new from the database.
+runs in threads (``anyio.to_thread``), one connection each. A live stream reads the database
+when it starts and when its job's state changes; a running job's chunks reach it from memory as
+they are posted (``Hub``); a waiting claim is woken by a new job, one claim a job.
 """
 import asyncio
 import functools
@@ -48,13 +49,13 @@ from .db import Unavailable
 from .jobs import ENDED, QUEUED, Lost, Refused, duration, public
 from .logs import log
 from .runs import (ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, Record, StoreError, check_build_config,
-                   printable, ranking_report, record_summary)
+                   printable, ranking_report, record_summary, team_name)
 from .tokens import FailureLimiter, Tokens
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 DOWN_RETRY = 5                                   # seconds a client waits while the database is down
 STATUSES = ("ok", "failed", "timeout", "killed", "error")
-MAX_JSON = 4 << 20                               # bytes of a JSON request body
+MAX_JSON = 16 << 20                              # bytes of a JSON request body (a record: 1 MiB of transcript, escaped)
 FOLLOW_BATCH = 500
 
 
@@ -84,8 +85,7 @@ class Hub:
         self.versions = {}                        # job id -> number of its last state change here
         self.tails = {}                           # job id -> deque of (seq, text) posted here since then
         self.counter = 0
-        self.queue = asyncio.Event()
-        self.queue_version = 0
+        self.queue_version = 0                    # counts changes of the queue (places are computed again)
         self.records_version = 0
         self.claimers = deque()                   # (future, gpu) of claims waiting for a job
 
@@ -154,8 +154,6 @@ class Hub:
 
     def queue_changed(self):
         self.queue_version += 1
-        event, self.queue = self.queue, asyncio.Event()
-        event.set()
 
 
 async def wait_first(events, timeout):
@@ -195,17 +193,20 @@ class Service:
             self._down_logged = now
             log("db.unavailable", level="warning", reason=str(exc))
 
-    async def places(self):
+    async def places(self, job_id=None):
         """({job id: jobs ahead}, snapshot), computed at most twice a second, and again after a
-        change of the queue (or every 5 s, for changes made by another server process)."""
-        now = time.monotonic()
-        at, version, places, snap = self._places
-        if snap is not None and (now - at < 0.5 or (version == self.hub.queue_version and now - at < 5)):
-            return places, snap
-        async with self._places_lock:
+        change of the queue (or every 5 s, for changes made by another server process); at once
+        where it lacks ``job_id`` (queued since)."""
+        def fresh():
             at, version, places, snap = self._places
-            if snap is not None and (time.monotonic() - at < 0.5 or version == self.hub.queue_version):
-                return places, snap
+            age = time.monotonic() - at
+            return snap is not None and (age < 0.5 or (version == self.hub.queue_version and age < 5)) and \
+                (job_id is None or job_id in places)
+        if fresh():
+            return self._places[2:]
+        async with self._places_lock:
+            if fresh():
+                return self._places[2:]
             version = self.hub.queue_version
             snap = await self.run(jobs.snapshot, self.db)
             places = jobs.places(snap)
@@ -422,7 +423,7 @@ def make_app(service):
     async def with_place(job):
         view = public(job)
         if job["state"] == QUEUED:
-            places, snap = await service.places()
+            places, snap = await service.places(job["id"])
             view["place"] = places.get(job["id"])
             view["waiting"] = len(snap["queued"])
             view["running"] = snap["running"]
@@ -668,7 +669,10 @@ def make_app(service):
         slot = printable(str(data.get("slot", "0")), 40)
         gpu = bool(data.get("gpu"))
         device = printable(str(data.get("device") or "unknown device"), 100)
-        wait = min(float(data.get("wait") or 0), settings.claim_wait)
+        try:
+            wait = max(0.0, min(float(data.get("wait") or 0), settings.claim_wait))
+        except (TypeError, ValueError):
+            raise Refused(400, "wait is a number of seconds") from None
         name = f"{principal.name}/{slot}"
         deadline = time.monotonic() + wait
         while True:
@@ -777,7 +781,7 @@ def make_app(service):
         except TypeError as exc:
             raise Refused(400, f"the record does not fit: {exc}") from None
         if (record.id, record.team, record.milestone, record.size) != \
-                (job["record_id"], job["team"], job["milestone"], job["size"]):
+                (job["record_id"], team_name(job["team"]), job["milestone"], job["size"]):   # as the runner names it
             raise Refused(400, "the record is not this job's (id, team, milestone and size must match)")
         if not isinstance(record.transcript, str) or not isinstance(record.models, list) or \
                 record.status not in STATUSES:

@@ -122,6 +122,7 @@ class LocalWorkers:
         for name in (INSTRUCTOR_ENV, "ECE408_DB", "ECE408_TOKEN_FILE"):
             env.pop(name, None)                     # a worker holds no database credentials
         proc = subprocess.Popen(self.argv(slot, gpu), env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc.started = time.monotonic()
         self.procs[slot] = (proc, gpu)
         log("worker.started", slot=slot, pid=proc.pid, gpu=gpu)
 
@@ -132,14 +133,25 @@ class LocalWorkers:
         threading.Thread(target=self._watch, name="local-workers", daemon=True).start()
 
     def _watch(self):
+        """Start again a worker that died; one that dies within a minute of its start waits
+        longer each time (up to 5 minutes), so that a worker that cannot start does not spin."""
+        failures, due = {}, {}
         while True:
-            time.sleep(2)
+            time.sleep(1)
             with self.lock:
                 if self.stopping:
                     return
+                now = time.monotonic()
                 for slot, (proc, gpu) in list(self.procs.items()):
-                    if proc.poll() is not None:
-                        log("worker.died", level="warning", slot=slot, code=proc.returncode)
+                    if proc.poll() is None:
+                        continue
+                    if slot not in due:
+                        failures[slot] = failures.get(slot, 0) + 1 if now - proc.started < 60 else 0
+                        due[slot] = now + min(300, 2 ** failures[slot])
+                        log("worker.died", level="warning", slot=slot, code=proc.returncode,
+                            restart_in=round(due[slot] - now))
+                    if now >= due[slot]:
+                        del due[slot]
                         self.start_one(slot, gpu)
 
     def stop(self, seconds):
