@@ -6,13 +6,15 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from conftest import ROOT, python_command
-from services import free_port
+from services import Postgres, Unavailable, free_port
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (debug|info|warning|error) [a-z_.]+( |$)")
 
@@ -138,6 +140,10 @@ class Service:
         return subprocess.run(argv, env=environment, cwd=folder, capture_output=True, text=True, timeout=timeout,
                               input=input)
 
+    def follow(self, *args, token=None, cwd=None):
+        """A Follower of ``python -m ece408_op ARGS``."""
+        return Follower(self.popen(*args, token=token, cwd=cwd))
+
     def popen(self, *args, token=None, cwd=None, env=None, **kwargs):
         argv, environment, folder = self.command(*args, token=token, cwd=cwd, env=env)
         proc = subprocess.Popen(argv, env=environment, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -198,6 +204,47 @@ class Service:
         from ece408_op.grading.store import open_store
         with open_store(db or str(self.root / "data" / "ece408_op" / "service.db")) as store:
             return store.records()
+
+
+def started_postgres(root):
+    """A PostgreSQL server of the tests (tests/services.py) in ``root``, or the test skipped saying why."""
+    server = Postgres(root)
+    try:
+        return server.start()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+class Follower:
+    """A client command that follows a job, its stdout read as it comes: ``lines`` and the
+    monotonic ``times`` they arrived at."""
+
+    def __init__(self, proc):
+        self.proc, self.lines, self.times = proc, [], []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.times.append(time.monotonic())
+            self.lines.append(line)
+
+    def wait_for(self, check, timeout=120, what="the line"):
+        deadline = time.monotonic() + timeout
+        while not check(self.lines):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} did not come in {timeout} s: {''.join(self.lines)[-2000:]}")
+            time.sleep(0.1)
+
+    def finish(self, timeout=300):
+        """(exit status, stderr) once it ends."""
+        code = self.proc.wait(timeout=timeout)
+        self.thread.join(10)
+        return code, self.proc.stderr.read()
+
+    @property
+    def text(self):
+        return "".join(self.lines)
 
 
 def job_id_of(stderr):

@@ -10,14 +10,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
-from servicekit import Service, job_id_of, log_lines_are_structured
-from services import Postgres, Unavailable
-from teams import PLAIN, WRONG, rai_yaml, team_project
+from servicekit import Service, job_id_of, log_lines_are_structured, started_postgres
+from teams import PLAIN, WRONG, team_project
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")
 
@@ -73,27 +70,17 @@ def test_two_teams_submit_m2_from_their_folders_and_are_ranked(tmp_path, service
 
 # ---------------------------------------------------------------------------- development runs
 
-def read_lines(proc, into):
-    for line in proc.stdout:
-        into.append((time.monotonic(), line))
-
-
 @pytest.mark.timeout(300)
 def test_a_development_run_streams_its_transcript_live(tmp_path, service):
     token = service.add_teams("gamma")["gamma"]
-    team = dev_team(tmp_path / "gamma", ["echo first", "sleep 4", "echo second"])
-    proc = service.popen("submit", cwd=team, token=token)
-    lines = []
-    reader = threading.Thread(target=read_lines, args=(proc, lines))
-    reader.start()
-    assert proc.wait(timeout=120) == 0, proc.stderr.read()
-    reader.join()
-    text = "".join(line for _, line in lines)
-    assert "* Running echo first\nfirst\n* Running sleep 4\n* Running echo second\nsecond\n" in text, text
-    assert text.endswith("* Development run: no record is stored (ranked runs: --submit m2|m3|final)\n")
-    first = next(t for t, line in lines if line == "first\n")
-    second = next(t for t, line in lines if line == "second\n")
-    assert second - first > 3, "the first command's output came only at the end"
+    client = service.follow("submit", cwd=dev_team(tmp_path / "gamma", ["echo first", "sleep 4", "echo second"]),
+                            token=token)
+    code, err = client.finish(120)
+    assert code == 0, err
+    assert "* Running echo first\nfirst\n* Running sleep 4\n* Running echo second\nsecond\n" in client.text
+    assert client.text.endswith("* Development run: no record is stored (ranked runs: --submit m2|m3|final)\n")
+    arrived = dict(zip(client.lines, client.times))
+    assert arrived["second\n"] - arrived["first\n"] > 3, "the first command's output came only at the end"
     assert service.records() == []
 
 
@@ -113,18 +100,12 @@ def test_a_failing_command_ends_the_run_and_the_client_exits_1(tmp_path, service
 @pytest.mark.timeout(300)
 def test_ctrl_c_detaches_and_the_job_goes_on(tmp_path, service):
     token = service.add_teams("eps")["eps"]
-    team = dev_team(tmp_path / "eps", ["echo first", "sleep 5", "echo second"])
-    proc = service.popen("submit", cwd=team, token=token)
-    lines = []
-    reader = threading.Thread(target=read_lines, args=(proc, lines))
-    reader.start()
-    deadline = time.monotonic() + 120
-    while not any(line == "first\n" for _, line in lines) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
-    reader.join()
-    err = proc.stderr.read()
+    client = service.follow("submit", cwd=dev_team(tmp_path / "eps", ["echo first", "sleep 5", "echo second"]),
+                            token=token)
+    client.wait_for(lambda lines: "first\n" in lines)
+    client.proc.send_signal(signal.SIGINT)
+    code, err = client.finish(30)
+    assert code == 130
     job_id = job_id_of(err)
     assert f"* Detached: job {job_id} goes on without you. Follow it again with: python -m ece408_op jobs show " \
            f"{job_id} --follow" in err
@@ -276,11 +257,7 @@ def test_a_wrong_forward_runs_and_is_not_valid(tmp_path, service):
 
 @pytest.fixture
 def postgres(tmp_path):
-    server = Postgres(tmp_path / "pg")
-    try:
-        server.start()
-    except Unavailable as exc:
-        pytest.skip(str(exc))
+    server = started_postgres(tmp_path / "pg")
     yield server
     server.stop()
 

@@ -8,15 +8,12 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from servicekit import Service, job_id_of, log_lines_are_structured
-from services import Postgres, Unavailable
+from servicekit import Service, job_id_of, log_lines_are_structured, started_postgres
 from teams import PLAIN, team_project
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")
@@ -26,11 +23,7 @@ ENGINE = ["--engine", "bubblewrap"]
 
 @pytest.fixture
 def postgres(tmp_path):
-    server = Postgres(tmp_path / "pg")
-    try:
-        server.start()
-    except Unavailable as exc:
-        pytest.skip(str(exc))
+    server = started_postgres(tmp_path / "pg")
     yield server
     server.stop()
 
@@ -42,25 +35,6 @@ def kill_postgres(server):
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in [pid, *children]), 30, "PostgreSQL's end")
     server.started = False
-
-
-def follow(svc, *args, token, cwd=None):
-    """A client following a job; its stdout lines as they come."""
-    proc = svc.popen(*args, token=token, cwd=cwd)
-    lines = []
-
-    def read():
-        for line in proc.stdout:
-            lines.append(line)
-    thread = threading.Thread(target=read, daemon=True)
-    thread.start()
-    return proc, lines, thread
-
-
-def finish(proc, thread, timeout=300):
-    code = proc.wait(timeout=timeout)
-    thread.join(10)
-    return code, proc.stderr.read()
 
 
 def running_marker(marker):
@@ -88,15 +62,15 @@ def test_kill_9_of_the_server_loses_nothing_and_the_job_runs_once(tmp_path, requ
         token = svc.add_teams("alpha")["alpha"]
         worker = svc.worker(svc.worker_token("far"), *ENGINE, "--gpus", "none")
         team = team_project(tmp_path / "alpha", commands=["echo one", "sleep 3", "echo two", "sleep 8", "echo three"])
-        client, lines, reader = follow(svc, "submit", team, token=token)
-        wait_until(lambda: "one\n" in lines, 120, "the first line")
+        client = svc.follow("submit", team, token=token)
+        client.wait_for(lambda lines: "one\n" in lines)
         svc.kill()                                           # kill -9: no clean-up of any kind
         time.sleep(6)                                        # "two" is produced while no server runs
         svc.start()
-        code, err = finish(client, reader)
+        code, err = client.finish()
         assert code == 0, err
-        text = "".join(lines)
-        assert [l for l in lines if l in ("one\n", "two\n", "three\n")] == ["one\n", "two\n", "three\n"], text
+        text = client.text
+        assert [l for l in client.lines if l in ("one\n", "two\n", "three\n")] == ["one\n", "two\n", "three\n"], text
         job = svc.job(job_id_of(err))
         assert job["state"] == "done" and job["status"] == "ok" and job["attempts"] == 1
         assert svc.transcript(job["id"]) == text            # what the client printed is what the server kept
@@ -115,12 +89,12 @@ def test_kill_9_of_the_server_takes_its_own_worker_s_job_back_once(tmp_path):
     try:
         token = svc.add_teams("beta")["beta"]
         team = team_project(tmp_path / "beta", commands=["echo one", "sleep 7.25", "echo two"])
-        client, lines, reader = follow(svc, "submit", team, token=token)
-        wait_until(lambda: "one\n" in lines, 120, "the first line")
+        client = svc.follow("submit", team, token=token)
+        client.wait_for(lambda lines: "one\n" in lines)
         svc.kill()
         wait_until(lambda: not running_marker("sleep 7.25"), 30, "the run's processes ending with the server")
         svc.start()
-        code, err = finish(client, reader)
+        code, err = client.finish()
         assert code == 0, err
         job = svc.job(job_id_of(err))
         assert job["state"] == "done" and job["attempts"] == 2
@@ -138,14 +112,14 @@ def test_sigterm_of_the_server_gives_the_job_back_not_counted(tmp_path):
     try:
         token = svc.add_teams("gamma")["gamma"]
         team = team_project(tmp_path / "gamma", commands=["echo one", "sleep 8.5", "echo two"])
-        client, lines, reader = follow(svc, "submit", team, token=token)
-        wait_until(lambda: "one\n" in lines, 120, "the first line")
+        client = svc.follow("submit", team, token=token)
+        client.wait_for(lambda lines: "one\n" in lines)
         started = time.monotonic()
         assert svc.stop(signal.SIGTERM) == 0
         assert time.monotonic() - started < 30
         assert not running_marker("sleep 8.5")
         svc.start()
-        code, err = finish(client, reader)
+        code, err = client.finish()
         assert code == 0, err
         job = svc.job(job_id_of(err))
         assert job["state"] == "done" and job["attempts"] == 1       # the given-back attempt is not counted
@@ -167,14 +141,14 @@ def test_kill_9_of_a_worker_requeues_its_job_once_then_fails_it(tmp_path):
         token = svc.add_teams("delta")["delta"]
         worker_token = svc.worker_token("far")
         team = team_project(tmp_path / "delta", commands=["echo one", "sleep 301.25"])
-        client, lines, reader = follow(svc, "submit", team, token=token)
+        client = svc.follow("submit", team, token=token)
         for attempt in (1, 2):
             worker = svc.worker(worker_token, *ENGINE, "--gpus", "none", log_name=f"worker-{attempt}.log")
-            wait_until(lambda: lines.count("one\n") == attempt, 120, f"attempt {attempt}'s first line")
+            client.wait_for(lambda lines: lines.count("one\n") == attempt, what=f"attempt {attempt}'s first line")
             worker.kill()
             worker.wait()
             wait_until(lambda: not running_marker("sleep 301.25"), 30, "the run's processes ending with the worker")
-        code, err = finish(client, reader)
+        code, err = client.finish()
         assert code == 1
         job = svc.job(job_id_of(err))
         assert job["state"] == "failed" and job["status"] == "error" and job["attempts"] == 2
@@ -195,8 +169,8 @@ def test_kill_9_of_postgresql_mid_run(tmp_path, postgres):
     try:
         tokens = svc.add_teams("eps", "zeta")
         team = team_project(tmp_path / "eps", cpu=PLAIN)
-        client, lines, reader = follow(svc, "submit", "--submit", "m2", "--size", 100, token=tokens["eps"], cwd=team)
-        wait_until(lambda: any(l.startswith("* Running python -m ece408_op m2") for l in lines), 120, "the run")
+        client = svc.follow("submit", "--submit", "m2", "--size", 100, token=tokens["eps"], cwd=team)
+        client.wait_for(lambda lines: any(l.startswith("* Running python -m ece408_op m2") for l in lines))
         kill_postgres(postgres)
         with svc.http(tokens["zeta"]) as http:
             for method, path in (("GET", "/api/jobs"), ("GET", "/ready"), ("GET", "/api/ranking"),
@@ -209,13 +183,13 @@ def test_kill_9_of_postgresql_mid_run(tmp_path, postgres):
             assert http.get("/health").status_code == 200
         time.sleep(15)                                       # the run ends while the database is away
         postgres.start_again()
-        code, err = finish(client, reader)
+        code, err = client.finish()
         assert code == 0, err
         job = svc.job(job_id_of(err))
         assert job["state"] == "done" and job["valid"] and job["attempts"] == 1
         (record,) = svc.records(postgres.url)
         assert record.id == job["id"] and record.status == "ok" and record.correct
-        text = "".join(lines)
+        text = client.text
         assert text == svc.transcript(job["id"])
         assert text.count("Op Time: ") == 2 and text.endswith("Correctness as expected\n")
         with svc.http(tokens["zeta"]) as http:

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import require_mxnet
+from conftest import ranked_engine as engine, require_mxnet
 
 require_mxnet()
 
@@ -18,15 +18,6 @@ from teams import team_project  # noqa: E402
 from ece408_op.grading.runner import SubmitError, data_dir, gpu_name  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_name() is None, reason="no GPU (nvidia-smi lists none)")
-
-
-def engine():
-    from ece408_op.grading.sandbox import BubblewrapSandbox, Limits, SandboxError
-    try:
-        BubblewrapSandbox(Limits()).check()
-        return "bubblewrap"
-    except SandboxError:
-        return "host"
 
 
 @pytest.fixture

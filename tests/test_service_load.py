@@ -12,9 +12,7 @@ import json
 import os
 import platform
 import random
-import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,8 +20,7 @@ import httpx
 import pytest
 
 from conftest import python_command
-from servicekit import Service
-from services import Postgres, Unavailable
+from servicekit import Service, started_postgres
 from teams import PLAIN, team_project
 
 from ece408_op.service.client import sse_events
@@ -129,13 +126,7 @@ def cpu_model():
 @pytest.mark.timeout(int(DEADLINE) + 180)
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_300_teams_in_60_s_with_200_live_streams(tmp_path, database):
-    postgres = None
-    if database == "postgresql":
-        postgres = Postgres(tmp_path / "pg")
-        try:
-            postgres.start()
-        except Unavailable as exc:
-            pytest.skip(str(exc))
+    postgres = started_postgres(tmp_path / "pg") if database == "postgresql" else None
     env = {"ECE408_DB": postgres.url} if postgres else {}
     svc = Service(tmp_path / "svc", workers=0, args=["--max-failures", "1000"], env=env).start()
     worker = None

@@ -5,15 +5,12 @@ machine; and hostile teams' files (tests/teams.py) through the service."""
 import gzip
 import hmac
 import io
-import json
-import os
 import re
 import shutil
 import subprocess
 import tarfile
 import time
 
-import httpx
 import pytest
 
 from servicekit import Service, job_id_of

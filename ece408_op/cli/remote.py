@@ -49,17 +49,12 @@ def submit(argv):
         parser.error(f"{', '.join(local)}: the service decides how runs are made; leave {'it' if len(local) == 1 else 'them'} "
                      f"out (or run locally: without --server and ${SERVER_ENV})")
     args = parser.parse_args(argv)
-    if args.folder is not None and args.team is not None and \
-            os.path.realpath(args.folder) != os.path.realpath(args.team):
-        parser.error(f"give the team's folder once: FOLDER {args.folder!r} and --team {args.team!r} differ")
-    folder = args.folder or args.team or "."
-    if not os.path.isdir(folder):
-        parser.error(f"{folder}: no such folder; give the team's folder (python -m ece408_op init DIR makes one)")
+    from .submit import check_size, team_folder
+    folder = team_folder(parser, args)
     if args.submit is None and args.size is not None:
         parser.error("--size goes with --submit")
     size = DEFAULT_SIZE if args.size is None else args.size
-    if not 1 <= size <= 10000:
-        parser.error(f"--size must be from 1 to 10000, not {size}")
+    check_size(parser, size)
     from ..service import client
     return client.submit(connect(args), folder, args.submit, size if args.submit else None, args.detach)
 

@@ -2,16 +2,8 @@
 database) with its local workers, or with --slurm one Slurm job per queued job. Secrets never on
 the command line: the database URL in $ECE408_DB, the instructor's token in its file (made on the
 first start) or $ECE408_INSTRUCTOR_TOKEN."""
-import math
-
 from .errors import ArgumentParser, run
-
-
-def positive(text):
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(text)
-    return value
+from .submit import positive
 
 
 def count(text):
@@ -21,7 +13,6 @@ def count(text):
     return value
 
 
-positive.__name__ = "positive number"
 count.__name__ = "whole number"
 
 

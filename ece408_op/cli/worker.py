@@ -2,19 +2,9 @@
 a time per GPU, each in its sandbox. Its token (a worker's: teams worker NAME) comes from
 $ECE408_TOKEN or --token-file, never from the command line."""
 import argparse
-import math
 
 from .errors import ArgumentParser, run
-
-
-def positive(text):
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(text)
-    return value
-
-
-positive.__name__ = "positive number"
+from .submit import positive
 
 
 def command(argv):

@@ -22,7 +22,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
