@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -161,6 +162,31 @@ def test_the_queue_is_fair_between_teams_and_one_job_a_team_runs(tmp_path):
             assert claim("a") == busy[0]
             assert claim("b") == quiet                     # not busy's second job: busy has one running
             assert claim("c") is None                      # nine of busy's wait, but busy has one running
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_claims_at_once_never_give_a_team_two_jobs(tmp_path, request, database):
+    env = {"ECE408_DB": request.getfixturevalue("postgres").url} if database == "postgresql" else {}
+    svc = Service(tmp_path / "svc", workers=0, args=["--max-waiting", "20"], env=env).start()
+    try:
+        tokens = svc.add_teams("many", "one")
+        upload = _upload(dev_team(tmp_path / "t", ["echo hi"]))
+        with svc.http(tokens["many"]) as http:
+            assert all(http.post("/api/jobs", content=upload).status_code == 201 for _ in range(10))
+        with svc.http(tokens["one"]) as http:
+            assert http.post("/api/jobs", content=upload).status_code == 201
+        worker = svc.worker_token("many-slots")
+
+        def claim(slot):
+            with svc.http(worker) as http:
+                answer = http.post("/api/worker/claim", json={"slot": f"s{slot}", "gpu": False, "wait": 0})
+                return answer.json()["job"]["team"] if answer.status_code == 200 else None
+        with ThreadPoolExecutor(20) as pool:
+            claimed = [t for t in pool.map(claim, range(20)) if t]
+        assert sorted(claimed) == ["many", "one"]               # one job a team, whatever the race
+        assert sum(j["state"] == "running" for j in svc.jobs()) == 2
     finally:
         svc.close()
 
