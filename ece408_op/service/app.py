@@ -281,7 +281,7 @@ def int_param(params, name, low, high, default=None):
 def parse_deadline(text):
     """(epoch seconds, as shown) of an ISO 8601 time with its zone."""
     try:
-        moment = datetime.fromisoformat(text)
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if str(text).endswith("Z") else text)
     except (TypeError, ValueError):
         raise Refused(400, "a deadline is an ISO 8601 time with its zone, e.g. 2026-12-04T23:59:00-06:00") from None
     if moment.tzinfo is None:
