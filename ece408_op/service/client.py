@@ -3,8 +3,9 @@
 PyCUDA, no nvcc, no sandbox (``pip install 'ece408_op[client]'`` on a laptop is enough).
 
 Where the token comes from, first found: ``$ECE408_TOKEN``; the file ``--token-file`` or
-``$ECE408_TOKEN_FILE`` names; the file ``login`` wrote (mode 600), used only for the server it was
-written for. A token is sent in the Authorization header only, and never over plain HTTP to
+``$ECE408_TOKEN_FILE`` names; for the instructor's commands on the server's own machine, the
+instructor's token file ``serve`` made; the file ``login`` wrote (mode 600), used only for the
+server it was written for. A token is sent in the Authorization header only, and never over plain HTTP to
 another machine (the loopback address excepted): https:// for anything else (docs/service.md:
 the service behind a TLS reverse proxy).
 

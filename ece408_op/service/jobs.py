@@ -417,7 +417,8 @@ def reap(db, rules, now=None, grace=60.0):
                 state, status = FAILED, "error"
                 reason = (f"its worker stopped answering on each of its {job['attempts']} attempts (the last: "
                           f"{job['worker']}, last heard {heard}); it is not run again")
-            base = _say(tx, job, f"* Failed: {reason}", now)
+            line = "* Cancelled (its worker stopped answering)" if state == CANCELLED else f"* Failed: {reason}"
+            base = _say(tx, job, line, now)
             tx.execute("UPDATE service_jobs SET state = ?, status = ?, reason = ?, valid = 0, finished_at = ?, "
                        "next_seq = ? WHERE id = ?", (state, status, reason, now, base, job["id"]))
             changed.append((job["id"], state))
