@@ -312,6 +312,7 @@ def heartbeat(db, job_id, lease, now=None):
     with db.transaction() as tx:
         job = _held(tx, job_id, lease)
         tx.execute("UPDATE service_jobs SET heartbeat_at = ? WHERE id = ?", (now, job_id))
+        tx.execute("UPDATE service_workers SET last_seen = ? WHERE name = ?", (now, job["worker"]))   # busy, present
         return job["cancel_requested"]
 
 
