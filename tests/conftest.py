@@ -81,6 +81,17 @@ def require_mxnet(module="ece408_op.mx.op"):
     return importlib.import_module(module)
 
 
+def ranked_engine():
+    """The sandbox of a ranked run on this machine: bubblewrap where it runs, else host (the GPU
+    machine may lack bubblewrap)."""
+    from ece408_op.grading.sandbox import BubblewrapSandbox, Limits, SandboxError
+    try:
+        BubblewrapSandbox(Limits()).check()
+        return "bubblewrap"
+    except SandboxError:
+        return "host"
+
+
 def python_command():
     """This interpreter, with the same -S (the GPU kit's mxpy runs without site)."""
     return [sys.executable] + (["-S"] if sys.flags.no_site else [])

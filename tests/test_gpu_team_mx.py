@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, require_mxnet
+from conftest import ROOT, ranked_engine as engine, require_mxnet
 
 require_mxnet()
 
@@ -22,15 +22,6 @@ pytestmark = pytest.mark.skipif(gpu_name() is None, reason="no GPU (nvidia-smi l
 EXAMPLES = ROOT / "docs" / "team-examples"
 COURSE = re.compile(r"Loading fashion-mnist data\.\.\. done\nLoading model\.\.\. done\nNew Inference\n"
                     r"Op Time: \d+\.\d{6}\nCorrectness: (\S+) Model: (\S+)\n\Z")
-
-
-def engine():
-    from ece408_op.grading.sandbox import BubblewrapSandbox, Limits, SandboxError
-    try:
-        BubblewrapSandbox(Limits()).check()
-        return "bubblewrap"
-    except SandboxError:
-        return "host"
 
 
 @pytest.fixture(scope="module")

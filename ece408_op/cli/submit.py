@@ -82,6 +82,18 @@ def check_size(parser, size):
         parser.error(f"--size must be from 1 to 10000, not {size}")
 
 
+def team_folder(parser, args):
+    """The team's folder: FOLDER or --team (given once), else this folder; a usage error where it
+    is not a folder."""
+    if args.folder is not None and args.team is not None and \
+            os.path.realpath(args.folder) != os.path.realpath(args.team):
+        parser.error(f"give the team's folder once: FOLDER {args.folder!r} and --team {args.team!r} differ")
+    folder = args.folder or args.team or "."
+    if not os.path.isdir(folder):
+        parser.error(f"{folder}: no such folder; give the team's folder (python -m ece408_op init DIR makes one)")
+    return folder
+
+
 def check_repeats(parser, repeats, ranked=True):
     """Ranked runs time at least one fresh input per layer: the time that ranks must come from an
     input no team can know in advance."""
@@ -92,6 +104,9 @@ def check_repeats(parser, repeats, ranked=True):
 
 
 def command(argv):
+    from . import remote
+    if remote.wanted(argv):                            # --server / $ECE408_SERVER: the class's service
+        return remote.submit(argv)
     parser = ArgumentParser(prog="ece408_op submit",
                             description="Run a submission folder's rai_build.yml in a sandbox like the course "
                                         "server (a development run); --submit measures the team's forward with "
@@ -108,12 +123,7 @@ def command(argv):
                              "(refused otherwise: the grading host's own services would be in reach)")
     add_run_options(parser)
     args = parser.parse_args(argv)
-    if args.folder is not None and args.team is not None and \
-            os.path.realpath(args.folder) != os.path.realpath(args.team):
-        parser.error(f"give the team's folder once: FOLDER {args.folder!r} and --team {args.team!r} differ")
-    folder = args.folder or args.team or "."
-    if not os.path.isdir(folder):
-        parser.error(f"{folder}: no such folder; give the team's folder (python -m ece408_op init DIR makes one)")
+    folder = team_folder(parser, args)
     check_size(parser, args.size)
     check_repeats(parser, args.repeats, ranked=args.submit is not None)
     options = options_of(args, args.keep_scratch)

@@ -1,0 +1,74 @@
+"""The service's client on the command line: ``submit --server`` and ``ranking --server``
+(cli/submit.py and cli/ranking.py hand over here when --server or $ECE408_SERVER is given), and
+the options every client command shares. The HTTP is ``service/client.py``; nothing here needs
+MXNet, a GPU or a sandbox."""
+import os
+
+from ..grading.runner import DEFAULT_SIZE, MILESTONES
+from .errors import ArgumentParser
+
+SERVER_ENV = "ECE408_SERVER"
+LOCAL_ONLY = ("--engine", "--image", "--timeout", "--memory", "--processes", "--cpu-time", "--disk", "--max-output",
+              "--scratch", "--hidden-model", "--repeats", "--db", "--keep-scratch", "--allow-network", "--name")
+
+
+def wanted(argv):
+    """Whether a command line goes to the service: --server, or $ECE408_SERVER set."""
+    return any(a == "--server" or a.startswith("--server=") for a in argv) or bool(os.environ.get(SERVER_ENV))
+
+
+def add_client_options(parser):
+    parser.add_argument("--server", metavar="URL",
+                        help=f"the service (default ${SERVER_ENV}, else the one 'login' saved)")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help="the file holding your token (default: $ECE408_TOKEN, $ECE408_TOKEN_FILE, else the "
+                             "one 'login' saved for this server)")
+    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+
+
+def connect(args, preferred_files=()):
+    from ..service import client
+    return client.connect(args.server, args.token_file, preferred_files)
+
+
+def submit(argv):
+    parser = ArgumentParser(prog="ece408_op submit --server URL",
+                            description="Send a submission to the class's service and follow it: a development run "
+                                        "of rai_build.yml, or with --submit a ranked run of the team's forward. The "
+                                        "transcript streams back as the worker produces it; Ctrl-C detaches.")
+    parser.add_argument("folder", nargs="?", help="the team's folder (default: --team, else this folder)")
+    parser.add_argument("--team", metavar="DIR", help="the team's folder (default: this folder)")
+    parser.add_argument("--submit", choices=MILESTONES, metavar="{m2,m3,final}",
+                        help="a ranked run: uploads new-forward.py (m2) or new-forward.cu + launch.py (m3, final) only")
+    parser.add_argument("--size", type=int, metavar="N", help=f"with --submit: images per run, 1-10000 "
+                                                              f"(default {DEFAULT_SIZE})")
+    parser.add_argument("--detach", action="store_true", help="queue the job and return (jobs show ID --follow)")
+    add_client_options(parser)
+    local = sorted({a.split("=")[0] for a in argv if a.split("=")[0] in LOCAL_ONLY})
+    if local:
+        parser.error(f"{', '.join(local)}: the service decides how runs are made; leave {'it' if len(local) == 1 else 'them'} "
+                     f"out (or run locally: without --server and ${SERVER_ENV})")
+    args = parser.parse_args(argv)
+    from .submit import check_size, team_folder
+    folder = team_folder(parser, args)
+    if args.submit is None and args.size is not None:
+        parser.error("--size goes with --submit")
+    size = DEFAULT_SIZE if args.size is None else args.size
+    check_size(parser, size)
+    from ..service import client
+    return client.submit(connect(args), folder, args.submit, size if args.submit else None, args.detach)
+
+
+def ranking(argv):
+    parser = ArgumentParser(prog="ece408_op ranking --server URL",
+                            description="The class's ranking on the service: teams by their fastest valid total Op "
+                                        "Time, one row per team.")
+    parser.add_argument("--milestone", choices=MILESTONES, help="default: the newest record's")
+    parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--csv", action="store_true", help="CSV instead of a table")
+    form.add_argument("--json", action="store_true", help="JSON instead of a table")
+    add_client_options(parser)
+    args = parser.parse_args(argv)
+    from ..service import client
+    return client.ranking(connect(args), args.milestone, args.size, "csv" if args.csv else "json" if args.json else "table")

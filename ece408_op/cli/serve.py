@@ -1,0 +1,99 @@
+"""``python -m ece408_op serve``: the class's submission service (HTTP, the queue in the
+database) with its local workers, or with --slurm one Slurm job per queued job. Secrets never on
+the command line: the database URL in $ECE408_DB, the instructor's token in its file (made on the
+first start) or $ECE408_INSTRUCTOR_TOKEN."""
+from .errors import ArgumentParser, run
+from .submit import positive
+
+
+def count(text):
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+count.__name__ = "whole number"
+
+
+def command(argv):
+    from ..grading.sandbox import ENGINES
+    from ..service.app import Settings
+    from ..service.jobs import Rules
+    from ..service.paths import default_db, default_state_dir
+    from ..service.server import DEFAULT_PORT, ServeOptions, serve
+    from ..service.upload import MAX_UPLOAD
+    rules = Rules()
+    parser = ArgumentParser(prog="ece408_op serve",
+                            description="The class's submission service: teams submit with 'submit --server', jobs "
+                                        "queue in the database, workers run them in their sandboxes, transcripts "
+                                        "stream back live. One command on one machine; PostgreSQL ($ECE408_DB) "
+                                        "and workers elsewhere, or Slurm, at class scale.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: put a TLS "
+                                                             "reverse proxy in front for other machines)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    parser.add_argument("--db", metavar="PATH", help=f"a SQLite file (default $ECE408_DB, else {default_db()}); a "
+                                                     "PostgreSQL URL goes in $ECE408_DB, never here")
+    parser.add_argument("--state-dir", metavar="DIR", help=f"the instructor's token file and Slurm files (default "
+                                                            f"{default_state_dir()})")
+    parser.add_argument("--instructor-token-file", metavar="PATH", help="the instructor's token (made, mode 600, "
+                                                                        "where missing; default STATE_DIR/instructor.token)")
+    parser.add_argument("--workers", type=count, metavar="N",
+                        help="local worker processes: one per GPU (default: every GPU, else 1 CPU worker); 0 for "
+                             "workers on other machines only")
+    parser.add_argument("--engine", choices=("auto", *ENGINES), help="the local workers' sandbox (default auto)")
+    parser.add_argument("--scratch", metavar="DIR", help="the local workers' scratch folder (default $TMPDIR)")
+    parser.add_argument("--hidden-model", metavar="PREFIX", help="the local workers' hidden third model (ranked runs)")
+    parser.add_argument("--ranked-per-hour", type=count, default=rules.ranked_per_hour, metavar="N",
+                        help=f"ranked runs a team may submit per hour (default {rules.ranked_per_hour})")
+    parser.add_argument("--development-per-hour", type=count, default=rules.development_per_hour, metavar="N",
+                        help=f"development runs a team may submit per hour (default {rules.development_per_hour})")
+    parser.add_argument("--max-waiting", type=count, default=rules.max_waiting, metavar="N",
+                        help=f"jobs a team may have waiting (default {rules.max_waiting})")
+    parser.add_argument("--job-timeout", type=positive, default=rules.job_timeout, metavar="SECONDS",
+                        help=f"time limit of a job (default {rules.job_timeout:g})")
+    parser.add_argument("--lease", type=positive, default=rules.lease, metavar="SECONDS",
+                        help=f"a worker silent this long loses its job (back to the queue once; default {rules.lease:g})")
+    parser.add_argument("--max-upload", type=positive, default=MAX_UPLOAD / 2**20, metavar="MIB",
+                        help=f"largest upload, compressed (default {MAX_UPLOAD / 2**20:g} MiB)")
+    parser.add_argument("--max-failures", type=count, default=20, metavar="N",
+                        help="failed token checks an address may make per minute (default 20)")
+    parser.add_argument("--forwarded-allow-ips", metavar="ADDRESSES",
+                        help="behind a reverse proxy: its address(es), whose X-Forwarded-For is believed")
+    parser.add_argument("--slurm", action="store_true", help="run each queued job as a Slurm job (worker --once)")
+    parser.add_argument("--partition", help="--slurm: the partition")
+    parser.add_argument("--account", help="--slurm: the account")
+    parser.add_argument("--gres", default="gpu:1", help="--slurm: the GPU request of GPU jobs (default gpu:1; "
+                                                        "'none' on a cluster without GPUs)")
+    parser.add_argument("--slurm-time", default="01:00:00", metavar="D-HH:MM:SS", help="--slurm: each job's limit")
+    parser.add_argument("--slurm-max-jobs", type=count, default=8, metavar="N",
+                        help="--slurm: this service's worker jobs in Slurm at once (default 8)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+    args = parser.parse_args(argv)
+    if args.db and args.db.startswith(("postgresql://", "postgres://")):
+        parser.error("a PostgreSQL URL holds a password: put it in $ECE408_DB (or the password in ~/.pgpass), not "
+                     "on the command line, which every user of this machine can read in ps")
+    if args.slurm and args.workers:
+        parser.error("--slurm runs the workers as Slurm jobs: leave --workers out")
+    worker_args = []
+    for flag, value in (("--engine", args.engine), ("--scratch", args.scratch), ("--hidden-model", args.hidden_model)):
+        if value:
+            worker_args += [flag, value]
+    rules = Rules(ranked_per_hour=args.ranked_per_hour, development_per_hour=args.development_per_hour,
+                  max_waiting=args.max_waiting, job_timeout=args.job_timeout, lease=args.lease)
+    settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures)
+    slurm = None
+    if args.slurm:
+        from ..service.slurm import SlurmOptions
+        slurm = SlurmOptions(partition=args.partition, account=args.account, gres=args.gres, time=args.slurm_time,
+                             max_jobs=args.slurm_max_jobs, worker_args=worker_args)
+    options = ServeOptions(host=args.host, port=args.port, db=args.db, state_dir=args.state_dir,
+                           instructor_token_file=args.instructor_token_file, workers=args.workers,
+                           worker_args=worker_args, settings=settings, forwarded_allow_ips=args.forwarded_allow_ips,
+                           log_level=args.log_level, slurm=slurm)
+    return serve(options)
+
+
+def main(argv):
+    return run(command, argv)

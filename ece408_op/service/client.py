@@ -1,0 +1,489 @@
+"""The service's client: what ``submit --server``, ``jobs``, ``ranking --server``, ``login``,
+``teams`` and ``deadlines`` do over HTTP. It needs httpx and nothing of the GPU: no MXNet, no
+PyCUDA, no nvcc, no sandbox (``pip install 'ece408_op[client]'`` on a laptop is enough).
+
+Where the token comes from, first found: ``$ECE408_TOKEN``; the file ``--token-file`` or
+``$ECE408_TOKEN_FILE`` names; for the instructor's commands on the server's own machine, the
+instructor's token file ``serve`` made; the file ``login`` wrote (mode 600), used only for the
+server it was written for. A token is sent in the Authorization header only, and never over plain HTTP to
+another machine (the loopback address excepted): https:// for anything else (docs/service.md:
+the service behind a TLS reverse proxy).
+
+Exit status of a followed job: 0 when it ran and is valid (ranked: counts for the ranking;
+development: every command succeeded); 1 when it ran but is not valid, failed, was cancelled
+or stopped; 2 when it was refused (usage, token, rules, an unreachable service). Ctrl-C while
+following detaches: the job goes on, and the line printed says how to follow it again.
+"""
+import csv
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ..errors import Ece408Error
+from . import upload as uploads
+from .paths import login_file
+from .runs import TeamError, printable
+from .tokens import looks_like_token
+
+SERVER_ENV = "ECE408_SERVER"
+TOKEN_ENV = "ECE408_TOKEN"
+TOKEN_FILE_ENV = "ECE408_TOKEN_FILE"
+PATIENCE = 600.0                   # seconds a follow waits for a service that went away
+SUBMIT_PATIENCE = 60.0             # seconds a submission is retried while the service answers 503
+
+
+class ClientError(Ece408Error):
+    """Refused, or the service cannot be reached: one line, exit 2."""
+
+    exit_code = 2
+
+
+def normal_url(url):
+    return url.strip().rstrip("/")
+
+
+def check_url(url):
+    """``url``, normalised; ClientError where it is not http(s), or http to another machine."""
+    url = normal_url(url)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ClientError(f"the service's address is http(s)://HOST[:PORT], not {printable(url, 80)}")
+    if parts.scheme == "http" and not loopback(parts.hostname):
+        raise ClientError(f"refusing to send a token to {printable(url, 80)} over plain HTTP: it would cross the "
+                          "network readable by anyone on the way; use https:// (the service behind a TLS proxy)")
+    return url
+
+
+def loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token_file(path):
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ClientError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+    if not looks_like_token(text):
+        raise ClientError(f"the token file {path} does not hold a token of this service")
+    return text
+
+
+def saved_login():
+    path = login_file()
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "server" in data and "token" in data else None
+
+
+def resolve_server(explicit=None):
+    """The service's URL: ``--server``, else $ECE408_SERVER, else the one ``login`` saved."""
+    url = explicit or os.environ.get(SERVER_ENV) or (saved_login() or {}).get("server")
+    if not url:
+        raise ClientError(f"which service? give --server URL (or set ${SERVER_ENV}, or log in once: "
+                          "python -m ece408_op login --server URL)")
+    return check_url(url)
+
+
+def resolve_token(url, token_file=None, preferred_files=()):
+    if os.environ.get(TOKEN_ENV):
+        token = os.environ[TOKEN_ENV].strip()
+        if not looks_like_token(token):
+            raise ClientError(f"${TOKEN_ENV} does not hold a token of this service")
+        return token
+    path = token_file or os.environ.get(TOKEN_FILE_ENV)
+    if path:
+        return read_token_file(path)
+    for candidate in preferred_files:
+        if os.access(candidate, os.R_OK):
+            return read_token_file(candidate)
+    login = saved_login()
+    if login and normal_url(login["server"]) == url and looks_like_token(str(login["token"])):
+        return str(login["token"])
+    raise ClientError(f"no token for {url}: python -m ece408_op login --server {url} (or set ${TOKEN_ENV})")
+
+
+def error_line(response):
+    try:
+        data = response.json()
+        if isinstance(data, dict) and data.get("error"):
+            return str(data["error"])
+    except ValueError:
+        pass
+    return f"HTTP {response.status_code} from the service"
+
+
+class Client:
+    """HTTP to the service with one token; errors as ClientError lines."""
+
+    def __init__(self, url, token, out=None, err=None):
+        import httpx
+        self.httpx = httpx
+        self.url = url
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                 timeout=httpx.Timeout(60.0, connect=15.0))
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+
+    def note(self, text):
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def request(self, method, path, patience=SUBMIT_PATIENCE, **kwargs):
+        """The response of a 2xx; ClientError otherwise. 503 (the service's database away) is
+        retried for ``patience`` seconds, as its Retry-After says."""
+        deadline = time.monotonic() + patience
+        said = False
+        while True:
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except self.httpx.TransportError as exc:
+                raise ClientError(f"cannot reach the service at {self.url} ({type(exc).__name__}: "
+                                  f"{exc or 'no answer'}); check --server / ${SERVER_ENV}") from None
+            if response.status_code == 503:
+                wait = retry_after(response)
+                if time.monotonic() + wait < deadline:
+                    if not said:
+                        self.note(f"* The service is unavailable ({error_line(response)}); retrying")
+                        said = True
+                    time.sleep(wait)
+                    continue
+            if response.status_code >= 400:
+                raise ClientError(error_line(response))
+            return response
+
+    # ------------------------------------------------------------ following a job
+    def follow(self, job_id, after=-1, patience=PATIENCE):
+        """Print the job's transcript as it comes (queue places on stderr) until it ends;
+        returns the ended job. Reconnects (from the last chunk) when the connection drops."""
+        cursor, shown, lost_since = after, None, None
+        while True:
+            try:
+                with self.http.stream("GET", f"/api/jobs/{job_id}/events", params={"after": cursor},
+                                      headers={"Accept": "text/event-stream"},
+                                      timeout=self.httpx.Timeout(10.0, read=60.0)) as response:
+                    if response.status_code >= 400 and response.status_code != 503:
+                        response.read()
+                        raise ClientError(error_line(response))
+                    if response.status_code == 503:
+                        raise self.httpx.TransportError("the service answered 503")
+                    if lost_since is not None:
+                        self.note("* Connected again")
+                        lost_since = None
+                    for event, data, event_id in sse_events(response.iter_lines()):
+                        if event == "line":
+                            self.out.write(json.loads(data))
+                            self.out.flush()
+                            cursor = int(event_id)
+                        elif event == "queued":
+                            place = json.loads(data)
+                            if place != shown:
+                                self.note(place_line(place))
+                                shown = place
+                        elif event == "notice":
+                            self.note(f"* {json.loads(data)}")
+                        elif event == "end":
+                            return json.loads(data)
+            except self.httpx.TransportError as exc:
+                if lost_since is None:
+                    lost_since = time.monotonic()
+                    self.note(f"* Lost the connection to the service ({type(exc).__name__}); reconnecting")
+                elif time.monotonic() - lost_since > patience:
+                    raise ClientError(f"the service did not answer for {patience:g} s; the job may still run: "
+                                      f"python -m ece408_op jobs show {job_id} --follow") from None
+                time.sleep(2.0)
+
+    def job(self, job_id):
+        return self.request("GET", f"/api/jobs/{job_id}").json()
+
+
+def retry_after(response, default=5.0):
+    try:
+        return max(1.0, min(60.0, float(response.headers.get("retry-after", default))))
+    except ValueError:
+        return default
+
+
+def sse_events(lines):
+    """(event, data, id) of each server-sent event in ``lines``; comments (pings) skipped."""
+    event, data, event_id = "message", [], None
+    for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data), event_id
+            event, data, event_id = "message", [], None
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+        elif name == "id":
+            event_id = value
+
+
+def place_line(place):
+    ahead = place.get("place")
+    where = "next in line" if ahead == 0 else f"{ahead} job(s) ahead of yours" if ahead is not None else "queued"
+    line = f"* Waiting in the queue: {where} ({place.get('waiting')} waiting, {place.get('running')} running)"
+    return line + (f"; {place['note']}" if place.get("note") else "")
+
+
+def exit_status(job):
+    """0 valid, 1 ran but not valid / failed / cancelled."""
+    if job.get("state") != "done":
+        return 1
+    if job.get("kind") == "ranked":
+        return 0 if job.get("valid") else 1
+    return 0 if job.get("status") == "ok" else 1
+
+
+def detach_line(job_id):
+    return (f"\n* Detached: job {job_id} goes on without you. Follow it again with: "
+            f"python -m ece408_op jobs show {job_id} --follow")
+
+
+def follow_to_end(client, job_id, after=-1):
+    """Follow ``job_id`` to its end; its exit status (130 after Ctrl-C, which detaches)."""
+    try:
+        job = client.follow(job_id, after)
+    except KeyboardInterrupt:
+        client.note(detach_line(job_id))
+        return 130
+    if job.get("state") == "failed" and job.get("reason"):
+        client.note(f"* The job failed: {job['reason']}")
+    return exit_status(job)
+
+
+# ---------------------------------------------------------------------------- commands
+
+def connect(server=None, token_file=None, preferred_files=()):
+    url = resolve_server(server)
+    return Client(url, resolve_token(url, token_file, preferred_files))
+
+
+def submit(client, folder, milestone=None, size=None, detach=False):
+    """Upload what the run uses from ``folder``, queue it, follow it; the exit status."""
+    if milestone is not None:
+        try:
+            data, taken = uploads.pack_ranked(folder, milestone)
+        except TeamError as exc:
+            raise ClientError(str(exc)) from None
+        what = f"ranked {milestone} on {size} images: " + ", ".join(f"{f.name} ({f.size} bytes)" for f in taken)
+        params = {"kind": "ranked", "milestone": milestone, "size": size}
+    else:
+        try:
+            data, entries, notes = uploads.pack_development(folder)
+        except (uploads.UploadError, TeamError) as exc:
+            raise ClientError(str(exc)) from None
+        for line in notes:
+            client.note(line)
+        files = sum(1 for e in entries if e.data is not None)
+        what = f"development run: {files} file(s), {sum(len(e.data) for e in entries if e.data is not None)} bytes"
+        params = {"kind": "development"}
+    client.note(f"* Uploading to {client.url}: {what}")
+    job = client.request("POST", "/api/jobs", params=params, content=data,
+                         headers={"Content-Type": "application/gzip"}).json()
+    client.note(f"* Job {job['id']} accepted (team {job['team']})")
+    if detach:
+        client.note(f"* Follow it with: python -m ece408_op jobs show {job['id']} --follow")
+        return 0
+    return follow_to_end(client, job["id"])
+
+
+def show(client, job_id, follow=False):
+    if follow:
+        return follow_to_end(client, job_id)
+    job = client.job(job_id)
+    client.out.write(client.request("GET", f"/api/jobs/{job_id}/transcript").text)
+    client.out.flush()
+    line = f"* Job {job_id}: {job['state']}" + (f", {job['status']}" if job.get("status") else "")
+    if job.get("state") == "queued" and job.get("place") is not None:
+        line += f"; {place_line(job)[2:]}"
+    client.note(line)
+    return exit_status(job) if job["state"] in ("done", "failed", "cancelled") else 0
+
+
+def listing(client, team=None, limit=50):
+    params = {"limit": limit}
+    if team:
+        params["team"] = team
+    found = client.request("GET", "/api/jobs", params=params).json()["jobs"]
+    if not found:
+        client.out.write("No jobs yet.\n")
+        return 0
+    rows = [["job", "team", "what", "state", "status", "submitted (UTC)"]]
+    for job in found:
+        what = f"{job['milestone']} {job['size']}" if job["kind"] == "ranked" else "development"
+        status = (job.get("status") or "-") + (" (valid)" if job.get("valid") else "")
+        rows.append([job["id"], printable(job["team"], 40), what, job["state"], status,
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(job["submitted_at"]))])
+    client.out.write(table(rows))
+    return 0
+
+
+def table(rows):
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+
+
+def cancel(client, job_id):
+    job = client.request("POST", f"/api/jobs/{job_id}/cancel").json()
+    if job["state"] == "cancelled":
+        client.out.write(f"Job {job_id} cancelled before it started.\n")
+    else:
+        client.out.write(f"Job {job_id} is running; its worker stops it now.\n")
+    return 0
+
+
+def ranking(client, milestone=None, size=None, fmt="table"):
+    params = {"format": fmt}
+    if milestone:
+        params["milestone"] = milestone
+    if size:
+        params["size"] = size
+    client.out.write(client.request("GET", "/api/ranking", params=params).text)
+    return 0
+
+
+def login(url, token):
+    """Check ``token`` with the service and keep it (mode 600) for ``url``; returns whoami."""
+    client = Client(url, token)
+    who = client.request("GET", "/api/whoami").json()
+    path = login_file()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"server": url, "token": token}, f)
+    os.replace(tmp, path)
+    return who, path
+
+
+# ---------------------------------------------------------------------------- the instructor's
+
+def token_file_name(name):
+    if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", name):
+        return f"{name}.token"
+    return f"team-{hashlib.sha256(name.encode()).hexdigest()[:12]}.token"
+
+
+def hand_out(client, issued, token_dir=None):
+    """Print each new token once (``NAME<TAB>TOKEN``), or write each to ``token_dir`` (mode 600)."""
+    if token_dir is not None:
+        Path(token_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    for item in issued:
+        if item.get("skipped"):
+            client.note(f"{printable(item['name'])}: exists already; its token is unchanged (teams rotate NAME for "
+                        "a new one)")
+            continue
+        if token_dir is None:
+            client.out.write(f"{printable(item['name'])}\t{item['token']}\n")
+            continue
+        path = Path(token_dir) / token_file_name(item["name"])
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(item["token"] + "\n")
+        os.chmod(path, 0o600)
+        client.out.write(f"{printable(item['name'])}: token written to {path}\n")
+    client.out.flush()
+
+
+def roster_names(path):
+    """Team names of a roster CSV: its ``team`` column where the header has one, else the first."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ClientError(f"cannot read the roster {path}: {exc}") from None
+    if not rows:
+        raise ClientError(f"the roster {path} has no teams")
+    header = [c.strip().lower() for c in rows[0]]
+    column = header.index("team") if "team" in header else 0
+    body = rows[1:] if "team" in header else rows
+    names = [r[column].strip() for r in body if len(r) > column and r[column].strip()]
+    if not names:
+        raise ClientError(f"the roster {path} has no team names in column {column + 1}")
+    return names
+
+
+def add_teams(client, names, skip_existing=False, token_dir=None):
+    issued = client.request("POST", "/api/admin/teams", json={"names": names, "skip_existing": skip_existing}).json()
+    hand_out(client, issued["teams"], token_dir)
+    return 0
+
+
+def list_teams(client):
+    teams = client.request("GET", "/api/admin/teams").json()["teams"]
+    if not teams:
+        client.out.write("No teams yet: python -m ece408_op teams add NAME...\n")
+        return 0
+    rows = [["team", "token", "jobs", "last job (UTC)"]]
+    for t in teams:
+        last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["last_job"])) if t["last_job"] else "-"
+        rows.append([printable(t["name"], 60), "active" if t["active"] else "revoked", str(t["jobs"]), last])
+    client.out.write(table(rows))
+    return 0
+
+
+def revoke_team(client, name):
+    client.request("POST", "/api/admin/teams/revoke", json={"name": name})
+    client.out.write(f"{printable(name)}: token revoked (teams rotate {printable(name)} gives a new one)\n")
+    return 0
+
+
+def rotate_team(client, name, token_dir=None):
+    issued = client.request("POST", "/api/admin/teams/rotate", json={"name": name}).json()
+    hand_out(client, [issued], token_dir)
+    return 0
+
+
+def worker_token(client, name, token_file=None):
+    issued = client.request("POST", "/api/admin/workers", json={"name": name}).json()
+    if token_file is None:
+        client.out.write(issued["token"] + "\n")
+    else:
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(issued["token"] + "\n")
+        os.chmod(token_file, 0o600)
+        client.out.write(f"worker {printable(name)}: token written to {token_file}\n")
+    return 0
+
+
+def set_deadline(client, milestone, deadline):
+    answer = client.request("PUT", "/api/admin/deadlines", json={"milestone": milestone, "deadline": deadline}).json()
+    if deadline is None:
+        client.out.write(f"{milestone}: no deadline\n")
+    else:
+        client.out.write(f"{milestone}: ranked runs accepted until {answer['shown']}\n")
+    return 0
+
+
+def list_deadlines(client):
+    found = client.request("GET", "/api/deadlines").json()["deadlines"]
+    if not found:
+        client.out.write("No deadlines set.\n")
+    for d in found:
+        client.out.write(f"{d['milestone']}: {d['shown']}\n")
+    return 0
+
+
+__all__ = ["Client", "ClientError", "connect", "submit", "show", "listing", "cancel", "ranking",
+           "login", "add_teams", "list_teams", "revoke_team", "rotate_team", "worker_token", "set_deadline",
+           "list_deadlines", "roster_names", "resolve_server", "resolve_token", "check_url"]

@@ -1,0 +1,105 @@
+"""One job, in a child process of the worker: the ranked run (grading's ``runner.submit``) or the
+development run (``runner.run_development``) of the unpacked upload, exactly as the local
+``submit`` runs them, each team command in its sandbox.
+
+    python -m ece408_op.service.jobrun    (the job's description as JSON on stdin)
+
+The transcript goes to stdout as it comes (the runner's ``Transcript``: team output escaped,
+``* Running ...`` lines), which the worker streams to the server. The outcome goes to file
+descriptor the worker names (``result_fd``), which no team process inherits: for a ranked run the record the runner stores
+through its store (``FdStore.add``), for a development run its status; one JSON line.
+
+The worker stops a job (cancelled, past its time limit, the worker itself stopping) with
+SIGTERM: the runner ends every process of the run and writes a ``killed`` record.
+"""
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+from ..errors import Ece408Error
+from .runs import (Options, Record, Stopped, SubmitRequest, TeamError, Transcript, killed_line, run_development,
+                   stop_on_signals, submit)
+
+PARENT_ENV = "ECE408_PARENT_PID"
+
+
+def die_with_parent():
+    """Where $ECE408_PARENT_PID names this process's parent: SIGTERM when the parent dies, even
+    by SIGKILL (PR_SET_PDEATHSIG), so that no run outlives the worker or server that started it;
+    exit at once where the parent is already gone."""
+    pid = os.environ.get(PARENT_ENV)
+    if not pid:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)       # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if str(os.getppid()) != pid:
+        os._exit(1)
+
+
+class FdStore:
+    """The store a ranked run writes its record to: one JSON line on the result descriptor."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def add(self, record):
+        self.out.write(json.dumps({"record": asdict(record)}) + "\n")
+        self.out.flush()
+        return True
+
+
+def options_of(spec):
+    return Options(engine=spec.get("engine"), timeout=float(spec["timeout"]), scratch_parent=spec.get("scratch"))
+
+
+def run_ranked(spec, transcript, store):
+    request = SubmitRequest(spec["folder"], spec["milestone"], int(spec["size"]), spec["team"],
+                            spec.get("hidden_model"), spec["record_id"], options_of(spec))
+    try:
+        submit(request, store, transcript)
+    except Ece408Error as exc:                      # as grade's task does: a record, status failed or error
+        for line in str(exc).splitlines():
+            transcript.line(f"error: {line}")
+        status = "failed" if isinstance(exc, TeamError) else "error"
+        store.add(Record(spec["record_id"], datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                         spec["team"], spec["milestone"], int(spec["size"]), status, host=socket.gethostname(),
+                         transcript=transcript.text(), reason=str(exc).splitlines()[0][:500]))
+
+
+def run_dev(spec, transcript, out):
+    try:
+        with stop_on_signals():                     # SIGTERM: the runner stops every command of the run
+            build = run_development(spec["folder"], options_of(spec), transcript)
+        result = {"status": "ok" if build.status == "ok" else build.status, "exit_code": build.exit_code}
+    except Ece408Error as exc:
+        for line in str(exc).splitlines():
+            transcript.line(f"error: {line.removeprefix('error: ')}")
+        result = {"status": "failed", "exit_code": None, "reason": str(exc).splitlines()[0][:500]}
+    except Stopped as exc:                          # before or after the commands (they catch it themselves)
+        transcript.line(killed_line(exc.signal_name))
+        result = {"status": "killed", "exit_code": None, "reason": f"stopped ({exc.signal_name})"}
+    out.write(json.dumps({"development": result}) + "\n")
+    out.flush()
+
+
+def main():
+    die_with_parent()
+    spec = json.load(sys.stdin)
+    out = os.fdopen(int(spec["result_fd"]), "w")
+    transcript = Transcript(stream=sys.stdout)
+    if spec["kind"] == "ranked":
+        run_ranked(spec, transcript, FdStore(out))
+    else:
+        run_dev(spec, transcript, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The service's one door into grading/ and team/: every name it uses from them is imported here,
+so that a move of grading's modules touches this file only. No MXNet: the runs happen in the
+worker's child process, through grading's runner, as the local ``submit`` runs them."""
+import os
+import tempfile
+from pathlib import Path
+
+from ..grading.config import CONFIG_NAME, ConfigError, load_config
+from ..grading.names import printable, team_name
+from ..grading.ranking import ranking_report
+from ..grading.development import run_development
+from ..grading.inputs import data_dir, model_dirs
+from ..grading.machine import cpu_name, gpu_name, gpu_query
+from ..grading.request import DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, Options, SubmitError, SubmitRequest
+from ..grading.runner import submit
+from ..grading.sandbox import ENGINES
+from ..grading.scratch import IGNORED, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES
+from ..grading.steps import Stopped, stop_on_signals
+from ..grading.transcript import Transcript, killed_line
+from ..grading.store import POSTGRES_PREFIXES, Record, StoreError, describe, open_store, resolve_url
+from ..team.project import MAX_FILE_BYTES, MILESTONE_FILES, TeamError, read_file_once, read_team_files
+
+__all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTONES", "IGNORED", "MAX_FILE_BYTES",
+           "MAX_SUBMISSION_BYTES", "MAX_SUBMISSION_FILES", "MILESTONES", "MILESTONE_FILES", "Options",
+           "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "TeamError", "Transcript",
+           "cpu_name", "data_dir", "describe", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
+           "printable", "ranking_report", "read_file_once", "read_team_files", "resolve_url", "run_development",
+           "stop_on_signals", "submit", "team_name", "check_build_config", "record_summary"]
+
+
+def check_build_config(text):
+    """The problems of a rai_build.yml given as bytes, checked by grading's own reader (the
+    same rules as a local development run); returns its BuildConfig. ConfigError otherwise."""
+    with tempfile.TemporaryDirectory(prefix="ece408-config-") as folder:
+        with open(os.path.join(folder, CONFIG_NAME), "wb") as f:
+            f.write(text)
+        return load_config(Path(folder))
+
+
+def gpu_indices():
+    """The indices of this machine's NVIDIA GPUs (nvidia-smi), [] where there is none."""
+    import shutil
+    import subprocess
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()] if out.returncode == 0 else []
+
+
+def device_name(gpu):
+    """What a worker slot runs on: the CPU's name (``gpu`` None), the GPU's that
+    $CUDA_VISIBLE_DEVICES names ("visible"), or that of GPU index ``gpu``."""
+    import shutil
+    import subprocess
+    if gpu is None:
+        return cpu_name()
+    if gpu == "visible" or shutil.which("nvidia-smi") is None:
+        return gpu_name() or "a GPU"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", f"--id={gpu}"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "a GPU"
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "a GPU"
+
+
+def record_summary(record):
+    """The line the local ``submit`` prints after a ranked run, for the service's transcript."""
+    summary = (f"total Op Time {record.op_time:.6f} s, " if record.op_time is not None else "") + \
+        ("Correctness as expected" if record.correct else "not valid for the ranking")
+    return (f"* Record {record.id} ({printable(record.team)}, {record.milestone}, {record.size} images): "
+            f"{record.status}; {summary}")
+

@@ -1,0 +1,264 @@
+"""Tokens: a team's, a worker's, the instructor's. Made here, shown once, stored hashed.
+
+A token reads ``ece408_<id>_<secret>``: a 64-bit id (hex, not secret: it finds the row) and a
+256-bit secret (``secrets.token_urlsafe(32)``). The database keeps the id, the owner (kind and
+name) and the SHA-256 of the secret; the check hashes what was presented and compares the two
+digests with ``hmac.compare_digest``, also when the id is unknown (against a dummy digest), so
+that the time a check takes says nothing about the secret or whether the id exists.
+
+Failed checks are counted per client address (``FailureLimiter``): past ``max_failures`` in a
+window, every request from that address is refused (HTTP 429) until the window has passed.
+A token is never logged, never put in a URL or an error message.
+"""
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from .jobs import Refused
+from .runs import printable, team_name
+
+PREFIX = "ece408"
+TOKEN = re.compile(r"^ece408_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+KINDS = ("team", "worker", "instructor")
+INSTRUCTOR = "instructor"
+DUMMY_HASH = hashlib.sha256(b"no such token").hexdigest()
+CACHE_SECONDS = 10.0                 # a verified token is trusted this long without a database read
+MAX_TEAM_NAME = 100
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: str                        # team, worker, instructor
+    name: str
+
+
+def new_token():
+    """(id, secret hash, token text) of a fresh token."""
+    token_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    return token_id, secret_hash(secret), f"{PREFIX}_{token_id}_{secret}"
+
+
+def secret_hash(secret):
+    return hashlib.sha256(secret.encode("ascii", "replace")).hexdigest()
+
+
+def parse(token):
+    """(id, secret) of a well-formed token, else None."""
+    match = TOKEN.match(token or "")
+    return (match.group(1), match.group(2)) if match else None
+
+
+def looks_like_token(text):
+    return parse(text.strip()) is not None
+
+
+class Tokens:
+    """Token checks against the database, with a short in-memory cache of verified tokens
+    (revoking or rotating here clears it at once; another server process sees it within
+    CACHE_SECONDS)."""
+
+    def __init__(self, db):
+        self.db = db
+        self._cache = {}
+        self._lock = threading.Lock()
+
+    def cached(self, token):
+        """Without the database: the Principal of a token verified in the last CACHE_SECONDS,
+        False where it is such a token's id with another secret, None where it is not cached."""
+        parsed = parse(token)
+        if parsed is None:
+            return None
+        with self._lock:
+            cached = self._cache.get(parsed[0])
+        if cached is None or cached[0] <= time.monotonic():
+            return None
+        return cached[2] if hmac.compare_digest(cached[1], secret_hash(parsed[1])) else False
+
+    def verify(self, token):
+        """The Principal of a valid token, else None; constant time in the secret."""
+        parsed = parse(token)
+        token_id, secret = parsed if parsed else ("", "")
+        presented = secret_hash(secret)
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(token_id)
+        if cached is not None and cached[0] > now:
+            _, stored, principal = cached
+            return principal if hmac.compare_digest(stored, presented) else None
+        row = None
+        if parsed:
+            with self.db.transaction(write=False) as tx:
+                row = tx.one("SELECT kind, name, secret_hash FROM service_tokens WHERE id = ? AND revoked_at IS NULL",
+                             (token_id,))
+        stored = row[2] if row else DUMMY_HASH
+        good = hmac.compare_digest(stored, presented) and row is not None
+        if not good:
+            return None
+        principal = Principal(row[0], row[1])
+        with self._lock:
+            self._cache[token_id] = (now + CACHE_SECONDS, stored, principal)
+        return principal
+
+    def forget(self):
+        with self._lock:
+            self._cache.clear()
+
+    # ------------------------------------------------------------ making and revoking
+    def _issue(self, tx, kind, name, now):
+        token_id, digest, text = new_token()
+        tx.execute("INSERT INTO service_tokens (id, kind, name, secret_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                   (token_id, kind, name, digest, now))
+        return text
+
+    def _revoke(self, tx, kind, name, now):
+        return tx.execute("UPDATE service_tokens SET revoked_at = ? WHERE kind = ? AND name = ? AND revoked_at IS NULL",
+                          (now, kind, name)).rowcount
+
+    def add_teams(self, names, skip_existing=False):
+        """[{name, token} or {name, skipped}] for ``names`` (escaped as records name teams). All
+        or nothing: Refused (409) where one exists already, unless ``skip_existing``."""
+        stored = [check_team_name(n) for n in names]
+        seen = set()
+        for name in stored:
+            if name in seen:
+                raise Refused(400, f"team {name} is named twice")
+            seen.add(name)
+        now = time.time()
+        out = []
+        with self.db.transaction() as tx:
+            existing = {name for name in stored
+                        if tx.value("SELECT 1 FROM service_teams WHERE name = ?", (name,)) is not None}
+            if existing and not skip_existing:
+                raise Refused(409, f"team(s) already exist: {', '.join(sorted(existing))}; nothing was added "
+                                   "(teams rotate NAME gives an existing team a new token)")
+            for name in stored:
+                if name in existing:
+                    out.append({"name": name, "skipped": True})
+                    continue
+                tx.execute("INSERT INTO service_teams (name, created_at) VALUES (?, ?)", (name, now))
+                out.append({"name": name, "token": self._issue(tx, "team", name, now)})
+        return out
+
+    def list_teams(self):
+        with self.db.transaction(write=False) as tx:
+            rows = tx.all("""SELECT t.name, t.created_at,
+                                    (SELECT COUNT(*) FROM service_tokens k WHERE k.kind = 'team' AND k.name = t.name
+                                       AND k.revoked_at IS NULL),
+                                    (SELECT COUNT(*) FROM service_jobs j WHERE j.team = t.name),
+                                    (SELECT MAX(submitted_at) FROM service_jobs j WHERE j.team = t.name)
+                             FROM service_teams t ORDER BY t.name""")
+        return [{"name": r[0], "created_at": r[1], "active": bool(r[2]), "jobs": r[3], "last_job": r[4]} for r in rows]
+
+    def revoke_team(self, name):
+        now = time.time()
+        with self.db.transaction() as tx:
+            self._require_team(tx, name)
+            self._revoke(tx, "team", name, now)
+        self.forget()
+
+    def rotate_team(self, name):
+        """A new token for team ``name``; its old ones stop working."""
+        now = time.time()
+        with self.db.transaction() as tx:
+            self._require_team(tx, name)
+            self._revoke(tx, "team", name, now)
+            text = self._issue(tx, "team", name, now)
+        self.forget()
+        return text
+
+    def worker_token(self, name):
+        """A new token for the worker ``name`` (its earlier ones are revoked)."""
+        name = check_name(name, "worker")
+        now = time.time()
+        with self.db.transaction() as tx:
+            self._revoke(tx, "worker", name, now)
+            text = self._issue(tx, "worker", name, now)
+        self.forget()
+        return text
+
+    def register(self, kind, name, token):
+        """Make ``token`` (from a file or the environment) the one token of ``kind``/``name``;
+        ValueError where it is not a well-formed token."""
+        parsed = parse(token)
+        if parsed is None:
+            raise ValueError("not a token of this service (ece408_<16 hex>_<43 characters>)")
+        now = time.time()
+        with self.db.transaction() as tx:
+            row = tx.one("SELECT kind, name, secret_hash, revoked_at FROM service_tokens WHERE id = ?", (parsed[0],))
+            if row and row[0] == kind and row[1] == name and row[3] is None and \
+                    hmac.compare_digest(row[2], secret_hash(parsed[1])):
+                return
+            tx.execute("UPDATE service_tokens SET revoked_at = ? WHERE kind = ? AND name = ? AND revoked_at IS NULL",
+                       (now, kind, name))
+            if row:
+                tx.execute("DELETE FROM service_tokens WHERE id = ?", (parsed[0],))
+            tx.execute("INSERT INTO service_tokens (id, kind, name, secret_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                       (parsed[0], kind, name, secret_hash(parsed[1]), now))
+        self.forget()
+
+    @staticmethod
+    def _require_team(tx, name):
+        if tx.value("SELECT 1 FROM service_teams WHERE name = ?", (name,)) is None:
+            raise Refused(404, f"no team named {printable(name)} (teams list shows them)")
+
+
+def check_name(name, what):
+    if not isinstance(name, str) or not name.strip():
+        raise Refused(400, f"a {what} needs a name")
+    shown = team_name(name.strip())
+    if len(shown) > MAX_TEAM_NAME:
+        raise Refused(400, f"the {what} name {shown[:40]}... is longer than {MAX_TEAM_NAME} characters")
+    return shown
+
+
+def check_team_name(name):
+    """A team's name as records keep it (grading's escaping: control characters written as
+    escapes); Refused where it is empty or too long."""
+    return check_name(name, "team")
+
+
+class FailureLimiter:
+    """Failed token checks per client address: past ``max_failures`` within ``window`` seconds,
+    that address is refused until its oldest failure is ``window`` old."""
+
+    def __init__(self, max_failures=20, window=60.0):
+        self.max_failures = max_failures
+        self.window = window
+        self._failures = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, address, now):
+        times = self._failures.get(address)
+        if times is None:
+            return None
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        if not times:
+            del self._failures[address]
+            return None
+        return times
+
+    def wait(self, address):
+        """Seconds ``address`` must still wait, or 0."""
+        now = time.monotonic()
+        with self._lock:
+            times = self._recent(address, now)
+            if times is None or len(times) < self.max_failures:
+                return 0.0
+            return max(0.0, times[0] + self.window - now)
+
+    def fail(self, address):
+        now = time.monotonic()
+        with self._lock:
+            times = self._recent(address, now)
+            if times is None:
+                times = self._failures[address] = deque()
+            times.append(now)
+            if len(self._failures) > 100_000:            # bounded memory under a spray of addresses
+                self._failures.pop(next(iter(self._failures)))
