@@ -15,7 +15,9 @@ require_mxnet()
 from servicekit import Service, job_id_of  # noqa: E402
 from teams import team_project  # noqa: E402
 
-from ece408_op.grading.runner import SubmitError, data_dir, gpu_name  # noqa: E402
+from ece408_op.grading.inputs import data_dir  # noqa: E402
+from ece408_op.grading.machine import gpu_name  # noqa: E402
+from ece408_op.grading.request import SubmitError  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_name() is None, reason="no GPU (nvidia-smi lists none)")
 
