@@ -16,7 +16,7 @@ import pytest
 from servicekit import Service, job_id_of, log_lines_are_structured, started_postgres
 from teams import PLAIN, team_project
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")
+pytestmark = [pytest.mark.service, pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")]
 
 ENGINE = ["--engine", "bubblewrap"]
 

@@ -19,7 +19,7 @@ from ece408_op.grading.inputs import data_dir  # noqa: E402
 from ece408_op.grading.machine import gpu_name  # noqa: E402
 from ece408_op.grading.request import SubmitError  # noqa: E402
 
-pytestmark = pytest.mark.skipif(gpu_name() is None, reason="no GPU (nvidia-smi lists none)")
+pytestmark = [pytest.mark.service, pytest.mark.skipif(gpu_name() is None, reason="no GPU (nvidia-smi lists none)")]
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ def dev_upload(tmp_path, commands=("echo hi",)):
 
 # ---------------------------------------------------------------------------- 1. a team sees only its own jobs
 
+@pytest.mark.service
 @pytest.mark.timeout(300)
 def test_another_team_s_job_is_404_everywhere(tmp_path, svc, teams):
     mine = svc.cli("submit", team_project(tmp_path / "red", commands=["echo red-secret"]), token=teams["red"])
@@ -61,6 +62,7 @@ def test_another_team_s_job_is_404_everywhere(tmp_path, svc, teams):
 
 # ---------------------------------------------------------------------------- 2. tokens never shown
 
+@pytest.mark.service
 @pytest.mark.timeout(600)
 def test_tokens_never_reach_logs_urls_transcripts_or_errors(tmp_path, svc, teams):
     wrong = teams["blue"][:-4] + "AAAA"
@@ -85,6 +87,7 @@ def test_tokens_never_reach_logs_urls_transcripts_or_errors(tmp_path, svc, teams
     assert paths and not [p for p in paths if "?" in p or "ece408_" in p]
 
 
+@pytest.mark.service
 def test_a_token_is_never_sent_over_plain_http_to_another_machine(tmp_path, svc, teams):
     started = time.monotonic()
     out = svc.cli("jobs", "list", token=teams["red"], env={"ECE408_SERVER": "http://192.0.2.1:8408"})
@@ -93,6 +96,7 @@ def test_a_token_is_never_sent_over_plain_http_to_another_machine(tmp_path, svc,
                           "the network readable by anyone on the way; use https:// (the service behind a TLS proxy)\n")
 
 
+@pytest.mark.service
 def test_secrets_are_refused_on_the_command_line(tmp_path):
     out = subprocess.run(Service(tmp_path).command("serve", "--db", "postgresql://u:pw@127.0.0.1/x")[0],
                          capture_output=True, text=True, env=Service(tmp_path).env)
@@ -121,6 +125,7 @@ def test_every_token_check_compares_digests_in_constant_time(tmp_path, monkeypat
 
 # ---------------------------------------------------------------------------- 4. guessing is rate-limited
 
+@pytest.mark.service
 def test_failed_token_checks_are_rate_limited_per_address(tmp_path):
     svc = Service(tmp_path / "svc", workers=0, args=["--max-failures", "5"]).start()
     try:
@@ -175,6 +180,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.service
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_upload_refused_before_anything_is_unpacked(svc, teams, case):
     members, message = HOSTILE[case]
@@ -185,6 +191,7 @@ def test_hostile_upload_refused_before_anything_is_unpacked(svc, teams, case):
     assert len(svc.jobs()) == before
 
 
+@pytest.mark.service
 def test_compression_bombs_and_broken_streams_are_refused(svc, teams):
     bomb = gzip.compress(b"\0" * (80 << 20))                            # 80 MiB of zeros in about 80 KB
     cases = {
@@ -230,6 +237,7 @@ WORKER = [("POST", "/api/worker/claim", {"slot": "x"}), ("GET", f"/api/worker/jo
           ("POST", f"/api/worker/jobs/{'a' * 32}/release", {})]
 
 
+@pytest.mark.service
 def test_administration_needs_the_instructor_s_token(svc, teams):
     worker = svc.worker_token("probe")
     for method, path, body in ADMIN:
@@ -241,6 +249,7 @@ def test_administration_needs_the_instructor_s_token(svc, teams):
         assert http.get("/api/jobs").status_code == 200          # the team's token still works: nothing was done
 
 
+@pytest.mark.service
 def test_the_workers_routes_need_a_worker_token_and_its_lease(svc, teams):
     for method, path, body in WORKER:
         for token in (teams["red"], svc.instructor_token):
@@ -255,6 +264,7 @@ def test_the_workers_routes_need_a_worker_token_and_its_lease(svc, teams):
         assert http.get("/api/jobs").status_code == 403            # a worker sees no team's jobs
 
 
+@pytest.mark.service
 def test_team_names_are_stored_and_shown_escaped(svc):
     added = svc.admin("POST", "/api/admin/teams", json={"names": ["ev\x1b[31mil\nrow"]}).json()["teams"]
     assert added[0]["name"] == "ev\\x1b[31mil\\x0arow"
@@ -264,6 +274,7 @@ def test_team_names_are_stored_and_shown_escaped(svc):
 
 # ---------------------------------------------------------------------------- hostile teams through the service
 
+@pytest.mark.service
 @pytest.mark.timeout(600)
 def test_hostile_teams_through_the_service(tmp_path, svc):
     tokens = svc.add_teams("snoop", "faker", "forker")
@@ -289,6 +300,7 @@ def test_hostile_teams_through_the_service(tmp_path, svc):
     assert out.returncode == 1 and "URLError" in out.stdout                # no network in the sandbox
 
 
+@pytest.mark.service
 def test_a_dev_run_may_not_pose_as_a_ranked_one(tmp_path, svc, teams):
     team = team_project(tmp_path / "poser", cpu=PLAIN, commands=["echo 'Op Time: 0.000001'",
                                                                  "echo 'Correctness: 0.91 Model: ece408-high'"])
@@ -299,6 +311,7 @@ def test_a_dev_run_may_not_pose_as_a_ranked_one(tmp_path, svc, teams):
     assert job["kind"] == "development" and job["valid"] is None
 
 
+@pytest.mark.service
 def test_revoked_and_rotated_tokens_stop_working(svc):
     token = svc.add_teams("purple")["purple"]
     assert svc.cli("teams", "revoke", "purple").returncode == 0

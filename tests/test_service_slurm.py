@@ -11,7 +11,7 @@ from servicekit import Service, job_id_of
 from services import SlurmCluster, Unavailable
 from teams import PLAIN, team_project
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")
+pytestmark = [pytest.mark.service, pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")]
 
 
 @pytest.fixture(scope="module")

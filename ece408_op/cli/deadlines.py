@@ -6,7 +6,7 @@ from .teams import instructor_connect
 
 
 def command(argv):
-    from ..grading.runner import MILESTONES
+    from ..course import RANKED as MILESTONES
     parser = ArgumentParser(prog="ece408_op deadlines", description="Milestone deadlines (setting one needs the "
                                                                     "instructor's token).")
     sub = parser.add_subparsers(dest="action", required=True, metavar="{list,set,clear}")

@@ -34,6 +34,15 @@ def debug_requested(argv):
     return "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
+def _mxnet_cause(exc):
+    """``mx.failures.mxnet_cause`` where MXNet is loaded (only then can ``exc`` be an MXNetError);
+    None without importing anything otherwise."""
+    if "mxnet" not in sys.modules:
+        return None
+    from ..mx.failures import mxnet_cause
+    return mxnet_cause(exc)
+
+
 def report(exc, console=None, debug=False):
     """Print ``exc`` as the user should see it; returns the exit status."""
     if debug:
@@ -48,8 +57,7 @@ def report(exc, console=None, debug=False):
     if isinstance(exc, Ece408Error):
         message, code = str(exc), exc.exit_code
     else:
-        from ..mx.failures import mxnet_cause
-        mapped = mxnet_cause(exc)
+        mapped = _mxnet_cause(exc)
         if mapped is None:
             raise exc
         message, code = mapped

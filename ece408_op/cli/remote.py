@@ -4,7 +4,8 @@ the options every client command shares. The HTTP is ``service/client.py``; noth
 MXNet, a GPU or a sandbox."""
 import os
 
-from ..grading.runner import DEFAULT_SIZE, MILESTONES
+from ..course import RANKED as MILESTONES
+from ..grading.request import DEFAULT_SIZE
 from .errors import ArgumentParser
 
 SERVER_ENV = "ECE408_SERVER"

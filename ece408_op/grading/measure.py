@@ -33,8 +33,11 @@ def failure_line(exc):
     gave (``cli.errors``), anything else as the harness's own failure."""
     if isinstance(exc, Ece408Error):
         return str(exc).splitlines()[0]
-    from ..mx.failures import mxnet_cause
-    mapped = mxnet_cause(exc)
+    import sys
+    mapped = None
+    if "mxnet" in sys.modules:                     # only then can it be an MXNetError
+        from ..mx.failures import mxnet_cause
+        mapped = mxnet_cause(exc)
     if mapped is not None:
         return mapped[0].splitlines()[0]
     raise exc
