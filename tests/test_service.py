@@ -59,7 +59,7 @@ def test_two_teams_submit_m2_from_their_folders_and_are_ranked(tmp_path, service
     ranking = service.cli("ranking", token=(tmp_path / "tokens" / "alpha.token").read_text().strip())
     assert ranking.returncode == 0, ranking.stderr
     assert ranking.stdout.startswith("Ranking: m2, 100 images (2 team(s); 0 run(s) not valid)")
-    assert {line.split()[1] for line in ranking.stdout.splitlines()[2:]} == {"alpha", "beta"}
+    assert {line.split()[1] for line in ranking.stdout.splitlines()[3:]} == {"alpha", "beta"}    # after the options line
     records = service.records()
     assert sorted(r.team for r in records) == ["alpha", "beta"]
     assert all(r.status == "ok" and r.correct and r.isolated and r.engine == "bubblewrap" for r in records)

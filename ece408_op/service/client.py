@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from ..errors import Ece408Error
 from . import upload as uploads
 from .paths import login_file
-from .runs import TeamError, printable
+from .runs import TeamError, printable, shown
 from .tokens import looks_like_token
 
 SERVER_ENV = "ECE408_SERVER"
@@ -331,7 +331,7 @@ def listing(client, team=None, limit=50):
     for job in found:
         what = f"{job['milestone']} {job['size']}" if job["kind"] == "ranked" else "development"
         status = (job.get("status") or "-") + (" (valid)" if job.get("valid") else "")
-        rows.append([job["id"], printable(job["team"], 40), what, job["state"], status,
+        rows.append([job["id"], shown(job["team"], 40), what, job["state"], status,
                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(job["submitted_at"]))])
     client.out.write(table(rows))
     return 0
@@ -389,18 +389,18 @@ def hand_out(client, issued, token_dir=None):
         Path(token_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     for item in issued:
         if item.get("skipped"):
-            client.note(f"{printable(item['name'])}: exists already; its token is unchanged (teams rotate NAME for "
+            client.note(f"{shown(item['name'])}: exists already; its token is unchanged (teams rotate NAME for "
                         "a new one)")
             continue
         if token_dir is None:
-            client.out.write(f"{printable(item['name'])}\t{item['token']}\n")
+            client.out.write(f"{shown(item['name'])}\t{item['token']}\n")
             continue
         path = Path(token_dir) / token_file_name(item["name"])
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(item["token"] + "\n")
         os.chmod(path, 0o600)
-        client.out.write(f"{printable(item['name'])}: token written to {path}\n")
+        client.out.write(f"{shown(item['name'])}: token written to {path}\n")
     client.out.flush()
 
 
@@ -436,7 +436,7 @@ def list_teams(client):
     rows = [["team", "token", "jobs", "last job (UTC)"]]
     for t in teams:
         last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["last_job"])) if t["last_job"] else "-"
-        rows.append([printable(t["name"], 60), "active" if t["active"] else "revoked", str(t["jobs"]), last])
+        rows.append([shown(t["name"], 60), "active" if t["active"] else "revoked", str(t["jobs"]), last])
     client.out.write(table(rows))
     return 0
 

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from ..grading.config import CONFIG_NAME, ConfigError, load_config
-from ..grading.names import printable, team_name
+from ..grading.names import printable, shown, team_name
 from ..grading.ranking import ranking_report
 from ..grading.development import run_development
 from ..grading.inputs import data_dir, model_dirs
@@ -24,7 +24,7 @@ __all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTO
            "MAX_SUBMISSION_BYTES", "MAX_SUBMISSION_FILES", "MILESTONES", "MILESTONE_FILES", "Options",
            "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "TeamError", "Transcript",
            "cpu_name", "data_dir", "describe", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
-           "printable", "ranking_report", "read_file_once", "read_team_files", "resolve_url", "run_development",
+           "printable", "ranking_report", "shown", "read_file_once", "read_team_files", "resolve_url", "run_development",
            "stop_on_signals", "submit", "team_name", "check_build_config", "record_summary"]
 
 
@@ -72,6 +72,6 @@ def record_summary(record):
     """The line the local ``submit`` prints after a ranked run, for the service's transcript."""
     summary = (f"total Op Time {record.op_time:.6f} s, " if record.op_time is not None else "") + \
         ("Correctness as expected" if record.correct else "not valid for the ranking")
-    return (f"* Record {record.id} ({printable(record.team)}, {record.milestone}, {record.size} images): "
+    return (f"* Record {record.id} ({shown(record.team)}, {record.milestone}, {record.size} images): "
             f"{record.status}; {summary}")
 
