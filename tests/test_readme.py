@@ -205,7 +205,7 @@ def test_readme_blocks_are_well_marked():
 
 
 def test_readme_is_short():
-    assert len(README.read_text(encoding="utf-8").splitlines()) <= 270       # 260 + the service's command rows
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 280       # the service's example and page included
 
 
 def test_the_command_table_lists_every_command():
