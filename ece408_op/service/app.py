@@ -593,7 +593,7 @@ def make_app(service):
                     (version != service.hub.records_version and age > 1.0):       # new records: at most once a second
                 version = service.hub.records_version
                 body = await service.run(service.with_store,
-                                         lambda store: ranking_report(store, milestone, size, fmt))
+                                         lambda store: ranking_report(store, milestone, size, fmt).text)
                 service._ranking[key] = (version, time.monotonic(), body)
         return Response(body + "\n", media_type="application/json" if fmt == "json" else "text/plain")
 
