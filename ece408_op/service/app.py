@@ -48,6 +48,7 @@ from . import upload as uploads
 from .db import Unavailable
 from .jobs import ENDED, QUEUED, Lost, Refused, duration, public
 from .logs import log
+from .pages import add_pages
 from .runs import (ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, Record, StoreError, check_build_config,
                    printable, ranking_report, record_summary, team_name)
 from .tokens import FailureLimiter, Tokens
@@ -183,6 +184,7 @@ class Service:
         self._ranking_locks = {}
         self._down_logged = 0.0
         self.tasks = []
+        self.web = None                           # the pages (pages.Web), made with the application
 
     async def run(self, fn, *args, **kwargs):
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
@@ -575,7 +577,7 @@ def make_app(service):
     # ------------------------------------------------------------ the ranking
     @app.get("/api/ranking")
     async def ranking(request: Request):
-        await authenticate(request, "team", "instructor")
+        principal = await authenticate(request, "team", "instructor")
         params = request.query_params
         milestone = params.get("milestone")
         if milestone is not None and milestone not in MILESTONES:
@@ -584,6 +586,9 @@ def make_app(service):
         fmt = params.get("format", "table")
         if fmt not in ("table", "csv", "json"):
             raise Refused(400, "format is table, csv or json")
+        media = "application/json" if fmt == "json" else "text/plain"
+        if principal.kind == "team" and await service.web.anonymised_for(principal):    # the instructor's choice
+            return Response(await service.web.api_ranking(milestone, size, fmt, principal.name) + "\n", media_type=media)
         key = (milestone, size, fmt)
         lock = service._ranking_locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -595,7 +600,7 @@ def make_app(service):
                 body = await service.run(service.with_store,
                                          lambda store: ranking_report(store, milestone, size, fmt).text)
                 service._ranking[key] = (version, time.monotonic(), body)
-        return Response(body + "\n", media_type="application/json" if fmt == "json" else "text/plain")
+        return Response(body + "\n", media_type=media)
 
     @app.get("/api/deadlines")
     async def show_deadlines(request: Request):
@@ -788,4 +793,5 @@ def make_app(service):
             raise Refused(400, "the record's transcript, models or status are not of their type")
         return record
 
+    add_pages(app, service, follow=follow, with_place=with_place, parse_deadline=parse_deadline)   # the class's pages
     return app
