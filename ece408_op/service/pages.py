@@ -3,6 +3,7 @@ with one small stylesheet and one small script (``static/``), no build step:
 
     GET  /                       the ranking of a milestone and size (?milestone=&size=), live (SSE)
     GET  /ranking/events         its live part: the ranking's HTML, sent again when it changes
+                                 (?milestone=&size=; without them the newest board)
     GET  /team                   a team's runs and plots (the instructor: ?name=TEAM)
     GET  /team/plot.svg          its Op Time over its runs against the class's best and median (matplotlib)
     GET  /jobs/{id}              a job: its place in the queue, its transcript live, its verdict
@@ -124,7 +125,7 @@ def files_of(items):
 
 def load_static():
     """{name: (bytes, media type, version)} of static/."""
-    types = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+    types = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
     out = {}
     for path in sorted((HERE / "static").iterdir()):
         if path.suffix in types:
@@ -190,7 +191,8 @@ class Web:
     # ------------------------------------------------------------ cached reads
     async def _cached(self, key, compute):
         """``compute()`` (in a thread), again when a record was added through this server (at most
-        once a second) and at least every ``ranking_seconds`` (records written by others)."""
+        once a second) and at least every ``ranking_seconds`` (records written by others). It
+        returns (fingerprint, ...): where the fingerprint is unchanged, the value kept is the old one."""
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             version, at, value = self._cache.get(key, (None, 0.0, None))
@@ -223,6 +225,13 @@ class Web:
             return fingerprint, self._serial, st
         _, serial, st = await self._cached(("standing", milestone, size), compute)
         return serial, st
+
+    async def class_names(self):
+        """{a record's team: its name in the class} where they differ (standings.class_names)."""
+        def compute():
+            names = standings.class_names(overview.team_names(self.db))
+            return tuple(sorted(names.items())), names
+        return (await self._cached("class names", compute))[1]
 
     async def names(self):
         """``shown`` or ``anonymised`` (read again every 2 s)."""
@@ -264,7 +273,7 @@ class Web:
         if milestone is not None:
             serial, st = await self.standing(milestone, size)
             rows = standings.named(st.rows, principal.name if principal.kind == "team" else None,
-                                   await self.pseudonyms(st, principal))
+                                   await self.pseudonyms(st, principal), await self.class_names())
         models = list(dict.fromkeys(layer.model for r in rows for layer in r.layers))
         for r in rows:
             by_model = {layer.model: layer for layer in r.layers}
@@ -413,7 +422,7 @@ class Web:
 
     async def ranking_events(self, request):
         principal, value = await self.require(request, "team", "instructor", stream=True)
-        milestone, size = board_params(request.query_params, required=True)
+        milestone, size = board_params(request.query_params)           # none: the newest board, once there is one
 
         async def stream():
             sent, checked = None, time.monotonic()

@@ -169,15 +169,21 @@ class Shown:
     cells: list = None               # its Layers under each of the table's model columns (None: none)
 
 
-def named(rows, viewer=None, pseudonyms=None):
-    """[Shown] of ``rows`` for ``viewer`` (a team's name; None: the instructor): each team's name
-    as stored (escaped by ``shown``), or its pseudonym from ``pseudonyms`` {name: pseudonym} for
-    every team but the viewer's."""
+def class_names(roster):
+    """{a record's team: the class's name of that team} where they differ (``record_teams``)."""
+    return {team_name(t): t for t in roster if team_name(t) != t}
+
+
+def named(rows, viewer=None, pseudonyms=None, names=None):
+    """[Shown] of ``rows`` for ``viewer`` (a team's name; None: the instructor): each team under its
+    name in the class (``names``: ``class_names``; escaped by ``shown``), or its pseudonym from
+    ``pseudonyms`` {record's team: pseudonym} for every team but the viewer's."""
     out = []
     mine = set(record_teams(viewer)) if viewer is not None else set()
+    names = names or {}
     for row in rows:
         own = row.team in mine
-        name = row.team if own or not pseudonyms else pseudonyms.get(row.team, "Team ?")
+        name = names.get(row.team, row.team) if own or not pseudonyms else pseudonyms.get(row.team, "Team ?")
         out.append(Shown(replace(row, team=shown(name)), own, layers_of(row.models)))
     return out
 
@@ -229,11 +235,13 @@ def graded_csv(st, roster, full=None, zero=None):
     writer = csv.writer(out, lineterminator="\n")
     head = next(csv.reader(io.StringIO(format_csv([]))))
     writer.writerow(head + (["grade_percent"] if rule else []))
-    body = list(csv.reader(io.StringIO(format_csv(st.rows))))[1:]
-    for row, line in zip(st.rows, body):
+    names = class_names(roster)
+    rows = [replace(r, team=names.get(r.team, r.team)) for r in st.rows]
+    body = list(csv.reader(io.StringIO(format_csv(rows))))[1:]
+    for row, line in zip(rows, body):
         writer.writerow(line + ([csv_cell(f"{grade(row.op_time, full, zero):.2f}")] if rule else []))
-    ranked = {r.team for r in st.rows}
-    for team in sorted(t for t in set(roster) if not ranked & set(record_teams(t))):
+    ranked = {r.team for r in rows}
+    for team in sorted(set(roster) - ranked):
         cells = ["", shown(team)] + [""] * (len(head) - 2)
         writer.writerow([csv_cell(c) for c in cells] + ([csv_cell(f"{0.0:.2f}")] if rule else []))
     return out.getvalue()
