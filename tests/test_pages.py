@@ -450,6 +450,18 @@ def test_without_matplotlib_the_team_page_says_so(klass, monkeypatch):
     assert alpha.get("/team/plot.svg?milestone=m2&size=100").status_code == 404
 
 
+def test_a_matplotlib_that_fails_to_import_means_no_plots(klass, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ImportError("libfreetype.so.6: cannot open shared object file")
+    monkeypatch.setattr(plots, "_available", True)
+    monkeypatch.setattr(plots, "op_time_svg", broken)
+    klass.runs.run(klass.tokens["alpha"], [[0.03], [0.02]])
+    alpha = klass.browser(klass.tokens["alpha"])
+    assert "plot.svg" in alpha.get("/team").text
+    assert alpha.get("/team/plot.svg?milestone=m2&size=100").status_code == 404
+    assert "no matplotlib" in alpha.get("/team").text
+
+
 def test_the_job_page_shows_the_place_then_the_transcript_and_verdict(klass):
     running = klass.runs.submit(klass.tokens["beta"])
     claimed = klass.runs.claim()

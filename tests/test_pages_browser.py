@@ -298,6 +298,38 @@ def test_the_pages_work_without_javascript_and_on_a_phone(server, chromium):
         phone.close()
 
 
+def test_the_service_runs_without_matplotlib(tmp_path):
+    """serve where matplotlib cannot be imported (a finder refuses it, as on the GPU machine's kit):
+    the pages work, the team page says there is no plot, the plot's address answers 404."""
+    import httpx
+    blocker = tmp_path / "no-matplotlib"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class NoMatplotlib:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'matplotlib':\n"
+        "            raise ImportError('matplotlib is not installed here (the test says so)')\n"
+        "sys.meta_path.insert(0, NoMatplotlib())\n")
+    path = os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))
+    svc = Service(tmp_path / "svc", workers=0, env={"PYTHONPATH": path}).start()
+    try:
+        token = svc.add_teams("alpha")["alpha"]
+        runs_of(svc).run(token, [[0.01], [0.02]])
+        with httpx.Client(base_url=svc.url, timeout=30) as browser:
+            form = browser.get("/login")
+            pair = re.search(r'name="login" value="([^"]+)"', form.text).group(1)
+            assert browser.post("/login", data={"login": pair, "token": token}).status_code == 303
+            team = browser.get("/team")
+            assert team.status_code == 200 and "this server has no matplotlib" in team.text
+            assert "plot.svg" not in team.text and "0.030000" in team.text
+            assert browser.get("/team/plot.svg?milestone=m2&size=100").status_code == 404
+            assert browser.get("/").status_code == 200
+        assert "Traceback" not in svc.log()
+    finally:
+        svc.close()
+
+
 # ---------------------------------------------------------------------------- the screenshots
 
 @pytest.mark.timeout(300)

@@ -9,7 +9,8 @@
     GET  /api/jobs/{id}/transcript            the transcript so far, as text
     GET  /api/jobs/{id}/events?after=SEQ      server-sent events: queued (place), line, notice, end
     POST /api/jobs/{id}/cancel
-    GET  /api/ranking?milestone=&size=&format=table|csv|json   team or instructor
+    GET  /api/ranking?milestone=&size=&format=table|csv|json   team or instructor (a team: pseudonyms for the
+                                              other teams where the instructor chose them on /admin)
     GET  /api/deadlines
     POST /api/admin/teams {names, skip_existing}     instructor: tokens shown once
     GET  /api/admin/teams, POST /api/admin/teams/revoke {name}, POST /api/admin/teams/rotate {name}
@@ -19,6 +20,7 @@
     GET  /api/worker/jobs/{id}/upload                worker (X-Lease): the job's upload
     POST /api/worker/jobs/{id}/chunks {chunks}       worker: transcript chunks [[seq, text]]
     POST /api/worker/jobs/{id}/heartbeat, /finish {status, exit_code, reason, record}, /release
+    GET  /, /team, /jobs/{id}, /admin, /login ...    the class's pages (pages.py: a session cookie, not a token)
 
 Tokens travel only in ``Authorization: Bearer``; an error is JSON ``{"error": "one line"}``
 (``Retry-After`` where waiting helps: 429, and 503 while the database is down). Database work

@@ -499,8 +499,13 @@ class Web:
             runs = [(r.created_at, r.op_time, standings.valid(r)) for r in (st.chosen.records if st.chosen else [])
                     if r.team in names]
             best, median = st.best_and_median()
-            svg = await self.service.run(plots.op_time_svg, runs, best, median,
-                                         f"{milestone}, {size} images: total Op Time of each run")
+            try:
+                svg = await self.service.run(plots.op_time_svg, runs, best, median,
+                                             f"{milestone}, {size} images: total Op Time of each run")
+            except ImportError as exc:                       # a broken install: no plots from now on
+                plots.missing()
+                log("plots.unavailable", level="warning", reason=str(exc))
+                raise Refused(404, "this server cannot import matplotlib: no plots") from None
             cached = self._plots[key] = (serial, svg)
             while len(self._plots) > PLOTS_KEPT:
                 self._plots.popitem(last=False)

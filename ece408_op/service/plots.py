@@ -18,11 +18,20 @@ _available = None
 
 
 def available():
-    """Whether matplotlib can be imported here (looked up once)."""
+    """Whether matplotlib is here (looked up once, without importing it; a plot that then cannot
+    import it marks it missing: ``missing``)."""
     global _available
     if _available is None:
-        _available = importlib.util.find_spec("matplotlib") is not None
+        try:
+            _available = importlib.util.find_spec("matplotlib") is not None
+        except (ImportError, ValueError):
+            _available = False
     return _available
+
+
+def missing():
+    global _available
+    _available = False
 
 
 def when(text):
