@@ -4,8 +4,8 @@ in this process (no network: the time is the server's, from the request to the l
 page), asks each page ``repeats`` times and reports the first answer (caches empty, templates not
 yet compiled, matplotlib not yet imported), the median of the rest (the ranking and the plots
 cached, as between two new records), and the median with the pages' caches emptied before each
-request (as right after a new record: the ranking read and ranked again, the plot drawn again),
-with the date and this machine's CPU:
+request (as right after a new record: the board ranked again, reading only the records it has not
+read yet, and the plot drawn again), with the date and this machine's CPU:
 
     python -m ece408_op.service.pagebench [--teams 300] [--runs 10000] [--repeats 20] [--db PATH]
 

@@ -184,6 +184,9 @@ class Web:
         self._names = (0.0, None)
         self._key = None
         self._plots = OrderedDict()
+        self._records = {}                      # (milestone, size) -> {record id: Record} read so far
+        for name in self.env.list_templates():  # compiled now, not by the first request
+            self.env.get_template(name)
 
     def static_url(self, name):
         return f"/static/{name}?v={self.static[name][2]}"
@@ -217,8 +220,10 @@ class Web:
 
     async def standing(self, milestone, size):
         """(serial, Standing) of a board; the serial changes only when the ranking does."""
+        known = self._records.setdefault((milestone, size), {})
+
         def compute():
-            st = standings.standing(self.db, milestone, size)
+            st = standings.standing(self.db, milestone, size, known)
             fingerprint = (tuple((r.team, r.op_time, r.record_id, r.runs, r.submitted_at) for r in st.rows),
                            st.excluded, st.others, st.chosen.key if st.chosen else None)
             self._serial += 1

@@ -91,13 +91,32 @@ class Standing:
 RANKED = ("id", "created_at", "team", "milestone", "size", "status", "op_time", "correct", "device", "options_key")
 
 
-def ranking_records(db, milestone, size):
+def ranking_records(db, milestone, size, known=None):
     """The records of a board with what ranking them reads (``RANKED``: no JSON column, so nothing
-    to decode); their models, files and options are left empty (``standing`` fills what it shows).
-    A row whose Op Time or size is not of its type is skipped, as the store skips it."""
+    to decode), in the store's order (created_at, id); their models, files and options are left
+    empty (``standing`` fills what it shows). A row whose Op Time or size is not of its type is
+    skipped, as the store skips it. ``known`` {id: Record}, kept by the caller between calls: only
+    the rows not in it are read (records are never changed once stored)."""
+    known = {} if known is None else known
     with db.transaction(write=False) as tx:
-        rows = tx.all(f"SELECT {', '.join(RANKED)} FROM runs WHERE milestone = ? AND size = ? ORDER BY created_at, id",
-                      (milestone, size))
+        if not known:                                           # the first time: the board in one read
+            rows = tx.all(f"SELECT {', '.join(RANKED)} FROM runs WHERE milestone = ? AND size = ?", (milestone, size))
+            ids = [r[0] for r in rows]
+        else:
+            ids = [r[0] for r in tx.all("SELECT id FROM runs WHERE milestone = ? AND size = ?", (milestone, size))]
+            new = [i for i in ids if i not in known]
+            rows = []
+            for start in range(0, len(new), 500):
+                part = new[start:start + 500]
+                rows += tx.all(f"SELECT {', '.join(RANKED)} FROM runs WHERE id IN ({', '.join('?' * len(part))})",
+                               part)
+    for record in _ranked(rows):
+        known[record.id] = record
+    present = set(ids)
+    return sorted((r for i, r in known.items() if i in present), key=lambda r: (r.created_at, r.id))
+
+
+def _ranked(rows):
     out = []
     for row in rows:
         values = dict(zip(RANKED, row))
@@ -119,11 +138,11 @@ def _decoded(text, kind):
     return value if isinstance(value, kind) else None
 
 
-def standing(db, milestone, size):
+def standing(db, milestone, size, known=None):
     """The Standing of ``milestone`` on ``size`` images (the newest option set), ranked by
     grading's own steps; then the options of each set and the models and files of the ranked runs
-    are read (a few hundred rows, not the board's thousands)."""
-    sets = option_sets(ranking_records(db, milestone, size))
+    are read (a few hundred rows, not the board's thousands). ``known``: see ``ranking_records``."""
+    sets = option_sets(ranking_records(db, milestone, size, known))
     with db.transaction(write=False) as tx:
         for s in sets:
             if s.records[0].options_key:
