@@ -67,12 +67,12 @@ class Watched:
 
 
 def screenshot(page, tmp_path, name):
-    """A small PNG of the page (a palette of 64 colours where Pillow is here), in the test's folder
+    """A small PNG of the page (a palette of 256 colours where Pillow is here), in the test's folder
     and with PAGES_SCREENSHOTS=docs in docs/."""
     data = page.screenshot(full_page=True)
     try:
         from PIL import Image
-        image = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+        image = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
         out = io.BytesIO()
         image.save(out, format="PNG", optimize=True)
         data = out.getvalue()
@@ -345,8 +345,8 @@ def test_screenshots_of_each_page(server, chromium, tmp_path):
             runs.run(tokens[name], [[base * 0.46], [base * 0.54]], correct=not (k == 1 and n % 2),
                      reason=None if not (k == 1 and n % 2) else "Correctness 0.86 on ece408-high, expected 0.91",
                      lines=["Loading fashion-mnist data... done\n", "Loading model... done\n", "New Inference\n"])
-    watched = Watched(chromium, viewport={"width": 1000, "height": 640}, bypass_csp=True)    # for wait_for_function
-    instructor = Watched(chromium, viewport={"width": 1000, "height": 640})
+    watched = Watched(chromium, viewport={"width": 1100, "height": 640}, bypass_csp=True)    # for wait_for_function
+    instructor = Watched(chromium, viewport={"width": 1100, "height": 640})
     try:
         page = instructor.login(server.url, server.instructor_token)
         page.check("input[value=anonymised]")
