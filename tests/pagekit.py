@@ -1,11 +1,10 @@
 """The pages' tests' helpers: runs stored through the service's own routes (a team submits over
 the API; a worker token claims the job, posts its transcript and ends it with a record, as a real
 worker does), the application in this process, and a headless Chromium where one can start."""
-import json
 import os
 import shutil
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from ece408_op.grading.names import team_name
 from ece408_op.grading.options import options_key
@@ -119,10 +118,3 @@ def wait_until(check, timeout=30, what="the condition"):
         time.sleep(0.1)
     raise AssertionError(f"{what} did not hold in {timeout} s")
 
-
-def days_ago(days):
-    return datetime.now(timezone.utc) - timedelta(days=days)
-
-
-def json_lines(text):
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
