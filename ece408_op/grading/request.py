@@ -45,3 +45,4 @@ class SubmitRequest:
     record_id: str = None
     options: Options = field(default_factory=Options)
     repeats: int = None              # fresh timed runs per layer (default: the milestone's; final 5)
+    stored_team: str = None          # a name already stored escaped (the service's): used as it is

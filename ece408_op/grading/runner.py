@@ -104,7 +104,7 @@ def make_record(request, record_id, created, run, device, transcript, duration):
     engine = sandbox.engine if sandbox else named          # a run stopped before its sandbox opened
     options = record_options(request, engine)
     return Record(
-        id=record_id, created_at=created, team=team_name(request.team or default_team(request.folder)),
+        id=record_id, created_at=created, team=request.stored_team or team_name(request.team or default_team(request.folder)),
         milestone=request.milestone, size=request.size, status=status, exit_code=None,
         op_time=sum(r.op_time for r in results) if complete else None, correct=correct,
         models=[{**r.to_dict(), "layers": e.get("layers", [])} for r, e in zip(results, (report or {}).get("models", []))],

@@ -25,4 +25,14 @@ One module per job:
     jobrun.py   that child: one ranked or development run through grading's runner
     client.py   the HTTP client of every student and instructor command
     logs.py     log lines on stderr (one event a line, key=value)
+
+The class's pages (issue 34), served by the same application:
+
+    pages.py      the routes: ranking, a team's page, a job's page, the instructor's, login (templates/, static/)
+    sessions.py   a login's session cookie (its secret hashed in the database, tied to the token)
+    choices.py    the instructor's choices kept in the database: names shown or pseudonyms
+    standings.py  the ranking as the pages show it (grading's rules), the CSV with the grade rule
+    overview.py   what the instructor's page reads: queue, workers, teams and their limits
+    plots.py      a team's Op Time as a matplotlib SVG (optional: no matplotlib, no plot)
+    pagebench.py  the pages' render benchmark (python -m ece408_op.service.pagebench)
 """

@@ -9,7 +9,8 @@
     GET  /api/jobs/{id}/transcript            the transcript so far, as text
     GET  /api/jobs/{id}/events?after=SEQ      server-sent events: queued (place), line, notice, end
     POST /api/jobs/{id}/cancel
-    GET  /api/ranking?milestone=&size=&format=table|csv|json   team or instructor
+    GET  /api/ranking?milestone=&size=&format=table|csv|json   team or instructor (a team: pseudonyms for the
+                                              other teams where the instructor chose them on /admin)
     GET  /api/deadlines
     POST /api/admin/teams {names, skip_existing}     instructor: tokens shown once
     GET  /api/admin/teams, POST /api/admin/teams/revoke {name}, POST /api/admin/teams/rotate {name}
@@ -19,6 +20,7 @@
     GET  /api/worker/jobs/{id}/upload                worker (X-Lease): the job's upload
     POST /api/worker/jobs/{id}/chunks {chunks}       worker: transcript chunks [[seq, text]]
     POST /api/worker/jobs/{id}/heartbeat, /finish {status, exit_code, reason, record}, /release
+    GET  /, /team, /jobs/{id}, /admin, /login ...    the class's pages (pages.py: a session cookie, not a token)
 
 Tokens travel only in ``Authorization: Bearer``; an error is JSON ``{"error": "one line"}``
 (``Retry-After`` where waiting helps: 429, and 503 while the database is down). Database work
@@ -48,8 +50,9 @@ from . import upload as uploads
 from .db import Unavailable
 from .jobs import ENDED, QUEUED, Lost, Refused, duration, public
 from .logs import log
+from .pages import add_pages
 from .runs import (ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, Record, StoreError, check_build_config,
-                   printable, ranking_report, record_summary, team_name)
+                   printable, ranking_report, record_summary)
 from .tokens import FailureLimiter, Tokens
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -183,6 +186,7 @@ class Service:
         self._ranking_locks = {}
         self._down_logged = 0.0
         self.tasks = []
+        self.web = None                           # the pages (pages.Web), made with the application
 
     async def run(self, fn, *args, **kwargs):
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
@@ -575,7 +579,7 @@ def make_app(service):
     # ------------------------------------------------------------ the ranking
     @app.get("/api/ranking")
     async def ranking(request: Request):
-        await authenticate(request, "team", "instructor")
+        principal = await authenticate(request, "team", "instructor")
         params = request.query_params
         milestone = params.get("milestone")
         if milestone is not None and milestone not in MILESTONES:
@@ -584,6 +588,9 @@ def make_app(service):
         fmt = params.get("format", "table")
         if fmt not in ("table", "csv", "json"):
             raise Refused(400, "format is table, csv or json")
+        media = "application/json" if fmt == "json" else "text/plain"
+        if principal.kind == "team" and await service.web.anonymised_for(principal):    # the instructor's choice
+            return Response(await service.web.api_ranking(milestone, size, fmt, principal.name) + "\n", media_type=media)
         key = (milestone, size, fmt)
         lock = service._ranking_locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -595,7 +602,7 @@ def make_app(service):
                 body = await service.run(service.with_store,
                                          lambda store: ranking_report(store, milestone, size, fmt).text)
                 service._ranking[key] = (version, time.monotonic(), body)
-        return Response(body + "\n", media_type="application/json" if fmt == "json" else "text/plain")
+        return Response(body + "\n", media_type=media)
 
     @app.get("/api/deadlines")
     async def show_deadlines(request: Request):
@@ -781,11 +788,12 @@ def make_app(service):
         except TypeError as exc:
             raise Refused(400, f"the record does not fit: {exc}") from None
         if (record.id, record.team, record.milestone, record.size) != \
-                (job["record_id"], team_name(job["team"]), job["milestone"], job["size"]):   # as the runner names it
+                (job["record_id"], job["team"], job["milestone"], job["size"]):   # the name as stored
             raise Refused(400, "the record is not this job's (id, team, milestone and size must match)")
         if not isinstance(record.transcript, str) or not isinstance(record.models, list) or \
                 record.status not in STATUSES:
             raise Refused(400, "the record's transcript, models or status are not of their type")
         return record
 
+    add_pages(app, service, follow=follow, with_place=with_place, parse_deadline=parse_deadline)   # the class's pages
     return app

@@ -83,6 +83,19 @@ MIGRATIONS = [
             gpu INTEGER NOT NULL,
             device TEXT,
             last_seen DOUBLE PRECISION NOT NULL)"""],
+    # 2: the pages' sessions (the cookie's secret kept as its SHA-256, tied to the token that
+    # opened it: revoking or rotating that token ends them) and the class's settings (key, value)
+    ["""CREATE TABLE service_sessions (
+            id TEXT PRIMARY KEY,
+            token_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            name TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL)""",
+     "CREATE INDEX service_sessions_token ON service_sessions (token_id)",
+     """CREATE TABLE service_settings (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL)"""],
 ]
 
 

@@ -60,8 +60,8 @@ def options_of(spec):
 
 
 def run_ranked(spec, transcript, store):
-    request = SubmitRequest(spec["folder"], spec["milestone"], int(spec["size"]), spec["team"],
-                            spec.get("hidden_model"), spec["record_id"], options_of(spec))
+    request = SubmitRequest(spec["folder"], spec["milestone"], int(spec["size"]), None, spec.get("hidden_model"),
+                            spec["record_id"], options_of(spec), stored_team=spec["team"])    # already escaped
     try:
         submit(request, store, transcript)
     except Ece408Error as exc:                      # as grade's task does: a record, status failed or error

@@ -1,0 +1,67 @@
+"""The instructor's choices for the class, kept in the database (``service_settings``):
+whether the ranking shows other teams' names or pseudonyms, and the secret key the pseudonyms
+are made with.
+
+A pseudonym is ``Team`` and the first hex digits of HMAC-SHA256(key, name): the same team keeps
+the same pseudonym for the whole course (a team can follow a rival's progress without learning
+its name), and without the key, which never leaves the server, a name cannot be tried against it.
+Two teams whose digits agree get more of them, so that no two rows of one ranking look alike.
+"""
+import hashlib
+import hmac
+import secrets
+
+NAMES = ("shown", "anonymised")
+DEFAULT_NAMES = "shown"              # as `ranking` has always printed them; the instructor chooses
+DIGITS = 6
+
+
+def get(db, key, default=None):
+    with db.transaction(write=False) as tx:
+        value = tx.value("SELECT value FROM service_settings WHERE key = ?", (key,))
+    return default if value is None else value
+
+
+def put(db, key, value):
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO service_settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                   "value = excluded.value", (key, value))
+
+
+def names(db):
+    """``shown`` or ``anonymised``: how the ranking names the other teams."""
+    value = get(db, "names", DEFAULT_NAMES)
+    return value if value in NAMES else DEFAULT_NAMES
+
+
+def set_names(db, value):
+    if value not in NAMES:
+        raise ValueError(f"names are {' or '.join(NAMES)}")
+    put(db, "names", value)
+
+
+def pseudonym_key(db):
+    """The class's pseudonym key, made on first use (two servers starting at once agree: the
+    first insert wins)."""
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO service_settings (key, value) VALUES ('pseudonym_key', ?) ON CONFLICT (key) "
+                   "DO NOTHING", (secrets.token_hex(32),))
+        return tx.value("SELECT value FROM service_settings WHERE key = 'pseudonym_key'")
+
+
+def pseudonyms(key, names_):
+    """{name: pseudonym} of ``names_``, no two alike."""
+    digests = {n: hmac.new(key.encode(), n.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+               for n in set(names_)}
+    out, digits = {}, DIGITS
+    pending = set(digests)
+    while pending:
+        counts = {}
+        for n in pending:
+            counts[digests[n][:digits]] = counts.get(digests[n][:digits], 0) + 1
+        for n in list(pending):
+            if counts[digests[n][:digits]] == 1 or digits >= 64:
+                out[n] = f"Team {digests[n][:digits]}"
+                pending.discard(n)
+        digits += 2
+    return out

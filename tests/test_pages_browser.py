@@ -1,0 +1,386 @@
+"""The class's pages in a real browser: headless Chromium (Debian's, driven by Playwright) against a
+real ``serve`` on the loopback address (tests/servicekit.py).
+
+Where the runs come from, test by test:
+- the ranking's live update and the job page's live transcript: a real local worker running a
+  ranked m2 and development runs in its bubblewrap sandbox, submitted by the real client;
+- access, escaping, logout, no JavaScript, a phone's width and the screenshots: records stored
+  through the service's own routes (tests/pagekit.py: a team submits over the API, a worker token
+  claims the job, posts its lines and ends it with a record), where a real run would only slow
+  the test.
+
+The screenshots (small PNGs) go to the test's folder; with ``PAGES_SCREENSHOTS=docs`` to docs/
+(docs/service.md shows them): ``PAGES_SCREENSHOTS=docs pytest tests/test_pages_browser.py``.
+"""
+import io
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from pagekit import Runs, chromium_or_skip, wait_until
+from servicekit import Service, job_id_of
+from teams import PLAIN, team_project
+
+pytestmark = pytest.mark.service
+HOSTILE = "<script>alert('name')</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    sync_playwright, launch = chromium_or_skip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(**launch)
+        yield browser
+        browser.close()
+
+
+class Watched:
+    """A browser context whose pages record every dialog (alert, confirm...), console error and
+    uncaught exception: a page that runs injected code shows it here."""
+
+    def __init__(self, browser, **options):
+        self.context = browser.new_context(**options)
+        self.dialogs, self.errors = [], []
+        self.page = self.context.new_page()
+        self.page.on("dialog", self._dialog)
+        self.page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+
+    def _dialog(self, dialog):
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def login(self, url, token):
+        self.page.goto(url + "/login")
+        self.page.fill("#token", token)
+        self.page.click("form.login button[type=submit]")
+        self.page.wait_for_load_state()
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+def screenshot(page, tmp_path, name):
+    """A small PNG of the page (a palette of 256 colours where Pillow is here), in the test's folder
+    and with PAGES_SCREENSHOTS=docs in docs/."""
+    data = page.screenshot(full_page=True)
+    try:
+        from PIL import Image
+        image = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+        out = io.BytesIO()
+        image.save(out, format="PNG", optimize=True)
+        data = out.getvalue()
+    except ImportError:
+        pass
+    path = tmp_path / name
+    path.write_bytes(data)
+    if os.environ.get("PAGES_SCREENSHOTS") == "docs":
+        shutil.copy(path, ROOT / "docs" / name)
+    assert 0 < len(data) < 400_000, f"{name}: {len(data)} bytes"
+    return path
+
+
+@pytest.fixture
+def server(tmp_path):
+    svc = Service(tmp_path / "svc", workers=0).start()
+    yield svc
+    svc.close()
+
+
+def runs_of(svc):
+    return Runs(svc.http, svc.worker_token("test-worker"))
+
+
+# ---------------------------------------------------------------------------- with a real worker
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
+@pytest.mark.timeout(600)
+def test_the_ranking_page_shows_a_real_m2_run_as_it_lands(tmp_path, chromium):
+    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
+    watched = Watched(chromium)
+    try:
+        tokens = svc.add_teams("alpha", "beta")
+        page = watched.login(svc.url, tokens["alpha"])
+        page.goto(svc.url + "/")
+        assert "No records yet" in page.inner_text("#ranking")
+        page.wait_for_selector("#live-status:not([hidden])")
+        page.evaluate("window.stillThisPage = true")                  # gone if the page reloads
+        for name in ("beta", "alpha"):
+            folder = team_project(tmp_path / name, cpu=PLAIN)
+            out = svc.cli("submit", "--submit", "m2", "--size", 100, cwd=folder, token=tokens[name])
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+            page.wait_for_selector(f"#ranking td.team:has-text('{name}')", timeout=30_000)
+        assert page.evaluate("window.stillThisPage") is True
+        rows = page.locator("table.ranking tbody tr")
+        assert rows.count() == 2
+        own = page.locator("table.ranking tr.own")
+        assert own.count() == 1 and "alpha" in own.inner_text() and "your team" in own.inner_text()
+        record = {r.team: r for r in svc.records()}
+        for name in ("alpha", "beta"):
+            assert f"{record[name].op_time:.6f}" in page.inner_text("#ranking")
+        assert "m2, 100 images" in page.inner_text("#ranking") and "live, updated" in page.inner_text("#live-status")
+        assert not watched.dialogs and not watched.errors, watched.errors
+    finally:
+        watched.close()
+        svc.close()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
+@pytest.mark.timeout(600)
+def test_the_job_page_shows_its_place_then_lines_as_they_arrive(tmp_path, chromium):
+    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
+    watched = Watched(chromium)
+    try:
+        tokens = svc.add_teams("busy", "gamma")
+        first = svc.cli("submit", "--detach", team_project(tmp_path / "busy", commands=["echo busy", "sleep 6"]),
+                        token=tokens["busy"])
+        svc.wait_for_text(job_id_of(first.stderr), "busy\n", timeout=120)           # the one worker is taken
+        team = team_project(tmp_path / "gamma", commands=["echo first", "sleep 3", "echo second", "sleep 3",
+                                                          "echo third"])
+        job = job_id_of(svc.cli("submit", "--detach", team, token=tokens["gamma"]).stderr)
+        page = watched.login(svc.url, tokens["gamma"])
+        page.goto(f"{svc.url}/jobs/{job}")
+        assert "Waiting in the queue: next in line (1 waiting, 1 running)" in page.inner_text("#place")
+        seen = {}
+
+        def arrived():
+            text = page.inner_text("#transcript")
+            for line in ("first", "second", "third"):
+                if f"\n{line}\n" in text and line not in seen:
+                    seen[line] = time.monotonic()
+            return len(seen) == 3
+        wait_until(arrived, 120, "the three lines")
+        assert seen["second"] - seen["first"] > 2 and seen["third"] - seen["second"] > 2, seen
+        page.wait_for_selector("#verdict .verdict", timeout=60_000)
+        assert "Development run succeeded" in page.inner_text("#verdict")
+        assert page.is_hidden("#place") and page.inner_text("#state") == "done"
+        assert page.inner_text("#transcript").count("\nfirst\n") == 1           # each line once
+        assert not watched.dialogs and not watched.errors, watched.errors
+    finally:
+        watched.close()
+        svc.close()
+
+
+# ---------------------------------------------------------------------------- records through the routes
+
+def test_a_team_cannot_open_another_team_s_page_or_job(server, chromium):
+    runs = runs_of(server)
+    tokens = server.add_teams("alpha", "beta")
+    runs.run(tokens["alpha"], [[0.01], [0.02]])
+    theirs = runs.run(tokens["beta"], [[0.03], [0.04]], lines=["beta's private line\n"])
+    watched = Watched(chromium)
+    try:
+        page = watched.login(server.url, tokens["alpha"])
+        assert page.url.endswith("/team")
+        for path in (f"/jobs/{theirs}", f"/jobs/{theirs}/transcript", "/team?name=beta"):
+            answer = page.goto(server.url + path)
+            assert answer.status == 404 and "private" not in page.content(), path
+        assert page.goto(server.url + "/admin").status == 403
+        page.goto(server.url + "/team")
+        opened = page.evaluate("""id => new Promise(done => {
+            const source = new EventSource('/jobs/' + id + '/events?after=-1');
+            source.onmessage = () => done('message');
+            source.addEventListener('line', () => done('line'));
+            source.onerror = () => { done(source.readyState === EventSource.CLOSED ? 'refused' : 'retrying'); source.close(); };
+        })""", theirs)
+        assert opened == "refused"
+        mine = page.context.cookies()
+        session = [c for c in mine if c["name"] == "ece408_session"][0]
+        for forged in ("beta", session["value"][:-1] + ("A" if session["value"][-1] != "A" else "B"), "x" * 43):
+            page.context.clear_cookies()
+            page.context.add_cookies([{**session, "value": forged}])
+            page.goto(server.url + "/team")
+            assert page.url.endswith("/login"), forged
+            assert page.goto(f"{server.url}/jobs/{theirs}").url.endswith("/login")
+        assert not watched.dialogs
+    finally:
+        watched.close()
+
+
+def test_names_and_transcripts_with_markup_show_as_text_and_run_nothing(server, chromium):
+    runs = runs_of(server)
+    (hostile,) = server.admin("POST", "/api/admin/teams", json={"names": [HOSTILE + "\x1b[31m"]}).json()["teams"]
+    other = server.add_teams("plain")["plain"]
+    lines = ["<script>alert('transcript')</script>\n", "<img src=x onerror=alert(2)>\n",
+             "\x1b[31mred\x1b[0m\x07 <b>bold</b>\n"]
+    runs.run(hostile["token"], [[0.01], [0.02]], device="<img src=x onerror=alert(3)>")      # in the ranking
+    done = runs.run(hostile["token"], [[0.01], [0.02]], lines=lines, correct=False, reason="<script>alert(4)</script>")
+    runs.run(other, [[0.03], [0.04]])
+    live = runs.submit(hostile["token"])
+    claimed = runs.claim()
+    for token in (hostile["token"], server.instructor_token):
+        watched = Watched(chromium, bypass_csp=True)      # the escaping alone must stop it: no help from the CSP
+        try:
+            page = watched.login(server.url, token)
+            for path in ("/", "/team" if token != server.instructor_token else "/admin", f"/jobs/{done}"):
+                answer = page.goto(server.url + path)
+                assert "script-src 'self'" in answer.headers["content-security-policy"]     # and the CSP is there
+                page.wait_for_timeout(300)
+                text = page.inner_text("body")
+                assert "<script>alert('name')</script><img src=x onerror=alert(1)>\\x1b[31m" in text, path
+                assert page.locator("script").count() <= 1                   # live.js only
+                assert page.locator("img").count() <= (1 if path == "/team" else 0), path   # the plot only
+                if path == "/":
+                    assert "<img src=x onerror=alert(3)>" in page.inner_text("table.ranking")
+            text = page.inner_text("#transcript")
+            assert "<script>alert('transcript')</script>\n<img src=x onerror=alert(2)>\n" in text
+            assert "\\x1b[31mred\\x1b[0m\\x07 <b>bold</b>" in text
+            assert "<script>alert(4)</script>" in page.inner_text("#verdict")
+            # lines that arrive live are text too
+            page.goto(f"{server.url}/jobs/{live['id']}")
+            page.wait_for_selector("#live-status:not([hidden])")
+            runs.lines(claimed, ["<script>alert('live')</script>\n", "<img src=x onerror=alert(5)>\x1b[1m\n"],
+                       first=claimed["job"]["next_seq"] + (0 if token == hostile["token"] else 2))
+            page.wait_for_function("document.getElementById('transcript').textContent.includes('alert(5)')")
+            assert "<img src=x onerror=alert(5)>\\x1b[1m" in page.inner_text("#transcript")
+            assert page.locator("#transcript *").count() == 0                 # no element made from a line
+            page.wait_for_timeout(500)
+            assert not watched.dialogs, watched.dialogs
+            assert not watched.errors, watched.errors
+        finally:
+            watched.close()
+
+
+def test_logout_ends_the_session(server, chromium):
+    token = server.add_teams("alpha")["alpha"]
+    watched = Watched(chromium)
+    try:
+        page = watched.login(server.url, token)
+        session = [c for c in page.context.cookies() if c["name"] == "ece408_session"][0]
+        assert session["httpOnly"] and session["sameSite"] == "Strict" and not session["secure"]
+        assert page.evaluate("document.cookie") == ""                        # no script reads it
+        page.click("header button:has-text('log out')")
+        page.wait_for_url("**/login")
+        assert not [c for c in page.context.cookies() if c["name"] == "ece408_session"]
+        page.goto(server.url + "/team")
+        assert page.url.endswith("/login")
+        page.context.add_cookies([session])                                   # the old cookie, put back
+        page.goto(server.url + "/team")
+        assert page.url.endswith("/login")
+    finally:
+        watched.close()
+
+
+def test_the_pages_work_without_javascript_and_on_a_phone(server, chromium):
+    runs = runs_of(server)
+    tokens = server.add_teams("alpha", "a-team-with-a-rather-long-name-for-a-phone")
+    runs.run(tokens["alpha"], [[0.01], [0.02]])
+    queued = runs.submit(tokens["alpha"])
+    watched = Watched(chromium, java_script_enabled=False, viewport={"width": 390, "height": 844})
+    try:
+        page = watched.login(server.url, tokens["alpha"])
+        assert page.url.endswith("/team") and page.locator("table.runs tbody tr").count() == 2
+        page.goto(server.url + "/")
+        assert "alpha" in page.inner_text("table.ranking")
+        assert "Reload the page to see new runs." in page.inner_text("main")
+        page.goto(f"{server.url}/jobs/{queued['id']}")
+        assert "Waiting in the queue: next in line" in page.inner_text("#place")
+        assert "reload the page to see new lines" in page.inner_text("main")
+        page.click("#cancel button")                                           # a plain form
+        page.wait_for_load_state()
+        assert "Cancelled" in page.inner_text("#verdict")
+    finally:
+        watched.close()
+    phone = Watched(chromium, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        page = phone.login(server.url, tokens["alpha"])
+        for path in ("/", "/team", f"/jobs/{queued['id']}"):
+            page.goto(server.url + path)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{path} is {width} px wide on a 390 px phone (tables scroll inside their box)"
+    finally:
+        phone.close()
+
+
+def test_the_service_runs_without_matplotlib(tmp_path):
+    """serve where matplotlib cannot be imported (a finder refuses it, as on the GPU machine's kit):
+    the pages work, the team page says there is no plot, the plot's address answers 404."""
+    import httpx
+    blocker = tmp_path / "no-matplotlib"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class NoMatplotlib:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'matplotlib':\n"
+        "            raise ImportError('matplotlib is not installed here (the test says so)')\n"
+        "sys.meta_path.insert(0, NoMatplotlib())\n")
+    path = os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))
+    svc = Service(tmp_path / "svc", workers=0, env={"PYTHONPATH": path}).start()
+    try:
+        token = svc.add_teams("alpha")["alpha"]
+        runs_of(svc).run(token, [[0.01], [0.02]])
+        with httpx.Client(base_url=svc.url, timeout=30) as browser:
+            form = browser.get("/login")
+            pair = re.search(r'name="login" value="([^"]+)"', form.text).group(1)
+            assert browser.post("/login", data={"login": pair, "token": token}).status_code == 303
+            team = browser.get("/team")
+            assert team.status_code == 200 and "this server has no matplotlib" in team.text
+            assert "plot.svg" not in team.text and "0.030000" in team.text
+            assert browser.get("/team/plot.svg?milestone=m2&size=100").status_code == 404
+            assert browser.get("/").status_code == 200
+        assert "Traceback" not in svc.log()
+    finally:
+        svc.close()
+
+
+# ---------------------------------------------------------------------------- the screenshots
+
+@pytest.mark.timeout(300)
+def test_screenshots_of_each_page(server, chromium, tmp_path):
+    """A class of six teams (records posted through the worker routes, times made up), names
+    anonymised; a screenshot of each page, as a team and as the instructor."""
+    runs = runs_of(server)
+    names = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
+    tokens = server.add_teams(*names)
+    for n, name in enumerate(names):
+        for k in range(2 + n % 3):
+            base = 0.0241 * (1 + 0.37 * n) * (1 - 0.17 * k)
+            runs.run(tokens[name], [[base * 0.46], [base * 0.54]], correct=not (k == 1 and n % 2),
+                     reason=None if not (k == 1 and n % 2) else "Correctness 0.86 on ece408-high, expected 0.91",
+                     lines=["Loading fashion-mnist data... done\n", "Loading model... done\n", "New Inference\n"])
+    watched = Watched(chromium, viewport={"width": 1100, "height": 640}, bypass_csp=True)    # for wait_for_function
+    instructor = Watched(chromium, viewport={"width": 1100, "height": 640})
+    try:
+        page = instructor.login(server.url, server.instructor_token)
+        page.check("input[value=anonymised]")
+        page.click("form[action='/admin/names'] button")
+        page.wait_for_url("**/admin?done=names")
+        job = runs.submit(tokens["charlie"])
+        claimed = runs.claim()
+        runs.lines(claimed, ["* Team file new-forward.py: 1536 bytes\n", "Loading fashion-mnist data... done\n",
+                             "Loading model... done\n", "New Inference\n", "Op Time: 0.009815\n"])
+        runs.submit(tokens["delta"])
+        page.goto(server.url + "/admin")
+        screenshot(page, tmp_path, "pages-admin.png")
+        page = watched.login(server.url, tokens["charlie"])
+        page.wait_for_selector("img[src^='/team/plot.svg']")
+        page.wait_for_function("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+        screenshot(page, tmp_path, "pages-team.png")
+        page.goto(server.url + "/")
+        page.wait_for_selector("#live-status:not([hidden])")
+        assert page.locator("tr.own td.team").inner_text().startswith("charlie")
+        shown = page.locator("td.team").all_inner_texts()
+        assert len([s for s in shown if re.fullmatch(r"Team [0-9a-f]{6}", s.strip())]) == 5, shown
+        screenshot(page, tmp_path, "pages-ranking.png")
+        page.goto(f"{server.url}/jobs/{job['id']}")
+        page.wait_for_selector("#live-status:not([hidden])")
+        runs.lines(claimed, ["Op Time: 0.011224\n", "Correctness: 0.91 Model: ece408-high\n"],
+                   first=claimed["job"]["next_seq"] + 5)
+        page.wait_for_function("document.getElementById('transcript').textContent.includes('Correctness: 0.91')")
+        screenshot(page, tmp_path, "pages-job.png")
+        page.context.clear_cookies()
+        page.goto(server.url + "/login")
+        screenshot(page, tmp_path, "pages-login.png")
+        assert not watched.dialogs and not watched.errors and not instructor.errors, watched.errors
+    finally:
+        watched.close()
+        instructor.close()
+    for name in ("pages-admin.png", "pages-team.png", "pages-ranking.png", "pages-job.png", "pages-login.png"):
+        assert Path(tmp_path / name).stat().st_size < 400_000
