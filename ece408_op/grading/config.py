@@ -209,8 +209,12 @@ def _shown(path):
 
 def load_config(folder):
     """Read and check ``folder/rai_build.yml``; raises ConfigError with every problem found."""
-    import yaml
     path = Path(os.fsdecode(os.fspath(folder))) / CONFIG_NAME
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(path, ["cannot be read here: PyYAML is not installed (pip install pyyaml, a dependency "
+                                 "of this package)"]) from None
     text = read_config_text(path)
     try:
         document = yaml.load(text, Loader=_loader())

@@ -52,8 +52,15 @@ class UtcFormatter(logging.Formatter):
     converter = time.gmtime
 
     def format(self, record):
-        return (f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')}.{int(record.msecs):03d}Z "
-                f"{record.levelname.lower()} uvicorn message={_value(record.getMessage())}")
+        line = (f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')}.{int(record.msecs):03d}Z "
+                f"{record.levelname.lower()} uvicorn message={_value(record.getMessage().strip())}")
+        if record.exc_info:                      # an error of the application: where, on the same line
+            import traceback
+            kind, value, tb = record.exc_info
+            frames = traceback.extract_tb(tb)
+            where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+            line += f" error={_value(f'{kind.__name__}: {value}')} at={_value(where)}"
+        return line
 
 
 def uvicorn_log_config(level="info"):
