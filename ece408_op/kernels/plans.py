@@ -3,7 +3,10 @@ and their launch, with the course's Op Time around it (``_TimedPlan.forward``).
 
 ``module_spec(owner, inner, overrides)`` is the module a plan loads: the owner's CUDA file and its
 ``#define``s (the layer's sizes, the owner's constants and tuning); the launch reads them back from
-``plan.defines``, so host and device agree. The entry points that run plans are in ``launch.py``.
+``plan.defines``, so host and device agree. A version whose kernels take the layer's sizes as an argument
+(``Version.dynamic``: v8, v9, v13, v20) leaves them out of its module (``CONV_DYNAMIC``): the plan passes
+them at launch (``plan.dims``, common.cuh's ConvDims), and one module serves every layer of a tile.
+The entry points that run plans are in ``launch.py``.
 """
 import math
 import time
@@ -16,7 +19,7 @@ from .build import ModuleSpec
 from .choice import choose_version
 from .device import cuda_error_line
 from .versions import FUSED, VERSIONS
-from .versions.version import CONST_WEIGHTS
+from .versions.version import CONST_WEIGHTS, conv_dims
 
 SHARED_DEFAULT_LIMIT = 48 * 1024     # dynamic shared memory beyond this needs the function's opt-in
 
@@ -33,7 +36,12 @@ def module_defines(owner, inner, tuning_overrides=None):
     if unknown:
         raise ValueError(f"unknown tuning keys {sorted(unknown)}; use {', '.join(sorted(tuning_keys()))}")
     compiled = FUSED if owner is FUSED else VERSIONS[int(owner)]
-    defines = {**inner.defines(), "CONST_WEIGHTS": CONST_WEIGHTS, **compiled.defines(inner, tuning_overrides)}
+    if compiled is not FUSED and compiled.dynamic:
+        sizes = ({"CONV_DYNAMIC": 1, **compiled.static_dims(inner)} if compiled.sizes_at_run_time(inner)
+                 else {"CONV_DYNAMIC": 0, **inner.defines()})
+    else:
+        sizes = inner.defines()
+    defines = {**sizes, "CONST_WEIGHTS": CONST_WEIGHTS, **compiled.defines(inner, tuning_overrides)}
     if compiled.arch_features:
         defines["ARCH_FEATURES"] = 1          # build.build_cubin: sm_90 -> sm_90a
     return defines
@@ -95,7 +103,9 @@ class ConvPlan(_TimedPlan):
         self.tuning_overrides = dict(tuning_overrides or {})
         self.inner = self.version.inner(shape)
         self.module_spec = module_spec(version, self.inner, tuning_overrides)
-        self.defines = self.module_spec.define_dict()    # the launch sizes its grid from them
+        # the launch sizes its grid from them (the layer's sizes too where the module takes them at run time)
+        self.defines = {**self.inner.defines(), **self.module_spec.define_dict()}
+        self.dims = conv_dims(self.inner) if self.defines.get("CONV_DYNAMIC") else ()   # the kernels' ConvDims
         module = device.module(self.module_spec)
         self.kernels = [module.get_function(name) for name in self.version.kernels]
         self.pad_input = module.get_function("pad_input") if self.inner.H != shape.H or self.inner.W != shape.W else None
