@@ -22,7 +22,10 @@ from pathlib import Path
 from ..base.files import atomic_write, user_cache_dir
 from ..errors import GpuError
 
-CACHE_ENV = "ECE408_CUBIN_CACHE"     # folder of compiled modules (default: the user's cache, XDG)
+CACHE_ENV = "ECE408_CUBIN_CACHE"     # folder of compiled modules (default: the GPU cache folder's cubin/)
+GPU_CACHE_ENV = "ECE408_GPU_CACHE"   # the GPU cache folder: cubin/ (modules) and autotune/ (tunings); default
+                                     # the user's cache ($XDG_CACHE_HOME/ece408_op); copy it to another machine
+                                     # of the same GPU to start there compiled and tuned
 NVCC_FLAGS = ("-cubin",)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -85,8 +88,14 @@ def sources_digest(paths):
     return digest.hexdigest()
 
 
+def gpu_cache_dir(*parts):
+    """$ECE408_GPU_CACHE / parts, else the user's cache folder's (``user_cache_dir``)."""
+    folder = os.environ.get(GPU_CACHE_ENV, "").strip()
+    return Path(folder).joinpath(*parts) if folder else user_cache_dir(*parts)
+
+
 def cubin_cache_dir():
-    return Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else user_cache_dir("cubin")
+    return Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else gpu_cache_dir("cubin")
 
 
 def cubin_path(spec, arch):
@@ -128,9 +137,11 @@ def build_cubin(spec, arch):
 
 
 def precompile(specs, arch, workers=None):
-    """Build every module of ``specs`` (ModuleSpecs) into the cache, nvcc on all cores; returns how many
-    distinct modules there are."""
+    """Build every module of ``specs`` (ModuleSpecs) into the cache, nvcc on all cores (those cached
+    already are left as they are); returns how many distinct modules there are."""
     unique = sorted(set(specs), key=lambda spec: (str(spec.source), spec.defines))
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        list(pool.map(lambda spec: build_cubin(spec, arch), unique))
+    todo = [spec for spec in unique if not cubin_path(spec, feature_arch(spec.defines, arch)).exists()]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(len(todo), workers or os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda spec: build_cubin(spec, arch), todo))
     return len(unique)

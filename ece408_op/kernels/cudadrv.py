@@ -65,6 +65,7 @@ def lib():
                 "cuMemsetD32Async": (ctypes.c_uint64, ctypes.c_uint, s, p),
                 "cuMemHostRegister_v2": (p, s, u),
                 "cuMemHostUnregister": (p,),
+                "cuStreamIsCapturing": (p, ctypes.POINTER(ctypes.c_int)),
             }
             declare(cu, protos)
             _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
@@ -108,6 +109,13 @@ def set_stream(handle):
     previous = getattr(_state, "stream", 0)
     _state.stream = int(handle or 0)
     return previous
+
+
+def stream_capturing(stream):
+    """Whether ``stream`` (a CUstream handle as an int) is capturing a CUDA graph (or was, and failed)."""
+    status = ctypes.c_int()
+    check(lib().cuStreamIsCapturing(int(stream), ctypes.byref(status)), "cuStreamIsCapturing")
+    return status.value != 0
 
 
 def memcpy_dtod_async(dst, src, nbytes, stream=None):

@@ -11,13 +11,14 @@ from ..conv.parallel import parallel_copy
 from ..conv.spec import ConvSpec
 from ..errors import GpuError, ShapeError
 from . import autotune, cudadrv
-from .choice import KERNEL_ENV, resolve_version
+from .choice import KERNEL_ENV, PRECISION_ENV, parse_precision, resolve_version
 from .device import GpuDevice
 from .plans import fused_plan_for, plan_for
 from .shape import ConvShape
 
 
-def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accumulate=False, device=None):
+def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accumulate=False, device=None,
+                       precision=None):
     """Host arrays in, host array out: (y, op_seconds). ``spec`` (a ConvSpec) gives stride,
     padding, dilation, groups and whether ``bias`` is used; None is the course's layer.
 
@@ -26,11 +27,12 @@ def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accum
     output), all while the device is held, so concurrent callers never share the buffer.
     ``accumulate`` adds to ``out`` instead (req='add'). Op Time covers the layer's kernels
     (and, for the constant-memory versions v3, v4 and v7, the copy of the weights into the bank).
+    ``precision``: 'fp32' (plain float32 versions only) or the default (choice.parse_precision).
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = np.ascontiguousarray(k, dtype=np.float32)
     spec = spec_with_bias(spec, k, bias)
-    call = layer_call(x.shape, k.shape, spec, bias is not None, version, device)
+    call = layer_call(x.shape, k.shape, spec, bias is not None, version, device, precision)
     batch = x.shape[0]
     y_shape = (batch, call.shape.M, call.shape.HO, call.shape.WO)
     if out is None:
@@ -79,7 +81,7 @@ def _require_aligned(**pointers):
 
 
 def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
-                          accumulate=False, device=None):
+                          accumulate=False, device=None, precision=None):
     """Device pointers in and out, with the course's Op Time (``_TimedPlan.forward``: y zeroed, the
     device synchronised before and after): returns op_seconds. The milestones' path (MXNet's arrays,
     ``hostcopy.engine.forward_into``); for network use see ``conv2d_forward_async``.
@@ -88,7 +90,7 @@ def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, 
     the device is idle again.
     """
     _require_aligned(y=y_ptr, x=x_ptr, k=k_ptr)
-    call = layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device)
+    call = layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device, precision)
     batch = int(x_shape[0])
     if batch == 0:
         return 0.0
@@ -153,7 +155,9 @@ class LayerCall:
             previous = cudadrv.set_stream(stream)
             try:
                 with dev.active():
-                    with cudadrv.Recording(tuple(zip((y, x, k, bias), self.sizes))) as recording:
+                    capturing = bool(stream) and cudadrv.stream_capturing(stream)
+                    with dev.no_new_buffers(capturing), \
+                            cudadrv.Recording(tuple(zip((y, x, k, bias), self.sizes))) as recording:
                         self._queue(y, x, k, bias, accumulate)
                     self.recordings[(accumulate, stream)] = (recording, dev.generation)
             finally:
@@ -174,18 +178,21 @@ class LayerCall:
 _calls = {}
 
 
-def layer_call(x_shape, k_shape, spec=None, bias=False, version=None, device=None):
+def layer_call(x_shape, k_shape, spec=None, bias=False, version=None, device=None, precision=None):
     """The LayerCall of this layer, found by a cheap key (the shapes, the spec, whether there is a bias,
-    the requested version and device, $ECE408_KERNEL); resolved on first use: shape checks, the version
-    (explicit, else defaults.json, else the autotuner, else the fallback order) and its plan."""
-    key = (tuple(x_shape), tuple(k_shape), spec, bool(bias), version, device, os.environ.get(KERNEL_ENV))
+    the requested version, precision and device, $ECE408_KERNEL, $ECE408_PRECISION); resolved on first
+    use: shape checks, the version (explicit, else defaults.json, else the autotuner, else the fallback
+    order, under the precision) and its plan."""
+    environ = os.environ
+    key = (tuple(x_shape), tuple(k_shape), spec, bool(bias), version, device, environ.get(KERNEL_ENV), precision,
+           environ.get(PRECISION_ENV))
     call = _calls.get(key)
     if call is None:
         dev = GpuDevice.get(device)
         with dev.active():           # one thread tunes and builds a layer; the others wait for it (the
             call = _calls.get(key)   # device's lock: a caller already holding it, hostcopy, re-enters)
             if call is None:
-                call = _calls[key] = _resolve(dev, x_shape, k_shape, spec, bias, version)
+                call = _calls[key] = _resolve(dev, x_shape, k_shape, spec, bias, version, precision)
     return call
 
 
@@ -194,18 +201,19 @@ def forget_layer_calls():
     _calls.clear()
 
 
-def _resolve(dev, x_shape, k_shape, spec, bias, version):
+def _resolve(dev, x_shape, k_shape, spec, bias, version, precision=None):
     if spec is None and bias:
         spec = ConvSpec.course(k_shape).with_(no_bias=False)
     shape = ConvShape.of(x_shape, k_shape, spec)
     batch = int(x_shape[0])
-    tune = (lambda s: autotune.choose(dev, s, batch)) if batch else None
-    number, overrides = resolve_version(version, shape, dev.name, tune=tune)
+    precision = parse_precision(precision)
+    tune = (lambda s: autotune.choose(dev, s, batch, precision=precision)) if batch else None
+    number, overrides = resolve_version(version, shape, dev.name, tune=tune, precision=precision)
     return LayerCall(dev, plan_for(dev, shape, number, overrides), batch)
 
 
 def conv2d_forward_async(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
-                         stream=0, accumulate=False, device=None):
+                         stream=0, accumulate=False, device=None, precision=None):
     """Network use: queue the layer's kernels on ``stream`` (a CUstream handle as an int, e.g. PyTorch's
     ``torch.cuda.current_stream().cuda_stream``; 0: the legacy default stream) and return at once, with
     no zeroing of y and no synchronisation (the course's Op Time semantics stay with
@@ -213,7 +221,7 @@ def conv2d_forward_async(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, s
     (``layer_call``: may autotune), every later one costs a dictionary look-up and the launches."""
     if not x_shape[0]:
         return
-    layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device).queue(
+    layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device, precision).queue(
         int(y_ptr), int(x_ptr), int(k_ptr), int(bias_ptr or 0), int(stream or 0), accumulate)
 
 
