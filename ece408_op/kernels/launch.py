@@ -235,7 +235,7 @@ def spec_with_bias(spec, k, bias):
     return spec
 
 
-def fused_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, device=None):
+def fused_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, device=None, precision=None):
     """tanh(max_pool_2x2(conv(x, k) + bias)): host arrays in, host array out: (y, op_seconds).
 
     The course models' convolution -> tanh -> 2x2 max-pool (stride 2; an odd last row/column of
@@ -255,14 +255,14 @@ def fused_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, device
         raise ShapeError(f"out has shape {tuple(out.shape)}, the fused layer's output is {y_shape}")
     dev = GpuDevice.get(device)
     with dev.active():
-        plan = fused_plan_for(dev, shape, version)
+        plan = fused_plan_for(dev, shape, version, precision=precision)
         if len(x) == 0:
             return out, 0.0
         return _host_call(dev, plan, x, k, bias, out)
 
 
 def fused_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
-                         device=None):
+                         device=None, precision=None):
     """The fused layer on device pointers (y: ``pooled_shape`` floats): returns op_seconds.
     The caller synchronises its own framework before the call; this returns with the device idle."""
     _require_aligned(y=y_ptr, x=x_ptr, k=k_ptr)
@@ -271,7 +271,7 @@ def fused_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, s
     shape = ConvShape.of(x_shape, k_shape, spec)
     dev = GpuDevice.get(device)
     with dev.active():
-        plan = fused_plan_for(dev, shape, version)
+        plan = fused_plan_for(dev, shape, version, precision=precision)
         if int(x_shape[0]) == 0:
             return 0.0
         return plan.forward(int(y_ptr), int(x_ptr), int(k_ptr), int(bias_ptr or 0), int(x_shape[0]))

@@ -211,7 +211,7 @@ def plan_for(device, shape, version, tuning_overrides=None):
     return device.plan(key, lambda: ConvPlan(device, shape, version, tuning_overrides))
 
 
-def fused_plan_for(device, shape, version=None, tuning_overrides=None):
+def fused_plan_for(device, shape, version=None, tuning_overrides=None, precision=None):
     """The device's fused plan for ``shape``: ``version`` None/'auto' is the fused kernel where it
     runs the layer, else the default convolution + tanh_pool; 'fused' the fused kernel (ShapeError
     where it cannot run the layer); a convolution version, that version + tanh_pool."""
@@ -224,6 +224,6 @@ def fused_plan_for(device, shape, version=None, tuning_overrides=None):
         return device.plan(key, lambda: FusedPlan(device, shape, None, tuning_overrides))
     if shape.HO < 2 or shape.WO < 2:
         raise ShapeError(f"the {shape.HO}x{shape.WO} convolution output has no 2x2 window to pool")
-    number = choose_version(version, shape, device.name)
+    number = choose_version(version, shape, device.name, precision)
     conv = plan_for(device, shape, number, tuning_overrides)
     return device.plan(("fused+conv", conv), lambda: FusedPlan(device, shape, conv))
