@@ -157,6 +157,38 @@ def candidates(shape, arch=None, precision=DEFAULT_PRECISION):
     return out
 
 
+# Layers standing for every kind a network has, for ``shared_modules``: 1x1, 3x3 and 7x7/2 layers of few
+# and many filters on large and small planes, and depthwise windows 3x3, 5x5 (stride 1 and 2) and 7x7
+_SHARED_LAYERS = [dict(C=64, H=h, W=h, M=m, KH=k, SH=s, SW=s, PH=k // 2, PW=k // 2)
+                  for h in (56, 14) for m in (16, 24, 32, 48, 64, 128, 256) for k, s in ((1, 1), (3, 1), (7, 2))] + [
+                  dict(C=c, H=28, W=28, M=c, KH=k, SH=s, SW=s, PH=k // 2, PW=k // 2, G=c)
+                  for c in (32, 96) for k, s in ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1))]
+
+
+def shared_modules(arch, precision=DEFAULT_PRECISION):
+    """The modules that the candidates of most layers load (those whose modules take the sizes at run time:
+    one per tile, and per window for v13), for a device of ``arch``: what ``warmup --gpu`` builds ahead."""
+    from .shape import ConvShape
+    specs = []
+    for values in _SHARED_LAYERS:
+        shape = ConvShape(**values)
+        specs += [module_spec(n, VERSIONS[n].inner(shape), o) for n, o in candidates(shape, arch, precision)
+                  if VERSIONS[n].dynamic]
+    return sorted(set(specs), key=lambda spec: (str(spec.source), spec.defines))
+
+
+_shared_built = set()
+
+
+def _shared_once(arch, precision):
+    """``shared_modules`` the first time a process builds modules for (arch, precision), else []: one
+    parallel build of what most layers load, instead of a few modules at each layer that needs one."""
+    if (arch, precision) in _shared_built:
+        return []
+    _shared_built.add((arch, precision))
+    return shared_modules(arch, precision)
+
+
 def describe(number, overrides):
     tile = " ".join(f"{k}={v}" for k, v in sorted((overrides or {}).items()))
     return f"v{number}" + (f" ({tile})" if tile else "")
@@ -317,8 +349,9 @@ def measure_on_device(dev, shape, batch, options, budget):
     modules = [module_spec(n, VERSIONS[n].inner(shape), o) for n, o in options]
     try:
         missing = [m for m in modules if not dev.has_module(m)]
-        if missing:
-            precompile(missing, dev.arch)                    # nvcc in parallel, before any timing
+        if missing:                  # nvcc in parallel, before any timing; the first time, with the modules most
+            precision = "fp32" if all(VERSIONS[n].exact for n, _ in options) else DEFAULT_PRECISION    # layers
+            precompile(missing + _shared_once(dev.arch, precision), dev.arch)                          # share
     except GpuError:                                         # one that does not build (v20 with an nvcc
         built = []                                           # without sm_90a): the others are timed
         for option, module in zip(options, modules):
