@@ -65,3 +65,36 @@ def test_one_module_runs_several_layers(gpu, monkeypatch):
     with gpu.active():
         plans = [kernels.plan_for(gpu, s, 9, tile) for s in shapes]
     assert plans[0] is not plans[1] and plans[0].kernels[0] is plans[1].kernels[0]     # one module, two plans
+
+
+def test_a_layer_switches_to_its_specialised_module_once_built(gpu, monkeypatch, tmp_path):
+    """The first plan takes the sizes at run time; the module with the layer's sizes as #defines is built in the
+    background and the next call runs it; a new LayerCall (another process, the cache folder) starts with it."""
+    import pycuda.gpuarray as gpuarray
+    monkeypatch.setenv("ECE408_GPU_CACHE", str(tmp_path))
+    monkeypatch.delenv("ECE408_CUBIN_CACHE", raising=False)
+    monkeypatch.delenv(STATIC_SIZES_ENV, raising=False)
+    monkeypatch.delenv("ECE408_SPECIALISE", raising=False)
+    kernels.forget_layer_calls()
+    spec, x, k, bias = _data(*LAYERS[0], seed=5)
+    ref, bound = reference_and_bound(x, k, bias, spec)
+    with gpu.active():
+        xd, kd, bd = gpuarray.to_gpu(x), gpuarray.to_gpu(k), gpuarray.to_gpu(bias)
+        yd = gpuarray.to_gpu(np.full(spec.output_shape(x.shape), np.nan, np.float32))
+    args = (int(yd.gpudata), int(xd.gpudata), int(kd.gpudata), x.shape, k.shape, int(bd.gpudata), spec, 9)
+    try:
+        kernels.conv2d_forward_async(*args)
+        call = kernels.layer_call(x.shape, k.shape, spec, True, 9)
+        assert call.plan.dims                                       # sizes at run time first
+        assert kernels.wait_for_specialised(300) and call.upgrade is True
+        for _ in range(2):
+            kernels.conv2d_forward_async(*args)
+        assert not call.plan.dims and call.plan.defines["CONV_DYNAMIC"] == 0 and call.upgrade is None
+        with gpu.active():
+            gpu.synchronize()
+            y = yd.get()
+        assert (np.abs(y - ref) <= bound).all()
+        kernels.forget_layer_calls()
+        assert not kernels.layer_call(x.shape, k.shape, spec, True, 9).plan.dims       # built before: at once
+    finally:
+        kernels.forget_layer_calls()

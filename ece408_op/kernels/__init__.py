@@ -48,7 +48,7 @@ from .choice import (KERNEL_ENV, PRECISION_ENV, PRECISIONS, PREFERENCE, choose_v
                      parse_version, shape_key)
 from .device import DEVICE_ENV, GpuDevice
 from .launch import (LayerCall, conv2d_forward_async, conv2d_forward_device, conv2d_forward_gpu, forget_layer_calls,
-                     fused_forward_device, fused_forward_gpu, layer_call, pooled_shape)
+                     fused_forward_device, fused_forward_gpu, layer_call, pooled_shape, wait_for_specialised)
 from .plans import ConvPlan, FusedPlan, fused_plan_for, module_defines, module_spec, plan_for
 from .profile import Profile
 from .shape import ConvShape
@@ -59,4 +59,4 @@ __all__ = ["DEVICE_ENV", "GpuDevice", "compile_error_line", "require_nvcc", "Con
            "fused_plan_for", "plan_for", "pooled_shape", "LayerCall", "conv2d_forward_async", "forget_layer_calls",
            "layer_call", "Profile", "ConvShape", "FUSED", "KERNEL_ENV",
            "PREFERENCE", "VERSIONS", "choose_version", "default_version", "module_defines", "module_spec",
-           "parse_version", "shape_key", "PRECISION_ENV", "PRECISIONS", "parse_precision"]
+           "parse_version", "shape_key", "PRECISION_ENV", "PRECISIONS", "parse_precision", "wait_for_specialised"]

@@ -182,10 +182,11 @@ def _buffers():
 class Kernel:
     """One ``__global__`` function of a loaded module, called like a PyCUDA Function."""
 
-    __slots__ = ("name", "handle", "module")
+    __slots__ = ("name", "handle", "module", "shared_limit")
 
     def __init__(self, module, name, handle):
         self.module, self.name, self.handle = module, name, handle
+        self.shared_limit = 48 * 1024       # the dynamic shared memory a launch may ask for (raise_shared_limit)
 
     def __call__(self, *args, block, grid, shared=0):
         held = _buffers()
@@ -206,6 +207,13 @@ class Kernel:
         value = ctypes.c_int()
         check(lib().cuFuncGetAttribute(ctypes.byref(value), int(attribute), self.handle), "cuFuncGetAttribute")
         return value.value
+
+    def raise_shared_limit(self, nbytes):
+        """Let launches ask for ``nbytes`` of dynamic shared memory (never lowered: a module serves several
+        layers, each asking for its own)."""
+        if nbytes > self.shared_limit:
+            self.set_attribute(FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+            self.shared_limit = nbytes
 
     def set_attribute(self, attribute, value):
         check(lib().cuFuncSetAttribute(self.handle, int(attribute), int(value)), "cuFuncSetAttribute")

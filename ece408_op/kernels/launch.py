@@ -3,6 +3,8 @@ course's Op Time), conv2d_forward_async / layer_call (network use: the caller's 
 synchronisation) and fused_forward_gpu / fused_forward_device (convolution + bias + tanh + 2x2
 max-pool, the course models' block). The plans they run are ``plans.py``'s."""
 import os
+import queue
+import threading
 
 import numpy as np
 
@@ -13,7 +15,8 @@ from ..errors import GpuError, ShapeError
 from . import autotune, cudadrv
 from .choice import KERNEL_ENV, PRECISION_ENV, parse_precision, resolve_version
 from .device import GpuDevice
-from .plans import fused_plan_for, plan_for
+from .build import build_cubin, cubin_path, feature_arch
+from .plans import fused_plan_for, module_spec, plan_for
 from .shape import ConvShape
 
 
@@ -112,7 +115,7 @@ class LayerCall:
     queues (``cudadrv.Recording``); later calls replay it with their own pointers, re-recording only
     after the device's workspaces changed (``GpuDevice.generation``)."""
 
-    __slots__ = ("device", "plan", "shape", "batch", "sizes", "recordings", "needs_bias", "context_current")
+    __slots__ = ("device", "plan", "shape", "batch", "sizes", "recordings", "needs_bias", "context_current", "upgrade")
 
     def __init__(self, device, plan, batch):
         self.device, self.plan, self.shape, self.batch = device, plan, plan.shape, batch
@@ -121,10 +124,13 @@ class LayerCall:
         self.recordings = {}                 # (accumulate, stream) -> (Recording, device generation)
         self.needs_bias = bool(s.BIAS)
         self.context_current = True          # the device's context was current at the last call (see queue)
+        self.upgrade = None                  # set by the background build: the specialised plan's module is ready
 
     def queue(self, y, x, k, bias=0, stream=0, accumulate=False):
         """Queue the layer on ``stream`` (a CUstream handle as an int; 0: the legacy default stream) for
         device pointers (ints) y, x, k and bias (0: none) and return at once."""
+        if self.upgrade is not None:
+            self._specialise()
         if (y | x | k) % ALIGN:
             _require_aligned(y=y, x=x, k=k)
         if self.needs_bias and not bias:
@@ -164,6 +170,16 @@ class LayerCall:
                 cudadrv.set_stream(previous)
         except cudadrv.DriverError as exc:
             raise GpuError(f"kernel {self.plan.label} failed: {exc}") from exc
+
+    def _specialise(self):
+        """Run the layer's specialised plan from now on (its module was built in the background; ``specialise``):
+        the next call records its launches."""
+        self.upgrade = None
+        plan = self.plan
+        with self.device.active():
+            self.plan = plan_for(self.device, plan.shape, plan.version.number, plan.tuning_overrides or None,
+                                 static=True)
+        self.recordings = {}
 
     def _queue(self, y, x, k, bias, accumulate):
         plan, batch = self.plan, self.batch
@@ -209,7 +225,59 @@ def _resolve(dev, x_shape, k_shape, spec, bias, version, precision=None):
     precision = parse_precision(precision)
     tune = (lambda s: autotune.choose(dev, s, batch, precision=precision)) if batch else None
     number, overrides = resolve_version(version, shape, dev.name, tune=tune, precision=precision)
-    return LayerCall(dev, plan_for(dev, shape, number, overrides), batch)
+    plan = plan_for(dev, shape, number, overrides)
+    if not plan.dims or not plan.version.specialise or os.environ.get(SPECIALISE_ENV, "1").strip() == "0":
+        return LayerCall(dev, plan, batch)
+    static = module_spec(number, plan.inner, overrides, static=True)
+    if cubin_path(static, feature_arch(static.defines, dev.arch)).exists():      # built before: at once
+        return LayerCall(dev, plan_for(dev, shape, number, overrides, static=True), batch)
+    call = LayerCall(dev, plan, batch)
+    specialise(call, static, dev.arch)
+    return call
+
+
+# The specialised modules (issue 35). A layer's first plan takes its sizes at run time (v8, v9, v20: one
+# module per tile, built in seconds for a whole network), and measured 4-32% slower than a module built for
+# the layer's shape (bench/sizes.py, H200: v20 median 1.08x, v9 and v8 1.18x); so once a layer is resolved,
+# the module of its chosen version and tile with the sizes as #defines is built in the background (daemon
+# threads: NVRTC or nvcc, while the GPU runs the network), and the layer's next call switches to it (a
+# check of one attribute per call until then). A module built before (the cache folder) is used at once.
+SPECIALISE_ENV = "ECE408_SPECIALISE"          # 0: keep the run-time-size modules
+_jobs = queue.Queue()
+_workers = []
+_pending = [0]
+_pending_lock = threading.Condition()
+
+
+def _builder():
+    while True:
+        call, spec, arch = _jobs.get()
+        try:
+            build_cubin(spec, arch)
+            call.upgrade = True
+        except Exception:                       # (the run-time-size module keeps running the layer)
+            pass
+        finally:
+            with _pending_lock:
+                _pending[0] -= 1
+                _pending_lock.notify_all()
+
+
+def specialise(call, spec, arch):
+    """Build ``spec`` (the layer's module with its sizes as #defines) in the background, then upgrade ``call``."""
+    with _pending_lock:
+        _pending[0] += 1
+        if len(_workers) < max(1, (os.cpu_count() or 2) - 2):
+            worker = threading.Thread(target=_builder, name="ece408-specialise", daemon=True)
+            worker.start()
+            _workers.append(worker)
+    _jobs.put((call, spec, arch))
+
+
+def wait_for_specialised(timeout=None):
+    """Wait until every background build asked for so far has ended (True), or ``timeout`` seconds (False)."""
+    with _pending_lock:
+        return _pending_lock.wait_for(lambda: _pending[0] == 0, timeout)
 
 
 def conv2d_forward_async(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,

@@ -14,6 +14,7 @@ class Depthwise(Version):
     number, name, kernels = 13, "depthwise", ("conv_forward_v13",)
     general = True
     dynamic = True
+    specialise = False        # its sizes at run time measured as fast as at compile time (bench/sizes.py: 1.00x)
     tuning_keys = ("V13_VEC", "V13_THREADS")
     MAX_TAPS = 49             # KH*KW taps in registers
     MAX_SPAN = 64             # input values under a strip, per tap row

@@ -96,6 +96,8 @@ class Version(Sourced):
     arch_features = False     # built for the device's architecture-specific target (v20: sm_90a's wgmma)
     dynamic = False           # its kernels take the layer's sizes as an argument (common.cuh: CONV_DYNAMIC):
                               # one module per tile (and ``static_dims``) for every layer, not one per shape
+    specialise = True         # (dynamic ones) a layer's module with its sizes as #defines is built in the
+                              # background and replaces the run-time-size one (kernels/launch.py)
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
