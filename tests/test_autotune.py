@@ -244,3 +244,19 @@ def test_one_cache_folder_holds_modules_and_tunings(tmp_path, monkeypatch):
         assert autotune.cache_for("Test GPU").path == tmp_path / "gpu-cache" / "autotune" / "Test_GPU.json"
     finally:
         autotune.forget_caches()
+
+
+def test_a_new_batch_class_times_the_candidates_that_were_close_at_another(cache_home):
+    calls = []
+
+    def measure(dev, shape, batch, options, budget):
+        calls.append([describe for describe in map(lambda o: autotune.describe(*o), options)])
+        return [(n, o, (1e-3 if n == 20 else 3e-3) * (1 + 0.01 * i)) for i, (n, o) in enumerate(options)]
+    every = autotune.candidates(POINTWISE, FakeDevice.arch)
+    autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure)
+    assert len(calls[0]) == len(every)
+    autotune.choose(FakeDevice(), POINTWISE, 1, measure=measure)          # a new batch class: v20's tiles only
+    v20 = [autotune.describe(n, o) for n, o in every if n == 20][:autotune.PRIOR_MAX]
+    assert calls[1] == v20 and len(calls[1]) <= autotune.PRIOR_MAX
+    assert autotune.choose(FakeDevice(), DEPTHWISE, 1, measure=measure) and len(calls[2]) == len(
+        autotune.candidates(DEPTHWISE, FakeDevice.arch))                  # a shape not seen: every candidate

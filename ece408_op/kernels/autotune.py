@@ -15,8 +15,13 @@ twice as fast (docs/kernel-notes.md), and each would cost a module build. v12 (W
 The cost model, what cannot win and would cost a compile: v7, v10 and v11 build a module per layer shape
 (their weights and strips are compile-time), about a second of nvcc each, and win only on layers of few
 input values per output (the course's layers, VGG's first layer, MobileNetV2's 1x1 layers of 16-32
-channels: docs/bench/network.md); they are candidates only where C*KH*KW <= PER_SHAPE_MAX_CKK. v8, v9, v13
-and v20 take the layer's sizes at run time: their modules (one per tile) are built once per device.
+channels: docs/bench/network.md); they are candidates only where C*KH*KW <= PER_SHAPE_MAX_CKK and the
+output planes have at least PER_SHAPE_MIN_PLANE positions (on smaller ones, EfficientNet's squeeze-and-
+excitation 1x1 layers on 1x1 planes, every candidate waits on the host). v8, v9, v13 and v20 take the
+layer's sizes at run time: their modules (one per tile) are built once per device.
+A new batch class of a shape tuned before (its other batch classes in the cache) times only the candidates
+within PRIOR_KEEP of the best figure there (at most PRIOR_MAX of them): a network tuned at batch 64 meets
+batch 1 in about a third of the time.
 
 Timing: each candidate once untimed (module set-up), then repeats between CUDA events on the legacy
 default stream without an L2 flush (network use: layers back to back), each repeat enough
@@ -68,6 +73,8 @@ MAX_CALLS = 50
 CONTENDERS = 1.2               # candidates within this of the best median get the repeats beyond REPEATS[0]
 EARLY_OUT = 2.0                # a candidate whose first call took this times the best first call: no repeats
 PER_SHAPE_MAX_CKK = 32         # v7, v10, v11 (a module per layer shape) only where C*KH*KW is at most this
+PER_SHAPE_MIN_PLANE = 16 * 16  # and HO*WO at least this (the course layers: 24x24 and more)
+PRIOR_KEEP, PRIOR_MAX = 1.5, 6  # a new batch class of a known shape: the candidates within 1.5x of the best there
 IDLE_S = 0.5                   # the GPU counts as idle (clocks down: WARM_S first) this long after a tuning
 CALLER_HOST_S = 10e-6          # host time of a front-end's call besides the replay (ece408_op.torch.Conv2d on the
                                # H100 machine, 2026-11-24: forward 13.9 us, of which Recording.replay 5.1;
@@ -129,7 +136,32 @@ def cache_key(shape, batch, precision=DEFAULT_PRECISION):
 def worth_timing(version, shape):
     """The cost model: False where ``version`` cannot win on ``shape`` and would cost a compile of its own
     (a module per layer shape on a layer of more than PER_SHAPE_MAX_CKK input values per output)."""
-    return version.dynamic or shape.CKK <= PER_SHAPE_MAX_CKK
+    return version.dynamic or shape.CKK <= PER_SHAPE_MAX_CKK and shape.HO * shape.WO >= PER_SHAPE_MIN_PLANE
+
+
+def prior_candidates(cache, shape, batch, precision, options):
+    """``options`` cut to those within PRIOR_KEEP of the best figure of the nearest other batch class of
+    ``shape`` in ``cache`` (at most PRIOR_MAX, the fastest first; the batch class of the entry kept); all of
+    them where the shape was not tuned before."""
+    want = bucket(batch)
+    entries = cache.entries()
+    prior = None
+    for other in sorted((1 << i for i in range(20)), key=lambda b: abs(b.bit_length() - want.bit_length())):
+        if other != want:
+            prior = entries.get(cache_key(shape, other, precision))
+            if prior and prior.get("source") == source_key() and prior.get("timings"):
+                break
+            prior = None
+    if prior is None:
+        return options
+    figures = {name: ms for name, ms, *_ in prior["timings"] if ms is not None}
+    if not figures:
+        return options
+    best = min(figures.values())
+    ranked = sorted((figures[describe(n, o)], i) for i, (n, o) in enumerate(options)
+                    if figures.get(describe(n, o)) is not None and figures[describe(n, o)] <= PRIOR_KEEP * best)
+    kept = [options[i] for _, i in ranked[:PRIOR_MAX]]
+    return kept or options
 
 
 def candidates(shape, arch=None, precision=DEFAULT_PRECISION):
@@ -312,7 +344,7 @@ def choose(dev, shape, batch, measure=None, log=_warn, precision=None):
     stored = cache.get(shape, batch, precision)
     if stored is not None:
         return stored
-    options = candidates(shape, dev.arch, precision)
+    options = prior_candidates(cache, shape, batch, precision, candidates(shape, dev.arch, precision))
     if not options:
         return None
     start = time.perf_counter()

@@ -2,6 +2,7 @@
 course's Op Time), conv2d_forward_async / layer_call (network use: the caller's stream, no
 synchronisation) and fused_forward_gpu / fused_forward_device (convolution + bias + tanh + 2x2
 max-pool, the course models' block). The plans they run are ``plans.py``'s."""
+import atexit
 import os
 import queue
 import threading
@@ -266,12 +267,27 @@ def _builder():
 def specialise(call, spec, arch):
     """Build ``spec`` (the layer's module with its sizes as #defines) in the background, then upgrade ``call``."""
     with _pending_lock:
+        if not _workers:
+            atexit.register(_stop_builds)
         _pending[0] += 1
         if len(_workers) < max(1, (os.cpu_count() or 2) - 2):
             worker = threading.Thread(target=_builder, name="ece408-specialise", daemon=True)
             worker.start()
             _workers.append(worker)
     _jobs.put((call, spec, arch))
+
+
+def _stop_builds():
+    """At exit: drop the builds not started and wait for those running (a daemon thread inside NVRTC while
+    the interpreter shuts down corrupted the heap: 'double free or corruption' at the end of short runs)."""
+    while True:
+        try:
+            _jobs.get_nowait()
+        except queue.Empty:
+            break
+        with _pending_lock:
+            _pending[0] -= 1
+    wait_for_specialised(60)
 
 
 def wait_for_specialised(timeout=None):
