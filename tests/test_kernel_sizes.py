@@ -90,3 +90,19 @@ def test_a_plan_keeps_the_sizes_for_its_launch(monkeypatch):
     shape = LAYERS[0]
     assert "CONV_C" not in module_defines(20, shape)
     assert kernels.VERSIONS[20].shared_bytes({**shape.defines(), **module_defines(20, shape)}) > 0
+
+
+def test_warmup_gpu_builds_the_shared_modules_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """``warmup --gpu`` builds the modules most layers share into the GPU cache folder (no GPU needed)."""
+    import shutil
+    from ece408_op.cli import main
+    from ece408_op.kernels import autotune
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not on PATH")
+    monkeypatch.setenv("ECE408_GPU_CACHE", str(tmp_path))
+    monkeypatch.delenv("ECE408_CUBIN_CACHE", raising=False)
+    assert main(["warmup", "--gpu", "--arch", "sm_90", "--precision", "fp32"]) == 0
+    count = len(autotune.shared_modules("sm_90", "fp32"))
+    assert f"{count} GPU modules for sm_90 (fp32) ready" in capsys.readouterr().out
+    assert len(list((tmp_path / "cubin").glob("*.cubin.gz"))) == count
+    assert all(spec.source.name in ("v08_gemm.cu", "v13_depthwise.cu") for spec in autotune.shared_modules("sm_90", "fp32"))
