@@ -141,6 +141,16 @@ def test_stale_or_invalid_entries_are_tuned_again(cache_home):
         data = json.loads(path.read_text())
 
 
+def test_writes_are_kept_back_a_second_and_flushed(cache_home):
+    measure = fake_measure({8: 2e-3, 9: 1e-3}, [])
+    autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure)
+    autotune.choose(FakeDevice(), DEPTHWISE, 64, measure=measure)           # within WRITE_EVERY_S: kept back
+    cache = autotune.cache_for(FakeDevice.name)
+    assert len(json.loads(cache.path.read_text())["entries"]) == 1
+    cache.flush()
+    assert len(json.loads(cache.path.read_text())["entries"]) == 2
+
+
 def test_a_long_tuning_prints_one_line(cache_home, monkeypatch):
     clock = iter([0.0, 2.5])
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: next(clock))
@@ -204,6 +214,7 @@ def test_precision_fp32_tunes_plain_float32_versions_only_under_its_own_key(cach
     assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure, precision="fp32")[0] == 8
     assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure, precision="float32")[0] == 8
     assert len(calls) == 2                                       # each precision tuned once, kept apart
+    autotune.cache_for(FakeDevice.name).flush()                  # (the second write may be kept back a second)
     entries = json.loads(autotune.cache_for(FakeDevice.name).path.read_text())["entries"]
     assert set(entries) == {autotune.cache_key(POINTWISE, 64), autotune.cache_key(POINTWISE, 64, "fp32")}
 

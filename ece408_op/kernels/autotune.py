@@ -45,6 +45,7 @@ CUDA files); a changed source tunes again. A file
 that cannot be read as a cache is ignored with a one-line warning and replaced on the next write
 (written atomically: a temporary file, then a rename).
 """
+import atexit
 import datetime
 import json
 import math
@@ -77,6 +78,7 @@ PER_SHAPE_MAX_CKK = 32         # v7, v10, v11 (a module per layer shape) only wh
 PER_SHAPE_MIN_PLANE = 16 * 16  # and HO*WO at least this (the course layers: 24x24 and more)
 PRIOR_KEEP, PRIOR_MAX = 1.5, 3  # a new batch class of a known shape: the candidates within 1.5x of the best there
 PRIOR_BUDGET_S = 0.012         # and this much timing
+WRITE_EVERY_S = 1.0            # the cache file is written at most this often (and at the end: TuneCache.put)
 IDLE_S = 0.5                   # the GPU counts as idle (clocks down: WARM_S first) this long after a tuning
 CALLER_HOST_S = 10e-6          # host time of a front-end's call besides the replay (ece408_op.torch.Conv2d on the
                                # H100 machine, 2026-11-24: forward 13.9 us, of which Recording.replay 5.1;
@@ -249,6 +251,7 @@ class TuneCache:
         self.path = path or gpu_cache_dir("autotune", f"{safe}.json")
         self._entries = None
         self._written = None          # the file's (mtime, size) as this process last wrote it
+        self._dirty, self._last_write, self._exit_flush = False, float("-inf"), False
         self._lock = threading.Lock()
 
     def _read(self, warn):
@@ -295,17 +298,36 @@ class TuneCache:
 
     def put(self, shape, batch, entry, precision=DEFAULT_PRECISION):
         """Store ``entry`` (merged into what is on disk now: other processes' tunings are kept; the file is
-        read again only where it changed since this process last read or wrote it)."""
+        read again only where it changed since this process last read or wrote it). Written at once where
+        the last write is WRITE_EVERY_S old, else at the next such put, ``flush`` or the process's end (a
+        first forward tunes layer after layer: one write of the whole file each cost 3-7 ms)."""
         with self._lock:
-            if self._entries is None or self._stamp() != getattr(self, "_written", None):
+            if self._entries is None or self._stamp() != self._written:
                 self._entries = {**(self._entries or {}), **self._read(warn=False)}
             self._entries[cache_key(shape, batch, precision)] = entry
-            data = {"device": self.device_name, "entries": dict(sorted(self._entries.items()))}
-            try:
-                atomic_write(self.path, (json.dumps(data, indent=1) + "\n").encode())
-                self._written = self._stamp()
-            except OSError as exc:
-                _warn(f"cannot write the autotune cache {self.path} ({exc}); tuning is kept for this process only")
+            self._dirty = True
+            if time.monotonic() - self._last_write >= WRITE_EVERY_S:
+                self._write()
+            elif not self._exit_flush:
+                self._exit_flush = True
+                atexit.register(self.flush)
+
+    def flush(self):
+        """Write what ``put`` kept back, if anything."""
+        with self._lock:
+            if self._dirty:
+                if self._stamp() != self._written:          # another process wrote since: keep its entries
+                    self._entries = {**self._read(warn=False), **self._entries}
+                self._write()
+
+    def _write(self):
+        data = {"device": self.device_name, "entries": dict(sorted(self._entries.items()))}
+        self._dirty, self._last_write = False, time.monotonic()
+        try:
+            atomic_write(self.path, (json.dumps(data, indent=1) + "\n").encode())
+            self._written = self._stamp()
+        except OSError as exc:
+            _warn(f"cannot write the autotune cache {self.path} ({exc}); tuning is kept for this process only")
 
 
 _caches = {}
@@ -320,8 +342,10 @@ def cache_for(device_name):
 
 
 def forget_caches():
-    """Drop the in-process copies (a test's fresh process)."""
+    """Drop the in-process copies, written out first (a test's fresh process)."""
     with _caches_lock:
+        for cache in _caches.values():
+            cache.flush()
         _caches.clear()
 
 
