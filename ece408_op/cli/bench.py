@@ -290,6 +290,10 @@ def network_command(argv):
     unknown = sorted(set(whole + compiled) - set(WHOLE))
     if unknown:
         raise UsageError(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(WHOLE)}")
+    needs = sorted(set(whole + compiled) - set(NETWORKS))
+    if needs and importlib.util.find_spec("torchvision") is None:
+        raise UsageError(f"--whole/--compile {', '.join(needs)} need torchvision (pip install torchvision); "
+                         f"without it: {', '.join(NETWORKS)}")
     try:
         batches = tuple(int(b) for b in args.batches.split(",") if b)
     except ValueError:
