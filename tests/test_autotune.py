@@ -8,6 +8,7 @@ import json
 import pytest
 
 from ece408_op import kernels
+from ece408_op.errors import GpuError
 from ece408_op.kernels import autotune, choice
 
 S = kernels.ConvShape
@@ -140,6 +141,16 @@ def test_stale_or_invalid_entries_are_tuned_again(cache_home):
         data = json.loads(path.read_text())
 
 
+def test_writes_are_kept_back_a_second_and_flushed(cache_home):
+    measure = fake_measure({8: 2e-3, 9: 1e-3}, [])
+    autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure)
+    autotune.choose(FakeDevice(), DEPTHWISE, 64, measure=measure)           # within WRITE_EVERY_S: kept back
+    cache = autotune.cache_for(FakeDevice.name)
+    assert len(json.loads(cache.path.read_text())["entries"]) == 1
+    cache.flush()
+    assert len(json.loads(cache.path.read_text())["entries"]) == 2
+
+
 def test_a_long_tuning_prints_one_line(cache_home, monkeypatch):
     clock = iter([0.0, 2.5])
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: next(clock))
@@ -178,3 +189,87 @@ def test_the_table_is_read_once(tmp_path, monkeypatch):
         assert choice.default_version(POINTWISE, "GPU") == 8
     assert len(reads) == 1
     choice.reload_defaults()
+
+
+def test_the_cost_model_times_per_shape_versions_only_on_few_input_values():
+    """v7, v10, v11 build a module per layer shape (about a second of nvcc): candidates only where
+    C*KH*KW <= PER_SHAPE_MAX_CKK (where they won: MobileNetV2's 1x1 16->96, VGG's first layer)."""
+    limit = autotune.PER_SHAPE_MAX_CKK
+    wide = {n for n, _ in autotune.candidates(S(limit + 1, 56, 56, 96, 1))}
+    few = {n for n, _ in autotune.candidates(S(limit, 56, 56, 96, 1))}
+    assert not wide & {7, 10, 11} and {8, 9} <= wide
+    assert {7, 8, 9} <= few
+    assert 7 in {n for n, _ in autotune.candidates(S(3, 224, 224, 64, 3, PH=1, PW=1))}
+    assert all(kernels.VERSIONS[n].dynamic for n in wide)
+
+
+def test_precision_fp32_tunes_plain_float32_versions_only_under_its_own_key(cache_home):
+    assert {n for n, _ in autotune.candidates(POINTWISE, "sm_90", "fp32")} == {8}
+    assert {n for n, _ in autotune.candidates(DEPTHWISE, "sm_90", "fp32")} == {8, 13}
+    assert all(kernels.VERSIONS[n].exact for n, _ in autotune.candidates(S(1, 28, 28, 50, 5), "sm_90", "fp32"))
+    assert autotune.cache_key(POINTWISE, 64, "fp32") == autotune.cache_key(POINTWISE, 64) + " fp32"
+    calls = []
+    measure = fake_measure({8: 2e-3, 9: 1e-3, 20: 0.5e-3}, calls)
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure)[0] == 20
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure, precision="fp32")[0] == 8
+    assert autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure, precision="float32")[0] == 8
+    assert len(calls) == 2                                       # each precision tuned once, kept apart
+    autotune.cache_for(FakeDevice.name).flush()                  # (the second write may be kept back a second)
+    entries = json.loads(autotune.cache_for(FakeDevice.name).path.read_text())["entries"]
+    assert set(entries) == {autotune.cache_key(POINTWISE, 64), autotune.cache_key(POINTWISE, 64, "fp32")}
+
+
+def test_precision_in_the_choice_of_a_version(tmp_path, monkeypatch):
+    monkeypatch.delenv(choice.KERNEL_ENV, raising=False)
+    monkeypatch.delenv(choice.PRECISION_ENV, raising=False)
+    table_shape = S(64, 56, 56, 64, 3, PH=1, PW=1)
+    path = tmp_path / "defaults.json"
+    path.write_text(json.dumps({"GPU": {"shapes": {kernels.shape_key(table_shape): 20}}}))
+    monkeypatch.setattr(choice, "DEFAULTS_FILE", path)
+    choice.reload_defaults()
+    try:
+        assert choice.resolve_version(None, table_shape, "GPU") == (20, None)
+        number, _ = choice.resolve_version(None, table_shape, "GPU", precision="fp32")     # the table skipped
+        assert kernels.VERSIONS[number].exact
+        assert choice.resolve_version("fast", table_shape, "GPU", precision="fp32")[0] != 12
+        with pytest.raises(GpuError, match="precision='fp32'"):
+            # bad input: a TF32 tensor-core version asked for under precision fp32
+            choice.resolve_version(9, table_shape, "GPU", precision="fp32")
+        with pytest.raises(GpuError, match="unknown precision"):
+            # bad input: a precision that does not exist
+            choice.parse_precision("fp16")
+        monkeypatch.setenv(choice.PRECISION_ENV, "fp32")
+        assert choice.parse_precision(None) == choice.parse_precision("auto") == "fp32"
+        assert choice.parse_precision("tf32x3") == "tf32x3"
+    finally:
+        choice.reload_defaults()
+
+
+def test_one_cache_folder_holds_modules_and_tunings(tmp_path, monkeypatch):
+    from ece408_op.kernels import build
+    monkeypatch.setenv(build.GPU_CACHE_ENV, str(tmp_path / "gpu-cache"))
+    monkeypatch.delenv(build.CACHE_ENV, raising=False)
+    autotune.forget_caches()
+    try:
+        assert build.cubin_cache_dir() == tmp_path / "gpu-cache" / "cubin"
+        assert autotune.cache_for("Test GPU").path == tmp_path / "gpu-cache" / "autotune" / "Test_GPU.json"
+    finally:
+        autotune.forget_caches()
+
+
+def test_a_new_batch_class_times_the_candidates_that_were_close_at_another(cache_home):
+    calls = []
+
+    def measure(dev, shape, batch, options, budget):
+        calls.append([describe for describe in map(lambda o: autotune.describe(*o), options)])
+        return [(n, o, (1e-3 if n == 20 else 3e-3) * (1 + 0.01 * i)) for i, (n, o) in enumerate(options)]
+    every = autotune.candidates(POINTWISE, FakeDevice.arch)
+    autotune.choose(FakeDevice(), POINTWISE, 64, measure=measure)
+    assert len(calls[0]) == len(every)
+    autotune.choose(FakeDevice(), POINTWISE, 1, measure=measure)          # a new batch class: v20's tiles only,
+    v20 = [(n, o) for n, o in every if n == 20]                          # the best, and the best of one launch
+    want = [autotune.describe(*c) for c in v20[:autotune.PRIOR_MAX]]
+    single = next(c for c in v20 if c[1].get("V20_INLINE"))
+    assert calls[1] == want + ([autotune.describe(*single)] if autotune.describe(*single) not in want else [])
+    assert autotune.choose(FakeDevice(), DEPTHWISE, 1, measure=measure) and len(calls[2]) == len(
+        autotune.candidates(DEPTHWISE, FakeDevice.arch))                  # a shape not seen: every candidate

@@ -112,10 +112,20 @@ def test_the_cubin_cache_is_keyed_on_exactly_the_sources_a_module_includes(tmp_p
 
 
 def _source_defaults(source):
-    """NAME -> value of every ``#ifndef NAME / #define NAME value`` default in ``source`` and its headers."""
-    pairs = re.findall(r"#ifndef (\w+)\n#define \1 (\w+)", "".join(p.read_text() for p in source_files(source)))
-    values = dict(pairs)
-    return {name: int(values.get(value, value)) for name, value in values.items()}
+    """NAME -> value of every ``#ifndef NAME / #define NAME value`` default in ``source`` and its headers, the
+    first of each name (the one the preprocessor keeps). A file built with the layer's sizes at run time
+    (CONV_DYNAMIC 1) leaves out common.cuh's defaults of the sizes (its other branch), keeping its own."""
+    pattern = r"#ifndef (\w+)\n#define \1 (\w+)"
+    values = {}
+    for name, value in re.findall(pattern, "".join(p.read_text() for p in source_files(source))):
+        values.setdefault(name, value)
+    out = {name: int(values.get(value, value)) for name, value in values.items()}
+    if out.get("CONV_DYNAMIC") == 1:
+        own = dict(re.findall(pattern, source.read_text()))
+        out = {name: value for name, value in out.items() if not name.startswith("CONV_") or name in own}
+    elif out.get("CONV_DYNAMIC") == 0:
+        del out["CONV_DYNAMIC"]               # (common.cuh's: the sizes are #defines; the launcher passes them)
+    return out
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)

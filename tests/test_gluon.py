@@ -69,9 +69,13 @@ def test_deferred_initialisation_infers_in_channels(x):
 
 
 def test_extra_keywords_are_the_operator_attributes(x):
-    ours = ece408_op.gluon.Conv2D(4, 3, device="cpu", gpu_kernel="v6")
+    ours = ece408_op.gluon.Conv2D(4, 3, device="cpu", gpu_kernel="v6", precision="fp32")
     ours.initialize()
     assert ours(x).shape == (2, 4, 15, 13)
+    assert ours._ece408_attrs["precision"] == "fp32"
+    with pytest.raises(ece408_op.errors.ShapeError, match="precision='fp16'"):
+        # bad input: an unknown precision, refused at construction
+        ece408_op.gluon.Conv2D(4, 3, precision="fp16")
     with pytest.raises(ece408_op.errors.ShapeError, match="device='tpu' is not one of"):
         # bad input: an unknown device, refused at construction
         ece408_op.gluon.Conv2D(4, 3, device="tpu")
@@ -187,8 +191,9 @@ def test_swap_blocks_swaps_a_bare_conv2d(x):
     conv = nn.Conv2D(5, 3, strides=2, in_channels=6)
     conv.initialize(mx.init.Xavier())
     want = conv(x).asnumpy()
-    report = ece_gluon.swap_blocks(conv, device="cpu")
+    report = ece_gluon.swap_blocks(conv, device="cpu", precision="fp32")
     assert report.swapped == [conv.name] and type(conv) is ece_gluon.Conv2D
+    assert conv._ece408_attrs["precision"] == "fp32"
     for hybridize in (False, True):
         if hybridize:
             conv.hybridize()

@@ -109,6 +109,8 @@ def test_a_seen_layer_reads_no_file_builds_nothing_and_never_synchronises(gpu, m
                                 np.full(y_shape, np.nan, np.float32))
     args = (_ptr(yd), _ptr(xd), _ptr(kd), x.shape, k.shape, _ptr(bd) if bias is not None else None, spec, version)
     kernels.conv2d_forward_async(*args)                 # first call: resolve, build, set up, record
+    assert kernels.wait_for_specialised(300)            # (the layer's own module, built in the background)
+    kernels.conv2d_forward_async(*args)                 # switches to it (loads it) and records again
     _synchronize(gpu)
     files, defines, syncs = (Counting(monkeypatch, targets) for targets in (
         _file_readers(), _define_builders(), _synchronisers(gpu)))
@@ -224,7 +226,9 @@ NEW_LAYERS = [   # not in defaults.json: tuned on first use
 @pytest.mark.parametrize("x_shape, attrs", NEW_LAYERS, ids=["1x1", "depthwise", "dilated"])
 def test_autotuning_a_new_layer_and_its_cache(gpu, tmp_path, monkeypatch, x_shape, attrs):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("ECE408_GPU_CACHE", raising=False)
     monkeypatch.setenv(autotune.ENV, "1")
+    monkeypatch.setenv("ECE408_SPECIALISE", "0")        # (the plan tuned is the plan run: tests/test_gpu_dynamic.py)
     monkeypatch.delenv(choice.KERNEL_ENV, raising=False)
     autotune.forget_caches()
     kernels.forget_layer_calls()

@@ -156,6 +156,7 @@ BAD_INPUTS = [
                                                             "use True or False"),
     ("nd", dict(num_filter=4, kernel=3, device="tpu"), "ece408_conv: device='tpu' is not one of auto, cpu, gpu"),
     ("nd", dict(num_filter=4, kernel=3, gpu_kernel="v99"), "ece408_conv: gpu_kernel='v99': unknown kernel 'v99'"),
+    ("nd", dict(num_filter=4, kernel=3, precision="fp16"), "ece408_conv: precision='fp16': unknown precision 'fp16'"),
     ("nd", dict(num_filter=4, kernel=3, layout="NHWC"), "ece408_conv: layout='NHWC' is not supported; use NCHW"),
     ("nd", dict(num_filter=4, kernel=3, colour="blue"), "ece408_conv: unknown attribute colour='blue'"),
     ("nd", dict(num_filter=4), "ece408_conv: kernel is required, e.g. kernel=(3, 3)"),
@@ -223,6 +224,16 @@ def test_exit_with_work_still_queued_is_clean():
     for _ in range(3):
         result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
         assert result.returncode == 0 and "terminate" not in result.stderr, result.stderr[-2000:]
+
+
+def test_precision_is_an_attribute_of_the_operator():
+    base = {"num_filter": "4", "kernel": "(3, 3)"}
+    assert op.parse_attrs(base).precision == "auto"
+    assert op.parse_attrs({**base, "precision": "FP32"}).precision == "fp32"
+    assert op.parse_attrs({**base, "precision": "tf32x3"}).precision == "tf32x3"
+    with pytest.raises(ShapeError, match="precision='half': unknown precision"):
+        # bad input: a precision that does not exist
+        op.parse_attrs({**base, "precision": "half"})
 
 
 def test_parsed_attributes_are_remembered_per_attribute_set_and_errors_are_not():

@@ -1,7 +1,8 @@
 """``python -m ece408_op bench gpu --network``: the kernels as convolutions of real networks, timed as
-a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet, no torchvision).
+a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet; torchvision for the whole networks).
 
     python -m ece408_op bench gpu --network [--out DIR] [--repeats N] [--nets resnet18,resnet50,vgg16,mobilenet_v2]
+        [--whole resnet50,...] [--batches 64,1] [--no-cold] [--compile resnet18] [--compile-batch 1]
 
 1. The hot path: host microseconds of a call on a layer seen before (the issue's 1x8x8x8 3x3 layer):
    the look-up alone, the lean call (look-up, checks, the recorded launches replayed), the replay
@@ -17,24 +18,29 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet, no torchvision).
    Each layer's output is checked against the float64 reference (NumPy, conv.reference) on one image.
 3. The autotuner's choice against a re-measurement of every candidate (median of 20, back to back) on
    new layers (``--autotune-check``: also the suite's layers).
-4. ResNet-18 and ResNet-50 (random weights, batch 64) with every convolution swapped, whole network
-   against the cuDNN network, outputs against the network in float64 (cuDNN double).
+4. The nine networks of issue 35 whole (bench/networks.py): the cold start of each (a fresh process, an
+   empty GPU cache folder) beside cuDNN's first forward in a fresh process; the steady state at batch 64
+   and 1 of ours (both precisions), cuDNN fp32 and cuDNN TF32, each output against float64; torch.compile
+   and CUDA graphs (mode='reduce-overhead') of the swapped network.
 
 Writes network.json, network.csv (per layer), network.md (the tables) and network.png.
 """
-import copy
 import csv
 import datetime
 import json
+import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ..kernels import autotune, cudadrv
+from ..kernels import autotune, cudadrv, wait_for_specialised
 from ..kernels.device import GpuDevice
+from ..kernels.build import GPU_CACHE_ENV
 from ..kernels.launch import conv2d_forward_async, layer_call
-from ..torch import Conv2d, swap_convolutions
+from ..torch import Conv2d
+from . import networks
 from ..torch.nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
 from .precompile import autotune_shapes
 from .timing import Timer, cuda_torch, host_us
@@ -47,6 +53,8 @@ def hot_path(torch):
     y = torch.empty(1, 8, 8, 8, device="cuda")
     with torch.inference_mode():
         conv(x)                             # resolve the layer (outside the timing)
+        wait_for_specialised(300)
+        conv(x)                             # (its own module, built in the background)
         ref(x)
     layer = next(iter(conv._layers.values()))
     spec, call = layer.spec, layer.call
@@ -113,6 +121,8 @@ def layer_rows(torch, name, timer, log):
             y = ours(x)                                           # resolves the layer (may autotune)
             torch.cuda.synchronize()
             resolve_s = time.perf_counter() - start
+            wait_for_specialised(300)
+            y = ours(x)                                           # (its own module, built in the background)
             valid, worst = _check_layer(conv, x, y)
             layer = next(iter(ours._layers.values()))
             plan, stream = layer.call.plan, torch.cuda.current_stream().cuda_stream
@@ -178,39 +188,6 @@ def autotune_check(torch, shapes, log, repeats=20):
     return out
 
 
-# ------------------------------------------------------------------ whole networks
-
-def network_rows(torch, names, timer, log):
-    rows = []
-    for name in names:
-        torch.manual_seed(408)
-        model = NETWORKS[name]().cuda().eval()
-        batch = NETWORK_BATCH[name]
-        x = torch.rand(batch, 3, 224, 224, device="cuda")
-        with torch.inference_mode():
-            want = model.double()(x.double())
-            model.float()
-            cudnn_out = model(x)
-            swapped = copy.deepcopy(model)
-            report = swap_convolutions(swapped)
-            ours_out = swapped(x)
-            ours_s, cudnn_s = timer.back_to_back(lambda: swapped(x), lambda: model(x), calls=3)
-        scale = float(want.abs().max())
-        row = {"network": name, "batch": batch, "convolutions": len(report.swapped),
-               "ours_s": ours_s, "cudnn_s": cudnn_s, "ratio": ours_s / cudnn_s,
-               "ours_rel_error": float((ours_out.double() - want).abs().max()) / scale,
-               "cudnn_rel_error": float((cudnn_out.double() - want).abs().max()) / scale,
-               "argmax_equal": bool((ours_out.argmax(1) == cudnn_out.argmax(1)).all())}
-        row["met"] = row["ratio"] <= 1.1 and row["ours_rel_error"] <= 1e-4
-        log(f"  network {name:10s} B={batch}: {len(report.swapped)} convolutions swapped, {ours_s * 1e3:.2f} ms "
-            f"against cuDNN {cudnn_s * 1e3:.2f} ms = {row['ratio']:.2f}x; max error / max |y|: ours "
-            f"{row['ours_rel_error']:.1e}, cuDNN {row['cudnn_rel_error']:.1e}")
-        rows.append(row)
-        del model, swapped
-        torch.cuda.empty_cache()
-    return rows
-
-
 # ------------------------------------------------------------------ output
 
 def markdown(result):
@@ -243,14 +220,7 @@ def markdown(result):
             lines.append(f"| {r['layer']} | {r['batch']} | {r['candidates']} | {r['chosen']} | {r['chosen_ms']:.3f} | "
                          f"{r['best']} | {r['best_ms']:.3f} | {r['ratio']:.3f} |")
         lines.append("")
-    if result.get("networks"):
-        lines += ["## Whole networks (every convolution swapped; back to back, mean of 3 forwards, median)", "",
-                  "| network | batch | convolutions | ours ms | cuDNN ms | ratio | max error / max abs (ours, cuDNN) "
-                  "| argmax equal | met (<= 1.1x) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in result["networks"]:
-            lines.append(f"| {r['network']} | {r['batch']} | {r['convolutions']} | {r['ours_s'] * 1e3:.2f} | "
-                         f"{r['cudnn_s'] * 1e3:.2f} | {r['ratio']:.2f} | {r['ours_rel_error']:.1e}, "
-                         f"{r['cudnn_rel_error']:.1e} | {r['argmax_equal']} | {'yes' if r['met'] else 'no'} |")
+    lines.append(networks.markdown(result))
     return "\n".join(lines) + "\n"
 
 
@@ -290,17 +260,24 @@ def save(result, out_dir):
     plt.close(fig)
 
 
-def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu", command="", log=None):
+def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu", command="", log=None,
+        batches=networks.BATCHES, cold=True, compile_names=("resnet18",), compile_batch=1, profile=False):
     """``bench gpu --network``: the hot path (``hot``), every distinct layer of the networks ``names``, the
-    autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` timed whole; saved to ``out`` as it
-    goes. Returns 1 if any layer's output was invalid, else 0."""
+    autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` (bench/networks.py:
+    cold start, steady state at ``batches``, torch.compile of ``compile_names``); saved to ``out`` as it
+    goes. This process's GPU cache folder is ``out``/gpu-cache (emptied first) unless $ECE408_GPU_CACHE is
+    set. Returns 1 if any layer's output was invalid, else 0."""
+    if not os.environ.get(GPU_CACHE_ENV):
+        own = Path(out).resolve() / "gpu-cache"
+        shutil.rmtree(own, ignore_errors=True)
+        os.environ[GPU_CACHE_ENV] = str(own)
     torch = cuda_torch()
     dev = GpuDevice.get()
     timer = Timer(torch, repeats)
     log = log or (lambda line: print(line, flush=True))
     result = {"device": dev.name, "date": datetime.date.today().isoformat(), "repeats": repeats,
               "command": command, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "layers": [],
-              "autotune": [], "networks": []}
+              "autotune": []}
     if hot:
         result["hot_path"] = hot_path(torch)
         log("hot path: " + ", ".join(f"{k} {v:.2f}" if not isinstance(v, str) else f"{k} {v}"
@@ -313,11 +290,12 @@ def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu
     if check_autotune != "none":
         result["autotune"] = autotune_check(torch, autotune_shapes(check_autotune == "suite"), log)
         save(result, out)
-    result["networks"] = network_rows(torch, whole, timer, log)
-    save(result, out)
+    if whole:
+        networks.run(torch, whole, timer, log, result, lambda: save(result, out), batches, cold, compile_names,
+                     compile_batch, profile)
     met = sum(r["met"] for r in result["layers"])
     log(f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
-        + "; ".join(f"{r['network']} {r['ratio']:.2f}x" for r in result["networks"]))
+        + "; ".join(f"{r['network']} B{r['batch']} {r['ratio']:.2f}x" for r in result.get("whole", [])))
     bad = [r for r in result["layers"] if not r["valid"]]
     if bad:
         log("INVALID: " + "; ".join(f"{r['network']} {r['what']}" for r in bad))

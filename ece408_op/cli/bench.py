@@ -262,11 +262,19 @@ def suite_command(args):
 def network_command(argv):
     """``bench gpu --network``: real networks' convolutions through ece408_op.torch (bench/network.py)."""
     from ..bench import network
+    from ..bench.cold import NETWORKS as WHOLE
     from ..torch.nets import NETWORKS
     parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=network.__doc__.splitlines()[0])
     parser.add_argument("--network", action="store_true")
-    parser.add_argument("--nets", default=",".join(NETWORKS), help=f"comma-separated, of {', '.join(NETWORKS)}")
-    parser.add_argument("--whole", default="resnet18,resnet50", help="networks timed whole (default resnet18,resnet50)")
+    parser.add_argument("--nets", default=",".join(NETWORKS),
+                        help=f"per-layer tables: comma-separated, of {', '.join(NETWORKS)} ('' for none)")
+    parser.add_argument("--whole", default=",".join(WHOLE),
+                        help=f"networks timed whole (default all of {', '.join(WHOLE)}; '' for none)")
+    parser.add_argument("--batches", default="64,1", help="the whole networks' batches; the first is the cold start's")
+    parser.add_argument("--no-cold", action="store_true", help="no cold-start processes")
+    parser.add_argument("--profile-cold", action="store_true", help="where each cold start's seconds went")
+    parser.add_argument("--compile", default="resnet18", help="networks compiled with torch.compile ('' for none)")
+    parser.add_argument("--compile-batch", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--autotune-check", choices=("none", "new", "suite"), default="new",
                         help="re-measure the autotuner's candidates on new layers (and the suite's: 'suite')")
@@ -275,11 +283,26 @@ def network_command(argv):
     args = parser.parse_args(argv)
     names = [n for n in args.nets.split(",") if n]
     whole = [n for n in args.whole.split(",") if n]
-    unknown = sorted(set(names + whole) - set(NETWORKS))
+    compiled = [n for n in args.compile.split(",") if n]
+    unknown = sorted(set(names) - set(NETWORKS))
     if unknown:
         raise UsageError(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(NETWORKS)}")
+    unknown = sorted(set(whole + compiled) - set(WHOLE))
+    if unknown:
+        raise UsageError(f"unknown network(s) {', '.join(unknown)}; choose from {', '.join(WHOLE)}")
+    needs = sorted(set(whole + compiled) - set(NETWORKS))
+    if needs and importlib.util.find_spec("torchvision") is None:
+        raise UsageError(f"--whole/--compile {', '.join(needs)} need torchvision (pip install torchvision); "
+                         f"without it: {', '.join(NETWORKS)}")
+    try:
+        batches = tuple(int(b) for b in args.batches.split(",") if b)
+    except ValueError:
+        batches = ()
+    if not batches or min(batches) < 1:
+        raise UsageError(f"--batches {args.batches!r}: give positive batch sizes, e.g. 64,1")
     return network.run(names, whole, args.repeats, args.autotune_check, not args.no_hot_path, args.out,
-                       "python -m ece408_op bench gpu " + " ".join(argv))
+                       "python -m ece408_op bench gpu " + " ".join(argv), batches=batches, cold=not args.no_cold,
+                       compile_names=compiled, compile_batch=args.compile_batch, profile=args.profile_cold)
 
 
 def precompile_command(argv):

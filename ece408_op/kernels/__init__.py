@@ -20,11 +20,13 @@ the benchmarks (``ece408_op/bench/``) run next to PyTorch/cuDNN. Files:
 
     versions/         the ladder: each version's CUDA file and its Python half side by side
                       (capability check, #defines, grid), the table they register in (VERSIONS)
-    choice.py         which version runs a layer: parsing, defaults.json, the fallback order
-    autotune.py       timing the versions on a layer the table does not name; the user's cache
+    choice.py         which version runs a layer: parsing, the precision, defaults.json, the fallback order
+    autotune.py       timing the versions on a layer the table does not name (a cost model drops those that
+                      cannot win); the GPU cache folder's autotune/
     shape.py          the shape class a module is compiled for
     tuning.py/.json   tuned parameters, as data (bench gpu --sweep writes them)
-    build.py          a module's sources, nvcc and the on-disk cubin cache (no GPU needed)
+    build.py          a module's sources, nvcc and the on-disk cubin cache (no GPU needed); the GPU cache
+                      folder ($ECE408_GPU_CACHE: cubin/ and autotune/, copyable)
     device.py         a device's context, lock, memory, module and plan caches, profile
     plans.py          a version compiled for a shape class on a device: its module, kernels, launch
     launch.py         the entry points conv2d_forward_gpu / conv2d_forward_device (the course's Op
@@ -42,10 +44,11 @@ so that calls may come from any thread (MXNet calls an operator's forward on its
 worker threads); memory is reused while large enough and freed inside that context.
 """
 from .build import compile_error_line, require_nvcc
-from .choice import KERNEL_ENV, PREFERENCE, choose_version, default_version, parse_version, shape_key
+from .choice import (KERNEL_ENV, PRECISION_ENV, PRECISIONS, PREFERENCE, choose_version, default_version, parse_precision,
+                     parse_version, shape_key)
 from .device import DEVICE_ENV, GpuDevice
 from .launch import (LayerCall, conv2d_forward_async, conv2d_forward_device, conv2d_forward_gpu, forget_layer_calls,
-                     fused_forward_device, fused_forward_gpu, layer_call, pooled_shape)
+                     fused_forward_device, fused_forward_gpu, layer_call, pooled_shape, wait_for_specialised)
 from .plans import ConvPlan, FusedPlan, fused_plan_for, module_defines, module_spec, plan_for
 from .profile import Profile
 from .shape import ConvShape
@@ -56,4 +59,4 @@ __all__ = ["DEVICE_ENV", "GpuDevice", "compile_error_line", "require_nvcc", "Con
            "fused_plan_for", "plan_for", "pooled_shape", "LayerCall", "conv2d_forward_async", "forget_layer_calls",
            "layer_call", "Profile", "ConvShape", "FUSED", "KERNEL_ENV",
            "PREFERENCE", "VERSIONS", "choose_version", "default_version", "module_defines", "module_spec",
-           "parse_version", "shape_key"]
+           "parse_version", "shape_key", "PRECISION_ENV", "PRECISIONS", "parse_precision", "wait_for_specialised"]

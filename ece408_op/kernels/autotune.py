@@ -4,21 +4,35 @@ versions that run it, with their tile choices (``TILES``), on scratch data of th
 keep the fastest; persisted per device name and shape in the user's cache, so that a second process
 starts tuned.
 
-    $XDG_CACHE_HOME (default ~/.cache)/ece408_op/autotune/<device name>.json
+    $ECE408_GPU_CACHE (default $XDG_CACHE_HOME/ece408_op, ~/.cache/ece408_op)/autotune/<device name>.json
     ECE408_AUTOTUNE=0            no tuning: the table, then the fallback order (versions.PREFERENCE)
     ECE408_AUTOTUNE_SECONDS=1.0  timing budget per layer (candidates not reached keep untimed)
 
-Which versions: v7-v11, v13, and v20 where the device has it (``TUNED``; ``Version.available``). The
+Which versions: v7-v11, v13, and v20 where the device has it (``TUNED``; ``Version.available``), those
+allowed under the precision asked for (``choice.allowed``: 'fp32' leaves out v9, v11 and v20). The
 course ladder's v1-v6 are left out: on every layer the suite measured, one of v7-v11 runs it at least
 twice as fast (docs/kernel-notes.md), and each would cost a module build. v12 (Winograd) is never a default (``Version.defaultable``), so never tuned in.
+The cost model, what cannot win and would cost a compile: v7, v10 and v11 build a module per layer shape
+(their weights and strips are compile-time), about a second of nvcc each, and win only on layers of few
+input values per output (the course's layers, VGG's first layer, MobileNetV2's 1x1 layers of 16-32
+channels: docs/bench/network.md); they are candidates only where C*KH*KW <= PER_SHAPE_MAX_CKK and the
+output planes have at least PER_SHAPE_MIN_PLANE positions (on smaller ones, EfficientNet's squeeze-and-
+excitation 1x1 layers on 1x1 planes, every candidate waits on the host). v8, v9, v13 and v20 take the
+layer's sizes at run time: their modules (one per tile) are built once per device.
+A new batch class of a shape tuned before (its other batch classes in the cache) times only the candidates
+within PRIOR_KEEP of the best figure there (the PRIOR_MAX best, and the best of one launch: where a small
+batch waits on the host, one launch wins), for PRIOR_BUDGET_S: a network tuned at batch 64 meets batch 1
+in a fraction of the time (DenseNet-121 on the H200: 1.66 s with the 6 best and the full budget).
 
 Timing: each candidate once untimed (module set-up), then repeats between CUDA events on the legacy
 default stream without an L2 flush (network use: layers back to back), each repeat enough
-consecutive launches for 0.5 ms of work (a small layer's launch cost stays out), the median kept;
-20 ms of launches first, so that the first candidate does not run at idle clocks. Two passes: every
-candidate 3 repeats, then what is left of the budget on those within 1.25x of the best so far (up to
-15 repeats each), so a long candidate list does not leave the last ones untimed (v20's eight tiles
-come first; at the course layers' batch of 10,000 they had left v11 out). A repeat's figure is the
+consecutive launches for MIN_REPEAT_S of work (a small layer's launch cost stays out), the median kept;
+WARM_S of launches first where the GPU was idle (not between the layers of one first forward), so that
+the first candidate does not run at idle clocks. Two passes: every candidate REPEATS[0] repeats (one
+whose first call took EARLY_OUT times the best first call so far: that call alone), then what is left
+of the budget on those within CONTENDERS of the best so far (up to REPEATS[1] repeats each), so a long
+candidate list does not leave the last ones untimed (v20's eight tiles come first; at the course
+layers' batch of 10,000 they had left v11 out). A repeat's figure is the
 larger of the GPU's time per call and the launches' host time plus CALLER_HOST_S: on a layer of
 0.01-0.02 ms a network waits on the host, and a version of two launches (v20: the weight split, then
 the convolution) loses there what its faster kernel gains (MobileNetV2's 1x1 192->64 on 14x14: kernel
@@ -31,6 +45,7 @@ CUDA files); a changed source tunes again. A file
 that cannot be read as a cache is ignored with a one-line warning and replaced on the next write
 (written atomically: a temporary file, then a rename).
 """
+import atexit
 import datetime
 import json
 import math
@@ -41,11 +56,11 @@ import sys
 import threading
 import time
 
-from ..base.files import atomic_write, user_cache_dir
+from ..base.files import atomic_write
 from ..errors import GpuError
 from . import cudadrv
-from .build import precompile, sources_digest
-from .choice import shape_key
+from .build import gpu_cache_dir, precompile, sources_digest
+from .choice import DEFAULT_PRECISION, allowed, parse_precision, shape_key
 from .plans import module_spec, plan_for
 from .versions import VERSIONS
 
@@ -53,10 +68,18 @@ ENV = "ECE408_AUTOTUNE"
 SECONDS_ENV = "ECE408_AUTOTUNE_SECONDS"
 BUDGET_S = 1.0                 # timing budget per layer (compiles not counted: they are cached on disk)
 NOTE_S = 1.0                   # a tuning longer than this prints one line
-REPEATS = (3, 15)              # timed repeats per candidate: at least, at most
-MIN_REPEAT_S = 0.5e-3          # a repeat times at least this much work (several launches of a small layer)
+REPEATS = (2, 10)              # timed repeats per candidate: at least, at most (were 3, 15: issue 35, a layer's
+                               # tuning in about 40 ms instead of 100)
+MIN_REPEAT_S = 0.3e-3          # a repeat times at least this much work (several launches of a small layer)
 MAX_CALLS = 50
-CONTENDERS = 1.25              # candidates within this of the best median get the repeats beyond REPEATS[0]
+CONTENDERS = 1.2               # candidates within this of the best median get the repeats beyond REPEATS[0]
+EARLY_OUT = 2.0                # a candidate whose first call took this times the best first call: no repeats
+PER_SHAPE_MAX_CKK = 32         # v7, v10, v11 (a module per layer shape) only where C*KH*KW is at most this
+PER_SHAPE_MIN_PLANE = 16 * 16  # and HO*WO at least this (the course layers: 24x24 and more)
+PRIOR_KEEP, PRIOR_MAX = 1.5, 3  # a new batch class of a known shape: the candidates within 1.5x of the best there
+PRIOR_BUDGET_S = 0.012         # and this much timing
+WRITE_EVERY_S = 1.0            # the cache file is written at most this often (and at the end: TuneCache.put)
+IDLE_S = 0.5                   # the GPU counts as idle (clocks down: WARM_S first) this long after a tuning
 CALLER_HOST_S = 10e-6          # host time of a front-end's call besides the replay (ece408_op.torch.Conv2d on the
                                # H100 machine, 2026-11-24: forward 13.9 us, of which Recording.replay 5.1;
                                # docs/gpu-dropin.md)
@@ -108,19 +131,62 @@ def bucket(batch):
     return 1 << max(0, int(batch) - 1).bit_length()
 
 
-def cache_key(shape, batch):
-    return f"{shape_key(shape)} B{bucket(batch)}"
+def cache_key(shape, batch, precision=DEFAULT_PRECISION):
+    """The cache's key: the shape class and the batch class (and the precision, where not the default)."""
+    key = f"{shape_key(shape)} B{bucket(batch)}"
+    return key if precision == DEFAULT_PRECISION else f"{key} {precision}"
 
 
-def candidates(shape, arch=None):
+def worth_timing(version, shape):
+    """The cost model: False where ``version`` cannot win on ``shape`` and would cost a compile of its own
+    (a module per layer shape on a layer of more than PER_SHAPE_MAX_CKK input values per output)."""
+    return version.dynamic or shape.CKK <= PER_SHAPE_MAX_CKK and shape.HO * shape.WO >= PER_SHAPE_MIN_PLANE
+
+
+def prior_candidates(cache, shape, batch, precision, options):
+    """``options`` cut to those within PRIOR_KEEP of the best figure of the nearest other batch class of
+    ``shape`` in ``cache`` (at most PRIOR_MAX, the fastest first; the batch class of the entry kept); all of
+    them where the shape was not tuned before."""
+    want = bucket(batch)
+    entries = cache.entries()
+    prior = None
+    for other in sorted((1 << i for i in range(20)), key=lambda b: abs(b.bit_length() - want.bit_length())):
+        if other != want:
+            prior = entries.get(cache_key(shape, other, precision))
+            if prior and prior.get("source") == source_key() and prior.get("timings"):
+                break
+            prior = None
+    if prior is None:
+        return options
+    figures = {name: ms for name, ms, *_ in prior["timings"] if ms is not None}
+    if not figures:
+        return options
+    best = min(figures.values())
+    ranked = sorted((figures[describe(n, o)], i) for i, (n, o) in enumerate(options)
+                    if figures.get(describe(n, o)) is not None and figures[describe(n, o)] <= PRIOR_KEEP * best)
+    kept = [options[i] for _, i in ranked[:PRIOR_MAX]]
+    single = [options[i] for _, i in ranked if _one_launch(shape, *options[i])]
+    if single and single[0] not in kept:
+        kept.append(single[0])
+    return kept or options
+
+
+def _one_launch(shape, number, overrides):
+    version = VERSIONS[number]
+    return version.general and version.launches(module_spec(number, version.inner(shape), overrides).define_dict()) == 1
+
+
+def candidates(shape, arch=None, precision=DEFAULT_PRECISION):
     """[(version, overrides)] to time on ``shape``: each default-able version of TUNED that runs it (on a
-    device of ``arch``, default the default device's), with its TILES (tiles that do not divide or fit
-    the layer dropped, and tiles equal to another one)."""
+    device of ``arch``, default the default device's) under ``precision`` and may win there
+    (``worth_timing``), with its TILES (tiles that do not divide or fit the layer dropped, and tiles equal
+    to another one)."""
     out, seen = [], set()
     for number in TUNED:
         version = VERSIONS[number]
         missing = version.available() if arch is None else version.arch_reason(arch)
-        if not version.defaultable or missing is not None:
+        if not version.defaultable or missing is not None or not allowed(number, precision) \
+                or not worth_timing(version, shape):
             continue
         for overrides in TILES.get(number, [{}]):
             try:
@@ -133,6 +199,38 @@ def candidates(shape, arch=None):
                 seen.add(key)
                 out.append((number, dict(overrides)))
     return out
+
+
+# Layers standing for every kind a network has, for ``shared_modules``: 1x1, 3x3 and 7x7/2 layers of few
+# and many filters on large and small planes, and depthwise windows 3x3, 5x5 (stride 1 and 2) and 7x7
+_SHARED_LAYERS = [dict(C=64, H=h, W=h, M=m, KH=k, SH=s, SW=s, PH=k // 2, PW=k // 2)
+                  for h in (56, 14) for m in (16, 24, 32, 48, 64, 128, 256) for k, s in ((1, 1), (3, 1), (7, 2))] + [
+                  dict(C=c, H=28, W=28, M=c, KH=k, SH=s, SW=s, PH=k // 2, PW=k // 2, G=c)
+                  for c in (32, 96) for k, s in ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1))]
+
+
+def shared_modules(arch, precision=DEFAULT_PRECISION):
+    """The modules that the candidates of most layers load (those whose modules take the sizes at run time:
+    one per tile, and per window for v13), for a device of ``arch``: what ``warmup --gpu`` builds ahead."""
+    from .shape import ConvShape
+    specs = []
+    for values in _SHARED_LAYERS:
+        shape = ConvShape(**values)
+        specs += [module_spec(n, VERSIONS[n].inner(shape), o) for n, o in candidates(shape, arch, precision)
+                  if VERSIONS[n].dynamic]
+    return sorted(set(specs), key=lambda spec: (str(spec.source), spec.defines))
+
+
+_shared_built = set()
+
+
+def _shared_once(arch, precision):
+    """``shared_modules`` the first time a process builds modules for (arch, precision), else []: one
+    parallel build of what most layers load, instead of a few modules at each layer that needs one."""
+    if (arch, precision) in _shared_built:
+        return []
+    _shared_built.add((arch, precision))
+    return shared_modules(arch, precision)
 
 
 def describe(number, overrides):
@@ -150,8 +248,10 @@ class TuneCache:
     def __init__(self, device_name, path=None):
         self.device_name = device_name
         safe = re.sub(r"[^\w.+-]+", "_", device_name).strip("_") or "device"
-        self.path = path or user_cache_dir("autotune", f"{safe}.json")
+        self.path = path or gpu_cache_dir("autotune", f"{safe}.json")
         self._entries = None
+        self._written = None          # the file's (mtime, size) as this process last wrote it
+        self._dirty, self._last_write, self._exit_flush = False, float("-inf"), False
         self._lock = threading.Lock()
 
     def _read(self, warn):
@@ -174,12 +274,12 @@ class TuneCache:
                 self._entries = self._read(warn=True)
             return self._entries
 
-    def get(self, shape, batch):
+    def get(self, shape, batch, precision=DEFAULT_PRECISION):
         """(version, overrides) stored for ``shape`` at ``batch``'s class, if still valid here, else None."""
-        entry = self.entries().get(cache_key(shape, batch))
+        entry = self.entries().get(cache_key(shape, batch, precision))
         try:
             number, overrides = int(entry["version"]), dict(entry.get("overrides") or {})
-            if entry.get("source") != source_key() or number not in VERSIONS:
+            if entry.get("source") != source_key() or number not in VERSIONS or not allowed(number, precision):
                 return None
             version = VERSIONS[number]
             if not version.defaultable or version.unsupported(shape, overrides):
@@ -189,17 +289,45 @@ class TuneCache:
             return None
         return number, overrides
 
-    def put(self, shape, batch, entry):
-        """Store ``entry`` (merged into what is on disk now: other processes' tunings are kept)."""
+    def _stamp(self):
+        try:
+            info = self.path.stat()
+            return info.st_mtime_ns, info.st_size
+        except OSError:
+            return None
+
+    def put(self, shape, batch, entry, precision=DEFAULT_PRECISION):
+        """Store ``entry`` (merged into what is on disk now: other processes' tunings are kept; the file is
+        read again only where it changed since this process last read or wrote it). Written at once where
+        the last write is WRITE_EVERY_S old, else at the next such put, ``flush`` or the process's end (a
+        first forward tunes layer after layer: one write of the whole file each cost 3-7 ms)."""
         with self._lock:
-            entries = self._read(warn=False)
-            entries[cache_key(shape, batch)] = entry
-            self._entries = entries
-            data = {"device": self.device_name, "entries": dict(sorted(entries.items()))}
-            try:
-                atomic_write(self.path, (json.dumps(data, indent=1) + "\n").encode())
-            except OSError as exc:
-                _warn(f"cannot write the autotune cache {self.path} ({exc}); tuning is kept for this process only")
+            if self._entries is None or self._stamp() != self._written:
+                self._entries = {**(self._entries or {}), **self._read(warn=False)}
+            self._entries[cache_key(shape, batch, precision)] = entry
+            self._dirty = True
+            if time.monotonic() - self._last_write >= WRITE_EVERY_S:
+                self._write()
+            elif not self._exit_flush:
+                self._exit_flush = True
+                atexit.register(self.flush)
+
+    def flush(self):
+        """Write what ``put`` kept back, if anything."""
+        with self._lock:
+            if self._dirty:
+                if self._stamp() != self._written:          # another process wrote since: keep its entries
+                    self._entries = {**self._read(warn=False), **self._entries}
+                self._write()
+
+    def _write(self):
+        data = {"device": self.device_name, "entries": dict(sorted(self._entries.items()))}
+        self._dirty, self._last_write = False, time.monotonic()
+        try:
+            atomic_write(self.path, (json.dumps(data, indent=1) + "\n").encode())
+            self._written = self._stamp()
+        except OSError as exc:
+            _warn(f"cannot write the autotune cache {self.path} ({exc}); tuning is kept for this process only")
 
 
 _caches = {}
@@ -214,8 +342,10 @@ def cache_for(device_name):
 
 
 def forget_caches():
-    """Drop the in-process copies (a test's fresh process)."""
+    """Drop the in-process copies, written out first (a test's fresh process)."""
     with _caches_lock:
+        for cache in _caches.values():
+            cache.flush()
         _caches.clear()
 
 
@@ -237,21 +367,24 @@ def _seconds(timing):
     return timing[2], timing[3] if len(timing) > 3 and timing[3] is not None else timing[2]
 
 
-def choose(dev, shape, batch, measure=None, log=_warn):
-    """(version, overrides) for ``shape`` at ``batch`` on ``dev``: the cached tuning, else tuned now
-    (and cached), else None (tuning off, or no candidate). ``measure(dev, shape, batch, candidates,
-    budget)`` returns [(version, overrides, seconds)]; default ``measure_on_device``."""
+def choose(dev, shape, batch, measure=None, log=_warn, precision=None):
+    """(version, overrides) for ``shape`` at ``batch`` on ``dev`` under ``precision``: the cached tuning, else
+    tuned now (and cached), else None (tuning off, or no candidate). ``measure(dev, shape, batch,
+    candidates, budget)`` returns [(version, overrides, seconds)]; default ``measure_on_device``."""
     if not enabled():
         return None
+    precision = parse_precision(precision)
     cache = cache_for(dev.name)
-    stored = cache.get(shape, batch)
+    stored = cache.get(shape, batch, precision)
     if stored is not None:
         return stored
-    options = candidates(shape, dev.arch)
+    every = candidates(shape, dev.arch, precision)
+    options = prior_candidates(cache, shape, batch, precision, every)
     if not options:
         return None
     start = time.perf_counter()
-    timings = (measure or measure_on_device)(dev, shape, batch, options, budget_s())
+    budget = budget_s() if len(options) == len(every) else min(budget_s(), PRIOR_BUDGET_S)
+    timings = (measure or measure_on_device)(dev, shape, batch, options, budget)
     best = pick(timings)
     if best is None:
         return None
@@ -260,9 +393,9 @@ def choose(dev, shape, batch, measure=None, log=_warn):
         "version": best[0], "overrides": best[1], "ms": round(best[2] * 1e3, 4), "batch": int(batch),
         "source": source_key(), "date": datetime.date.today().isoformat(), "seconds": round(seconds, 2),
         "timings": [[describe(t[0], t[1])] + [None if v is None else round(v * 1e3, 4) for v in _seconds(t)]
-                    for t in timings]})
+                    for t in timings]}, precision)
     if seconds > NOTE_S and log is not None:
-        log(f"autotuned {cache_key(shape, batch)} in {seconds:.1f} s: {describe(best[0], best[1])} "
+        log(f"autotuned {cache_key(shape, batch, precision)} in {seconds:.1f} s: {describe(best[0], best[1])} "
             f"{best[2] * 1e3:.3f} ms (kernel {_seconds(best)[1] * 1e3:.3f}), chosen of "
             f"{sum(t[2] is not None for t in timings)}; cached in {cache.path}")
     return best[0], best[1]
@@ -272,13 +405,21 @@ def _median(repeats, which=0):
     return statistics.median(r[which] for r in repeats)
 
 
+_last_tuned = [0.0]               # perf_counter when the last tuning ended (the GPU busy until then)
+SCRATCH_KEEP_BYTES = 256 << 20   # scratch kept for the next layer's tuning up to this much (a first forward
+                                 # tunes layer after layer: no free and allocation between them)
+
+
 def measure_on_device(dev, shape, batch, options, budget):
     """Time each of ``options`` on scratch data of the layer's size (on the legacy default stream, with
     the caller's stream set aside); [(version, overrides, median seconds, median GPU seconds)], the
     seconds None where not timed."""
     modules = [module_spec(n, VERSIONS[n].inner(shape), o) for n, o in options]
     try:
-        precompile(modules, dev.arch)                        # nvcc in parallel, before any timing
+        missing = [m for m in modules if not dev.has_module(m)]
+        if missing:                  # nvcc in parallel, before any timing; the first time, with the modules most
+            precision = "fp32" if all(VERSIONS[n].exact for n, _ in options) else DEFAULT_PRECISION    # layers
+            precompile(missing + _shared_once(dev.arch, precision), dev.arch)                          # share
     except GpuError:                                         # one that does not build (v20 with an nvcc
         built = []                                           # without sm_90a): the others are timed
         for option, module in zip(options, modules):
@@ -290,10 +431,10 @@ def measure_on_device(dev, shape, batch, options, budget):
         timings = measure_on_device(dev, shape, batch, built, budget) if built else []
         return timings + [(n, o, None, None) for n, o in options if (n, o) not in built]
     spent = 0.0
+    sizes = (batch * shape.C * shape.H * shape.W, shape.M * shape.CKK, shape.M, shape.outputs(batch))
     previous = cudadrv.set_stream(0)
     try:
         with dev.active():
-            sizes = (batch * shape.C * shape.H * shape.W, shape.M * shape.CKK, shape.M, shape.outputs(batch))
             x, k, bias, y = (dev.buffer(name, 4 * n) for name, n in zip(SCRATCH, sizes))
             for pointer, count in ((x, sizes[0]), (k, sizes[1]), (bias, sizes[2])):
                 cudadrv.memset_d32_async(pointer, 0x3F000000, count)        # 0.5f: finite sums
@@ -321,7 +462,7 @@ def measure_on_device(dev, shape, batch, options, budget):
                 return (lambda: recording.replay((), 0)), dev.generation
 
             # Pass 1: each candidate set up and timed REPEATS[0] times, while the budget lasts.
-            plans, times = [], []
+            plans, times, first_best = [], [], float("inf")
             for index, (number, overrides) in enumerate(options):
                 if spent > budget:
                     plans.append(None)
@@ -330,13 +471,18 @@ def measure_on_device(dev, shape, batch, options, budget):
                 plan = plan_for(dev, shape, number, overrides)
                 run, generation = recorded(plan)
                 began = time.perf_counter()
-                if index == 0:                   # raise the clocks first (WARM_S of this candidate)
+                if index == 0 and began - _last_tuned[0] > IDLE_S:    # raise the clocks first (WARM_S of it)
                     while time.perf_counter() - began < WARM_S:
                         timed(run, 4)
                 # each repeat times enough back-to-back launches for MIN_REPEAT_S of work: the launches'
                 # host cost stays out of a small layer's figure
-                calls = max(1, min(MAX_CALLS, math.ceil(MIN_REPEAT_S / max(timed(run, 1)[0], 1e-7))))
-                times.append([timed(run, calls) for _ in range(REPEATS[0])])
+                first = timed(run, 1)
+                first_best = min(first_best, first[0])
+                calls = max(1, min(MAX_CALLS, math.ceil(MIN_REPEAT_S / max(first[0], 1e-7))))
+                if first[0] > EARLY_OUT * first_best:        # cannot win: its one call is its figure
+                    times.append([first])
+                else:
+                    times.append([timed(run, calls) for _ in range(REPEATS[0])])
                 plans.append([plan, run, generation, calls])
                 spent += time.perf_counter() - began
             # Pass 2: the rest of the budget on the contenders (within CONTENDERS of the best median so far),
@@ -361,7 +507,9 @@ def measure_on_device(dev, shape, batch, options, budget):
             out = [(number, overrides, _median(t), _median(t, 1)) if t else (number, overrides, None, None)
                    for (number, overrides), t in zip(options, times)]
     finally:
-        for name in SCRATCH:
-            dev.free_buffer(name)
+        if sum(sizes) * 4 > SCRATCH_KEEP_BYTES:
+            for name in SCRATCH:
+                dev.free_buffer(name)
         cudadrv.set_stream(previous)
+        _last_tuned[0] = time.perf_counter()
     return out

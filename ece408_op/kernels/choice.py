@@ -1,7 +1,14 @@
 """Which version runs a layer: parsing a request, the measured defaults table and the fallback order.
 
     parse_version('v3') -> 3          ('auto'/None -> None, 'fast' -> FAST; GpuError for anything else)
-    resolve_version(request, shape, device_name, tune) -> (version, tuning overrides)
+    parse_precision('fp32') -> 'fp32' (None/'auto' -> $ECE408_PRECISION, else 'tf32x3')
+    resolve_version(request, shape, device_name, tune, precision) -> (version, tuning overrides)
+
+Precision: 'tf32x3' (the default) lets every version run, the error-compensated TF32 tensor-core ones
+(v9, v11, v20: three TF32 products per pair of operands, each layer inside the float32 bound, but a deep
+network 10-100x further from float64 than cuDNN fp32: docs/gpu-dropin.md); 'fp32' only versions of plain
+float32 arithmetic (``Version.exact``: v1-v8, v10, v13-v16, v18). The table, the autotuner and the
+fallback order skip the others; asking for one explicitly under 'fp32' is an error.
 
 Which version runs a layer by default: the per-device table ``defaults.json`` (written by
 ``python -m ece408_op bench gpu --suite --apply`` from measurements on that device, keyed by the
@@ -17,6 +24,9 @@ from ..errors import GpuError, ShapeError
 from .versions import VERSIONS
 
 KERNEL_ENV = "ECE408_KERNEL"
+PRECISION_ENV = "ECE408_PRECISION"
+PRECISIONS = ("tf32x3", "fp32")
+DEFAULT_PRECISION = "tf32x3"
 DEFAULTS_FILE = Path(__file__).with_name("defaults.json")
 # The fallback order where no table measured on this device names the layer's shape: from the H100
 # benchmark of the course layer (docs/benchmarks.md): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
@@ -42,6 +52,24 @@ def parse_version(text):
             return version.number
     names = ", ".join(f"{v.number}/{v.name}" for v in VERSIONS.values())
     raise GpuError(f"unknown kernel {text!r}; choose auto, {FAST} (v12 where it runs, else auto) or one of {names}")
+
+
+def parse_precision(text):
+    """'tf32x3' or 'fp32' from a precision as given (None, '' or 'auto': $ECE408_PRECISION, else 'tf32x3';
+    'float32' for 'fp32'); GpuError for anything else."""
+    if text is None or str(text).strip().lower() in ("", "auto", "default"):
+        text = os.environ.get(PRECISION_ENV) or DEFAULT_PRECISION
+    key = str(text).strip().lower()
+    key = {"float32": "fp32", "ieee": "fp32"}.get(key, key)
+    if key not in PRECISIONS:
+        raise GpuError(f"unknown precision {text!r}; choose auto, tf32x3 (the default: error-compensated TF32 "
+                       "tensor cores allowed) or fp32 (plain float32 arithmetic only)")
+    return key
+
+
+def allowed(number, precision):
+    """Whether version ``number`` may run under ``precision`` ('fp32': plain float32 arithmetic only)."""
+    return precision != "fp32" or VERSIONS[number].exact
 
 
 def shape_key(shape):
@@ -71,27 +99,28 @@ def reload_defaults():
     _measured.clear()
 
 
-def measured_version(shape, device_name):
-    """The version defaults.json names for ``shape`` on this device, where it is still defaultable and
-    runs the layer; else None."""
+def measured_version(shape, device_name, precision=DEFAULT_PRECISION):
+    """The version defaults.json names for ``shape`` on this device, where it is still defaultable, runs
+    the layer and is allowed under ``precision``; else None."""
     if device_name is None:
         return None
     measured = measured_defaults().get(device_name, {}).get("shapes", {}).get(shape_key(shape))
-    if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None:
+    if measured in VERSIONS and VERSIONS[measured].defaultable and VERSIONS[measured].unsupported(shape) is None \
+            and allowed(measured, precision):
         return measured
     return None
 
 
-def fallback_version(shape):
-    """The first of PREFERENCE that runs ``shape`` and suits it."""
-    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None]
+def fallback_version(shape, precision=DEFAULT_PRECISION):
+    """The first of PREFERENCE that runs ``shape``, is allowed under ``precision`` and suits it."""
+    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None and allowed(n, precision)]
     return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
 
 
-def default_version(shape, device_name=None):
+def default_version(shape, device_name=None, precision=DEFAULT_PRECISION):
     """The version measured fastest for ``shape`` on this device (defaults.json), else the first of
-    PREFERENCE that runs ``shape`` and suits it."""
-    return measured_version(shape, device_name) or fallback_version(shape)
+    PREFERENCE that runs ``shape`` and suits it (under ``precision``)."""
+    return measured_version(shape, device_name, precision) or fallback_version(shape, precision)
 
 
 def _requested(requested):
@@ -101,28 +130,33 @@ def _requested(requested):
     return parse_version(requested)
 
 
-def choose_version(requested, shape, device_name=None):
+def choose_version(requested, shape, device_name=None, precision=None):
     """Resolve 'auto'/None (then $ECE408_KERNEL) and 'fast' (for a whole network: v12 on its 3x3 stride-1
     layers, the default on the others) and check support; returns a version number."""
-    return resolve_version(requested, shape, device_name)[0]
+    return resolve_version(requested, shape, device_name, precision=precision)[0]
 
 
-def resolve_version(requested, shape, device_name=None, tune=None):
-    """(version, tuning overrides or None) to run ``shape``: an explicit request (checked), else 'fast''s
-    v12 where it runs, else the measured table (defaults.json), else ``tune(shape)`` (the autotuner's
-    (version, overrides), or None), else the fallback order."""
+def resolve_version(requested, shape, device_name=None, tune=None, precision=None):
+    """(version, tuning overrides or None) to run ``shape`` under ``precision`` (``parse_precision``): an
+    explicit request (checked), else 'fast''s v12 where it runs (not under 'fp32'), else the measured table
+    (defaults.json), else ``tune(shape)`` (the autotuner's (version, overrides), or None), else the fallback
+    order."""
+    precision = parse_precision(precision)
     number = _requested(requested)
-    if number == FAST and VERSIONS[12].unsupported(shape) is None:
+    if number == FAST and VERSIONS[12].unsupported(shape) is None and allowed(12, precision):
         return 12, None
     if number in (None, FAST):
-        measured = measured_version(shape, device_name)
+        measured = measured_version(shape, device_name, precision)
         if measured is not None:
             return measured, None
         tuned = tune(shape) if tune is not None else None
-        return tuned if tuned is not None else (fallback_version(shape), None)
+        return tuned if tuned is not None else (fallback_version(shape, precision), None)
     reason = VERSIONS[number].unsupported(shape)
     if reason:
         raise ShapeError(f"kernel {VERSIONS[number].label} cannot run this layer: {reason}; use kernel=auto")
+    if not allowed(number, precision):
+        raise GpuError(f"kernel {VERSIONS[number].label} is not plain float32 arithmetic and precision='fp32' "
+                       "was asked for; use kernel=auto or precision='tf32x3'")
     if VERSIONS[number].arch_features:        # (v20: built for sm_90a; elsewhere its entry point traps)
         missing = VERSIONS[number].available()
         if missing:

@@ -65,6 +65,7 @@ def lib():
                 "cuMemsetD32Async": (ctypes.c_uint64, ctypes.c_uint, s, p),
                 "cuMemHostRegister_v2": (p, s, u),
                 "cuMemHostUnregister": (p,),
+                "cuStreamIsCapturing": (p, ctypes.POINTER(ctypes.c_int)),
             }
             declare(cu, protos)
             _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
@@ -108,6 +109,13 @@ def set_stream(handle):
     previous = getattr(_state, "stream", 0)
     _state.stream = int(handle or 0)
     return previous
+
+
+def stream_capturing(stream):
+    """Whether ``stream`` (a CUstream handle as an int) is capturing a CUDA graph (or was, and failed)."""
+    status = ctypes.c_int()
+    check(lib().cuStreamIsCapturing(int(stream), ctypes.byref(status)), "cuStreamIsCapturing")
+    return status.value != 0
 
 
 def memcpy_dtod_async(dst, src, nbytes, stream=None):
@@ -174,10 +182,11 @@ def _buffers():
 class Kernel:
     """One ``__global__`` function of a loaded module, called like a PyCUDA Function."""
 
-    __slots__ = ("name", "handle", "module")
+    __slots__ = ("name", "handle", "module", "shared_limit")
 
     def __init__(self, module, name, handle):
         self.module, self.name, self.handle = module, name, handle
+        self.shared_limit = 48 * 1024       # the dynamic shared memory a launch may ask for (raise_shared_limit)
 
     def __call__(self, *args, block, grid, shared=0):
         held = _buffers()
@@ -198,6 +207,13 @@ class Kernel:
         value = ctypes.c_int()
         check(lib().cuFuncGetAttribute(ctypes.byref(value), int(attribute), self.handle), "cuFuncGetAttribute")
         return value.value
+
+    def raise_shared_limit(self, nbytes):
+        """Let launches ask for ``nbytes`` of dynamic shared memory (never lowered: a module serves several
+        layers, each asking for its own)."""
+        if nbytes > self.shared_limit:
+            self.set_attribute(FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+            self.shared_limit = nbytes
 
     def set_attribute(self, attribute, value):
         check(lib().cuFuncSetAttribute(self.handle, int(attribute), int(value)), "cuFuncSetAttribute")

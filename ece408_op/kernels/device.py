@@ -71,6 +71,9 @@ class GpuDevice:
         self._modules = {}
         self._plans = {}
         self._buffers = {}
+        self._captured = set()            # buffers a captured CUDA graph may use: never freed while it may run
+        self._retired = []                # such buffers replaced by larger ones (freed in release())
+        self._tls = threading.local()     # .capturing: inside no_new_buffers(True) on this thread
         self._pinned = {}
         self._streams = {}
         self._events = {}
@@ -93,6 +96,27 @@ class GpuDevice:
         self.cuda.Context.synchronize()
 
     # -- memory (inside active())
+    @contextmanager
+    def no_new_buffers(self, capturing=True):
+        """Inside, on this thread, ``buffer`` allocates nothing (a CUDA graph is being captured: an allocation
+        would break the capture) and the buffers it hands out are never freed afterwards (the graph keeps
+        their addresses; one grown later is replaced and the old one kept until ``release``)."""
+        if not capturing:
+            yield
+            return
+        saved = getattr(self._tls, "capturing", False)
+        self._tls.capturing = True
+        try:
+            yield
+        finally:
+            self._tls.capturing = saved
+
+    def _drop(self, key, allocation):
+        if key in self._captured:
+            self._retired.append(allocation)
+        else:
+            allocation.free()                   # (the driver waits for work still using it)
+
     def buffer(self, name, nbytes):
         """A device allocation of at least ``nbytes``, reused across calls on the same stream (the
         thread's launch stream, ``cudadrv.current_stream``): work queued on one stream uses its buffers
@@ -100,11 +124,16 @@ class GpuDevice:
         nbytes = max(int(nbytes), 4)
         key = (name, cudadrv.current_stream())
         held = self._buffers.get(key)
+        capturing = getattr(self._tls, "capturing", False)
         if held is None or held[1] < nbytes:
+            if capturing:
+                raise GpuError(f"the layer needs a new {name} workspace ({nbytes / 2**20:.1f} MiB) while a CUDA graph "
+                               "is being captured on its stream; run the model once on that stream before capturing "
+                               "(torch.compile's mode='reduce-overhead' does)")
             with self.active():                 # (a lean call may come here without it)
                 self.generation += 1
                 if held is not None:
-                    held[0].free()              # (the driver waits for work still using it)
+                    self._drop(key, held[0])
                     del self._buffers[key]
                 try:
                     self._buffers[key] = (self.cuda.mem_alloc(nbytes), nbytes)
@@ -112,15 +141,18 @@ class GpuDevice:
                     raise GpuError(f"out of GPU memory allocating {nbytes / 2**20:.0f} MiB for {name}; "
                                    "run fewer images") from exc
             held = self._buffers[key]
+        if capturing:
+            self._captured.add(key)
         return held[0]
 
     def free_buffer(self, name):
         """Free ``name``'s allocation on the current stream, if any (a large scratch buffer)."""
-        held = self._buffers.pop((name, cudadrv.current_stream()), None)
+        key = (name, cudadrv.current_stream())
+        held = self._buffers.pop(key, None)
         if held is not None:
             with self.active():
                 self.generation += 1
-                held[0].free()
+                self._drop(key, held[0])
 
     def pinned(self, name, count):
         """A page-locked float32 host array of ``count`` elements, reused across calls."""
@@ -160,6 +192,10 @@ class GpuDevice:
             self._modules[spec] = cudadrv.Module(build_cubin(spec, self.arch))
         return self._modules[spec]
 
+    def has_module(self, spec):
+        """Whether the module built from ``spec`` is loaded in this process already."""
+        return spec in self._modules
+
     def plan(self, key, make):
         """The plan cached under ``key``, made by ``make()`` on first use."""
         if key not in self._plans:
@@ -172,6 +208,10 @@ class GpuDevice:
             self.generation += 1
             for allocation, _ in self._buffers.values():
                 allocation.free()
+            for allocation in self._retired:
+                allocation.free()
+            self._retired.clear()
+            self._captured.clear()
             for array in self._pinned.values():
                 array.base.free()
             self._buffers.clear()

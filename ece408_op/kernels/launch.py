@@ -2,7 +2,10 @@
 course's Op Time), conv2d_forward_async / layer_call (network use: the caller's stream, no
 synchronisation) and fused_forward_gpu / fused_forward_device (convolution + bias + tanh + 2x2
 max-pool, the course models' block). The plans they run are ``plans.py``'s."""
+import atexit
 import os
+import queue
+import threading
 
 import numpy as np
 
@@ -11,13 +14,15 @@ from ..conv.parallel import parallel_copy
 from ..conv.spec import ConvSpec
 from ..errors import GpuError, ShapeError
 from . import autotune, cudadrv
-from .choice import KERNEL_ENV, resolve_version
+from .choice import KERNEL_ENV, PRECISION_ENV, parse_precision, resolve_version
 from .device import GpuDevice
-from .plans import fused_plan_for, plan_for
+from .build import build_cubin, cubin_path, feature_arch
+from .plans import fused_plan_for, module_spec, plan_for
 from .shape import ConvShape
 
 
-def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accumulate=False, device=None):
+def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accumulate=False, device=None,
+                       precision=None):
     """Host arrays in, host array out: (y, op_seconds). ``spec`` (a ConvSpec) gives stride,
     padding, dilation, groups and whether ``bias`` is used; None is the course's layer.
 
@@ -26,11 +31,12 @@ def conv2d_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, accum
     output), all while the device is held, so concurrent callers never share the buffer.
     ``accumulate`` adds to ``out`` instead (req='add'). Op Time covers the layer's kernels
     (and, for the constant-memory versions v3, v4 and v7, the copy of the weights into the bank).
+    ``precision``: 'fp32' (plain float32 versions only) or the default (choice.parse_precision).
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = np.ascontiguousarray(k, dtype=np.float32)
     spec = spec_with_bias(spec, k, bias)
-    call = layer_call(x.shape, k.shape, spec, bias is not None, version, device)
+    call = layer_call(x.shape, k.shape, spec, bias is not None, version, device, precision)
     batch = x.shape[0]
     y_shape = (batch, call.shape.M, call.shape.HO, call.shape.WO)
     if out is None:
@@ -79,7 +85,7 @@ def _require_aligned(**pointers):
 
 
 def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
-                          accumulate=False, device=None):
+                          accumulate=False, device=None, precision=None):
     """Device pointers in and out, with the course's Op Time (``_TimedPlan.forward``: y zeroed, the
     device synchronised before and after): returns op_seconds. The milestones' path (MXNet's arrays,
     ``hostcopy.engine.forward_into``); for network use see ``conv2d_forward_async``.
@@ -88,7 +94,7 @@ def conv2d_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, 
     the device is idle again.
     """
     _require_aligned(y=y_ptr, x=x_ptr, k=k_ptr)
-    call = layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device)
+    call = layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device, precision)
     batch = int(x_shape[0])
     if batch == 0:
         return 0.0
@@ -110,7 +116,7 @@ class LayerCall:
     queues (``cudadrv.Recording``); later calls replay it with their own pointers, re-recording only
     after the device's workspaces changed (``GpuDevice.generation``)."""
 
-    __slots__ = ("device", "plan", "shape", "batch", "sizes", "recordings", "needs_bias", "context_current")
+    __slots__ = ("device", "plan", "shape", "batch", "sizes", "recordings", "needs_bias", "context_current", "upgrade")
 
     def __init__(self, device, plan, batch):
         self.device, self.plan, self.shape, self.batch = device, plan, plan.shape, batch
@@ -119,10 +125,13 @@ class LayerCall:
         self.recordings = {}                 # (accumulate, stream) -> (Recording, device generation)
         self.needs_bias = bool(s.BIAS)
         self.context_current = True          # the device's context was current at the last call (see queue)
+        self.upgrade = None                  # set by the background build: the specialised plan's module is ready
 
     def queue(self, y, x, k, bias=0, stream=0, accumulate=False):
         """Queue the layer on ``stream`` (a CUstream handle as an int; 0: the legacy default stream) for
         device pointers (ints) y, x, k and bias (0: none) and return at once."""
+        if self.upgrade is not None:
+            self._specialise()
         if (y | x | k) % ALIGN:
             _require_aligned(y=y, x=x, k=k)
         if self.needs_bias and not bias:
@@ -153,13 +162,25 @@ class LayerCall:
             previous = cudadrv.set_stream(stream)
             try:
                 with dev.active():
-                    with cudadrv.Recording(tuple(zip((y, x, k, bias), self.sizes))) as recording:
+                    capturing = bool(stream) and cudadrv.stream_capturing(stream)
+                    with dev.no_new_buffers(capturing), \
+                            cudadrv.Recording(tuple(zip((y, x, k, bias), self.sizes))) as recording:
                         self._queue(y, x, k, bias, accumulate)
                     self.recordings[(accumulate, stream)] = (recording, dev.generation)
             finally:
                 cudadrv.set_stream(previous)
         except cudadrv.DriverError as exc:
             raise GpuError(f"kernel {self.plan.label} failed: {exc}") from exc
+
+    def _specialise(self):
+        """Run the layer's specialised plan from now on (its module was built in the background; ``specialise``):
+        the next call records its launches."""
+        self.upgrade = None
+        plan = self.plan
+        with self.device.active():
+            self.plan = plan_for(self.device, plan.shape, plan.version.number, plan.tuning_overrides or None,
+                                 static=True)
+        self.recordings = {}
 
     def _queue(self, y, x, k, bias, accumulate):
         plan, batch = self.plan, self.batch
@@ -174,18 +195,21 @@ class LayerCall:
 _calls = {}
 
 
-def layer_call(x_shape, k_shape, spec=None, bias=False, version=None, device=None):
+def layer_call(x_shape, k_shape, spec=None, bias=False, version=None, device=None, precision=None):
     """The LayerCall of this layer, found by a cheap key (the shapes, the spec, whether there is a bias,
-    the requested version and device, $ECE408_KERNEL); resolved on first use: shape checks, the version
-    (explicit, else defaults.json, else the autotuner, else the fallback order) and its plan."""
-    key = (tuple(x_shape), tuple(k_shape), spec, bool(bias), version, device, os.environ.get(KERNEL_ENV))
+    the requested version, precision and device, $ECE408_KERNEL, $ECE408_PRECISION); resolved on first
+    use: shape checks, the version (explicit, else defaults.json, else the autotuner, else the fallback
+    order, under the precision) and its plan."""
+    environ = os.environ
+    key = (tuple(x_shape), tuple(k_shape), spec, bool(bias), version, device, environ.get(KERNEL_ENV), precision,
+           environ.get(PRECISION_ENV))
     call = _calls.get(key)
     if call is None:
         dev = GpuDevice.get(device)
         with dev.active():           # one thread tunes and builds a layer; the others wait for it (the
             call = _calls.get(key)   # device's lock: a caller already holding it, hostcopy, re-enters)
             if call is None:
-                call = _calls[key] = _resolve(dev, x_shape, k_shape, spec, bias, version)
+                call = _calls[key] = _resolve(dev, x_shape, k_shape, spec, bias, version, precision)
     return call
 
 
@@ -194,18 +218,86 @@ def forget_layer_calls():
     _calls.clear()
 
 
-def _resolve(dev, x_shape, k_shape, spec, bias, version):
+def _resolve(dev, x_shape, k_shape, spec, bias, version, precision=None):
     if spec is None and bias:
         spec = ConvSpec.course(k_shape).with_(no_bias=False)
     shape = ConvShape.of(x_shape, k_shape, spec)
     batch = int(x_shape[0])
-    tune = (lambda s: autotune.choose(dev, s, batch)) if batch else None
-    number, overrides = resolve_version(version, shape, dev.name, tune=tune)
-    return LayerCall(dev, plan_for(dev, shape, number, overrides), batch)
+    precision = parse_precision(precision)
+    tune = (lambda s: autotune.choose(dev, s, batch, precision=precision)) if batch else None
+    number, overrides = resolve_version(version, shape, dev.name, tune=tune, precision=precision)
+    plan = plan_for(dev, shape, number, overrides)
+    if not plan.dims or not plan.version.specialise or os.environ.get(SPECIALISE_ENV, "1").strip() == "0":
+        return LayerCall(dev, plan, batch)
+    static = module_spec(number, plan.inner, overrides, static=True)
+    if cubin_path(static, feature_arch(static.defines, dev.arch)).exists():      # built before: at once
+        return LayerCall(dev, plan_for(dev, shape, number, overrides, static=True), batch)
+    call = LayerCall(dev, plan, batch)
+    specialise(call, static, dev.arch)
+    return call
+
+
+# The specialised modules (issue 35). A layer's first plan takes its sizes at run time (v8, v9, v20: one
+# module per tile, built in seconds for a whole network), and measured 4-32% slower than a module built for
+# the layer's shape (bench/sizes.py, H200: v20 median 1.08x, v9 and v8 1.18x); so once a layer is resolved,
+# the module of its chosen version and tile with the sizes as #defines is built in the background (daemon
+# threads: NVRTC or nvcc, while the GPU runs the network), and the layer's next call switches to it (a
+# check of one attribute per call until then). A module built before (the cache folder) is used at once.
+SPECIALISE_ENV = "ECE408_SPECIALISE"          # 0: keep the run-time-size modules
+_jobs = queue.Queue()
+_workers = []
+_pending = [0]
+_pending_lock = threading.Condition()
+
+
+def _builder():
+    while True:
+        call, spec, arch = _jobs.get()
+        try:
+            build_cubin(spec, arch)
+            call.upgrade = True
+        except Exception:                       # (the run-time-size module keeps running the layer)
+            pass
+        finally:
+            with _pending_lock:
+                _pending[0] -= 1
+                _pending_lock.notify_all()
+
+
+def specialise(call, spec, arch):
+    """Build ``spec`` (the layer's module with its sizes as #defines) in the background, then upgrade ``call``."""
+    with _pending_lock:
+        if not _workers:
+            atexit.register(_stop_builds)
+        _pending[0] += 1
+        if len(_workers) < max(1, (os.cpu_count() or 2) - 2):
+            worker = threading.Thread(target=_builder, name="ece408-specialise", daemon=True)
+            worker.start()
+            _workers.append(worker)
+    _jobs.put((call, spec, arch))
+
+
+def _stop_builds():
+    """At exit: drop the builds not started and wait for those running (a daemon thread inside NVRTC while
+    the interpreter shuts down corrupted the heap: 'double free or corruption' at the end of short runs)."""
+    while True:
+        try:
+            _jobs.get_nowait()
+        except queue.Empty:
+            break
+        with _pending_lock:
+            _pending[0] -= 1
+    wait_for_specialised(60)
+
+
+def wait_for_specialised(timeout=None):
+    """Wait until every background build asked for so far has ended (True), or ``timeout`` seconds (False)."""
+    with _pending_lock:
+        return _pending_lock.wait_for(lambda: _pending[0] == 0, timeout)
 
 
 def conv2d_forward_async(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
-                         stream=0, accumulate=False, device=None):
+                         stream=0, accumulate=False, device=None, precision=None):
     """Network use: queue the layer's kernels on ``stream`` (a CUstream handle as an int, e.g. PyTorch's
     ``torch.cuda.current_stream().cuda_stream``; 0: the legacy default stream) and return at once, with
     no zeroing of y and no synchronisation (the course's Op Time semantics stay with
@@ -213,7 +305,7 @@ def conv2d_forward_async(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, s
     (``layer_call``: may autotune), every later one costs a dictionary look-up and the launches."""
     if not x_shape[0]:
         return
-    layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device).queue(
+    layer_call(x_shape, k_shape, spec, bool(bias_ptr), version, device, precision).queue(
         int(y_ptr), int(x_ptr), int(k_ptr), int(bias_ptr or 0), int(stream or 0), accumulate)
 
 
@@ -227,7 +319,7 @@ def spec_with_bias(spec, k, bias):
     return spec
 
 
-def fused_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, device=None):
+def fused_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, device=None, precision=None):
     """tanh(max_pool_2x2(conv(x, k) + bias)): host arrays in, host array out: (y, op_seconds).
 
     The course models' convolution -> tanh -> 2x2 max-pool (stride 2; an odd last row/column of
@@ -247,14 +339,14 @@ def fused_forward_gpu(x, k, bias=None, spec=None, out=None, version=None, device
         raise ShapeError(f"out has shape {tuple(out.shape)}, the fused layer's output is {y_shape}")
     dev = GpuDevice.get(device)
     with dev.active():
-        plan = fused_plan_for(dev, shape, version)
+        plan = fused_plan_for(dev, shape, version, precision=precision)
         if len(x) == 0:
             return out, 0.0
         return _host_call(dev, plan, x, k, bias, out)
 
 
 def fused_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, spec=None, version=None,
-                         device=None):
+                         device=None, precision=None):
     """The fused layer on device pointers (y: ``pooled_shape`` floats): returns op_seconds.
     The caller synchronises its own framework before the call; this returns with the device idle."""
     _require_aligned(y=y_ptr, x=x_ptr, k=k_ptr)
@@ -263,7 +355,7 @@ def fused_forward_device(y_ptr, x_ptr, k_ptr, x_shape, k_shape, bias_ptr=None, s
     shape = ConvShape.of(x_shape, k_shape, spec)
     dev = GpuDevice.get(device)
     with dev.active():
-        plan = fused_plan_for(dev, shape, version)
+        plan = fused_plan_for(dev, shape, version, precision=precision)
         if int(x_shape[0]) == 0:
             return 0.0
         return plan.forward(int(y_ptr), int(x_ptr), int(k_ptr), int(bias_ptr or 0), int(x_shape[0]))

@@ -3,7 +3,10 @@ and their launch, with the course's Op Time around it (``_TimedPlan.forward``).
 
 ``module_spec(owner, inner, overrides)`` is the module a plan loads: the owner's CUDA file and its
 ``#define``s (the layer's sizes, the owner's constants and tuning); the launch reads them back from
-``plan.defines``, so host and device agree. The entry points that run plans are in ``launch.py``.
+``plan.defines``, so host and device agree. A version whose kernels take the layer's sizes as an argument
+(``Version.dynamic``: v8, v9, v13, v20) leaves them out of its module (``CONV_DYNAMIC``): the plan passes
+them at launch (``plan.dims``, common.cuh's ConvDims), and one module serves every layer of a tile.
+The entry points that run plans are in ``launch.py``.
 """
 import math
 import time
@@ -16,7 +19,7 @@ from .build import ModuleSpec
 from .choice import choose_version
 from .device import cuda_error_line
 from .versions import FUSED, VERSIONS
-from .versions.version import CONST_WEIGHTS
+from .versions.version import CONST_WEIGHTS, conv_dims
 
 SHARED_DEFAULT_LIMIT = 48 * 1024     # dynamic shared memory beyond this needs the function's opt-in
 
@@ -25,24 +28,31 @@ def tuning_keys():
     return {key for owner in (*VERSIONS.values(), FUSED) for key in owner.tuning_keys}
 
 
-def module_defines(owner, inner, tuning_overrides=None):
+def module_defines(owner, inner, tuning_overrides=None, static=False):
     """Every ``#define`` of the module of ``owner`` (a version number, or FUSED) for the layer ``inner``:
     its sizes and the owner's constants. ``tuning_overrides``: keys of any version's ``tuning_keys``
-    (each owner takes its own)."""
+    (each owner takes its own). ``static``: the sizes as #defines even where the version can take them
+    at run time (the layer's specialised module, built in the background: launch.py)."""
     unknown = set(tuning_overrides or {}) - tuning_keys()
     if unknown:
         raise ValueError(f"unknown tuning keys {sorted(unknown)}; use {', '.join(sorted(tuning_keys()))}")
     compiled = FUSED if owner is FUSED else VERSIONS[int(owner)]
-    defines = {**inner.defines(), "CONST_WEIGHTS": CONST_WEIGHTS, **compiled.defines(inner, tuning_overrides)}
+    if compiled is not FUSED and compiled.dynamic:
+        sizes = ({"CONV_DYNAMIC": 1, **compiled.static_dims(inner)} if compiled.sizes_at_run_time(inner) and not static
+                 else {"CONV_DYNAMIC": 0, **inner.defines()})
+    else:
+        sizes = inner.defines()
+    defines = {**sizes, "CONST_WEIGHTS": CONST_WEIGHTS, **compiled.defines(inner, tuning_overrides)}
     if compiled.arch_features:
         defines["ARCH_FEATURES"] = 1          # build.build_cubin: sm_90 -> sm_90a
     return defines
 
 
-def module_spec(owner, inner, tuning_overrides=None):
+def module_spec(owner, inner, tuning_overrides=None, static=False):
     """The module a plan of ``owner`` on ``inner`` loads (a build.ModuleSpec: its file, its defines)."""
     compiled = FUSED if owner is FUSED else VERSIONS[int(owner)]
-    return ModuleSpec(compiled.source_path, tuple(sorted(module_defines(owner, inner, tuning_overrides).items())))
+    return ModuleSpec(compiled.source_path,
+                      tuple(sorted(module_defines(owner, inner, tuning_overrides, static).items())))
 
 
 class _TimedPlan:
@@ -87,15 +97,17 @@ class ConvPlan(_TimedPlan):
     or for a course-style version the unpadded, bias-free layer: the plan pads x into a
     workspace before and adds the bias after, both inside the timed launch)."""
 
-    def __init__(self, device, shape, version, tuning_overrides=None):
+    def __init__(self, device, shape, version, tuning_overrides=None, static=False):
         self.device, self.shape, self.version = device, shape, VERSIONS[version]
         wrong_device = self.version.arch_reason(device.arch)
         if wrong_device:                      # (v20 on another GPU: its entry point would trap)
             raise GpuError(f"kernel {self.version.label} cannot run on device {device.index}: {wrong_device}")
         self.tuning_overrides = dict(tuning_overrides or {})
         self.inner = self.version.inner(shape)
-        self.module_spec = module_spec(version, self.inner, tuning_overrides)
-        self.defines = self.module_spec.define_dict()    # the launch sizes its grid from them
+        self.module_spec = module_spec(version, self.inner, tuning_overrides, static)
+        # the launch sizes its grid from them (the layer's sizes too where the module takes them at run time)
+        self.defines = {**self.inner.defines(), **self.module_spec.define_dict()}
+        self.dims = conv_dims(self.inner) if self.defines.get("CONV_DYNAMIC") else ()   # the kernels' ConvDims
         module = device.module(self.module_spec)
         self.kernels = [module.get_function(name) for name in self.version.kernels]
         self.pad_input = module.get_function("pad_input") if self.inner.H != shape.H or self.inner.W != shape.W else None
@@ -103,9 +115,9 @@ class ConvPlan(_TimedPlan):
         self.add_into = module.get_function("add_into")
         self.weights_symbol = module.get_global("c_weights")[0] if self.version.constant_weights else None
         self.shared_bytes = self.version.shared_bytes(self.defines)
-        if self.shared_bytes > SHARED_DEFAULT_LIMIT:
+        if self.shared_bytes > SHARED_DEFAULT_LIMIT:     # (a module shared by several layers: the largest asked)
             for kernel in self.kernels:
-                kernel.set_attribute(device.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared_bytes)
+                kernel.raise_shared_limit(self.shared_bytes)
         self.label = f"conv_forward {self.version.label}"
         self.warm = False
 
@@ -195,13 +207,14 @@ class FusedPlan(_TimedPlan):
                     grid=(math.ceil(total / d["FUSE_THREADS"]), 1))
 
 
-def plan_for(device, shape, version, tuning_overrides=None):
-    """The device's plan for ``version`` on ``shape`` (call inside ``device.active()``)."""
-    key = (version, shape, module_spec(version, VERSIONS[version].inner(shape), tuning_overrides))
-    return device.plan(key, lambda: ConvPlan(device, shape, version, tuning_overrides))
+def plan_for(device, shape, version, tuning_overrides=None, static=False):
+    """The device's plan for ``version`` on ``shape`` (call inside ``device.active()``); ``static``: its
+    module with the sizes as #defines (``module_defines``)."""
+    key = (version, shape, module_spec(version, VERSIONS[version].inner(shape), tuning_overrides, static))
+    return device.plan(key, lambda: ConvPlan(device, shape, version, tuning_overrides, static))
 
 
-def fused_plan_for(device, shape, version=None, tuning_overrides=None):
+def fused_plan_for(device, shape, version=None, tuning_overrides=None, precision=None):
     """The device's fused plan for ``shape``: ``version`` None/'auto' is the fused kernel where it
     runs the layer, else the default convolution + tanh_pool; 'fused' the fused kernel (ShapeError
     where it cannot run the layer); a convolution version, that version + tanh_pool."""
@@ -214,6 +227,6 @@ def fused_plan_for(device, shape, version=None, tuning_overrides=None):
         return device.plan(key, lambda: FusedPlan(device, shape, None, tuning_overrides))
     if shape.HO < 2 or shape.WO < 2:
         raise ShapeError(f"the {shape.HO}x{shape.WO} convolution output has no 2x2 window to pool")
-    number = choose_version(version, shape, device.name)
+    number = choose_version(version, shape, device.name, precision)
     conv = plan_for(device, shape, number, tuning_overrides)
     return device.plan(("fused+conv", conv), lambda: FusedPlan(device, shape, conv))

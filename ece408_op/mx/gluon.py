@@ -7,8 +7,8 @@ Same constructor (channels, kernel_size, strides, padding, dilation, groups, lay
 use_bias, weight_initializer, bias_initializer, in_channels=0 with deferred initialisation,
 prefix, params), same parameters and names (``conv0_weight``, ``conv0_bias``), so
 ``load_parameters`` of an ``nn.Conv2D`` checkpoint works, and ``hybridize``, ``export`` and
-``SymbolBlock.imports`` do as they do for nn.Conv2D. Two more keywords: ``device`` and
-``gpu_kernel``, the operator's attributes (see ece408_op.mx.op).
+``SymbolBlock.imports`` do as they do for nn.Conv2D. Three more keywords: ``device``, ``gpu_kernel`` and
+``precision`` ('auto', 'tf32x3' or 'fp32'), the operator's attributes (see ece408_op.mx.op).
 
 What ece408_conv cannot run (the NHWC layout, parameters cast to a type other than float32)
 falls back to MXNet's built-in Convolution, with one warning per configuration.
@@ -24,12 +24,12 @@ import numpy as np
 
 from ..course import OP_TYPE
 from .compat import import_mxnet
-from .op import guard_inputs, parse_device, parse_gpu_kernel
+from .op import guard_inputs, parse_device, parse_gpu_kernel, parse_precision_attr
 from .swap import SwapReport, parse_op_attrs, swap_graph
 
 mx = import_mxnet()
 _Conv = mx.gluon.nn.conv_layers._Conv
-_DEFAULT_ATTRS = {"device": "auto", "gpu_kernel": "auto"}
+_DEFAULT_ATTRS = {"device": "auto", "gpu_kernel": "auto", "precision": "auto"}
 
 _warned = set()
 
@@ -45,12 +45,13 @@ class Conv2D(mx.gluon.nn.Conv2D):
 
     def __init__(self, channels, kernel_size, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
                  layout="NCHW", activation=None, use_bias=True, weight_initializer=None,
-                 bias_initializer="zeros", in_channels=0, device="auto", gpu_kernel="auto", **kwargs):
+                 bias_initializer="zeros", in_channels=0, device="auto", gpu_kernel="auto", precision="auto", **kwargs):
         super().__init__(channels, kernel_size, strides=strides, padding=padding, dilation=dilation,
                          groups=groups, layout=layout, activation=activation, use_bias=use_bias,
                          weight_initializer=weight_initializer, bias_initializer=bias_initializer,
                          in_channels=in_channels, **kwargs)
-        self._ece408_attrs = {"device": parse_device(device), "gpu_kernel": parse_gpu_kernel(gpu_kernel)}
+        self._ece408_attrs = {"device": parse_device(device), "gpu_kernel": parse_gpu_kernel(gpu_kernel),
+                              "precision": parse_precision_attr(precision)}
 
     def fallback_reason(self):
         """None where ece408_conv computes this layer, else why the built-in does."""
@@ -88,7 +89,7 @@ def swap_blocks(net, **op_attrs):
       swaps them (guards in front, same parameter names);
     * other convolution blocks (1-D, 3-D, transposed, subclasses with their own forward) and
       what ece408_conv cannot compute (NHWC, parameters of another type than float32) are kept.
-    ``op_attrs``: device, gpu_kernel, set on every swapped convolution."""
+    ``op_attrs``: device, gpu_kernel, precision, set on every swapped convolution."""
     attrs = parse_op_attrs(op_attrs)
     report = SwapReport(net)
 

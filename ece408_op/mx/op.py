@@ -17,6 +17,9 @@ and ours:
               fastest version that runs the layer); see ece408_op.kernels
   cpu_kernel  auto | fast | blas (auto: ``$ECE408_CPU_KERNEL`` if set, else the direct kernels compiled
               by Numba; fast: Winograd on 3x3 stride-1 layers, else auto); see ece408_op.conv.cpu
+  precision   auto | tf32x3 | fp32 (the GPU path's; auto: ``$ECE408_PRECISION`` if set, else tf32x3, where
+              the error-compensated TF32 tensor-core versions may run; fp32: plain float32 arithmetic
+              only); the CPU path is plain float32 either way; see ece408_op.kernels.choice
 
 Never a crash: ``Conv2dForwardProp.__init__`` only stores the strings (MXNet's creator callback
 turns an exception there into a segmentation fault); they are parsed in ``infer_shape`` and
@@ -74,7 +77,7 @@ mx = import_mxnet()
 DEVICES = ("auto", "cpu", "gpu")
 POPULATE_BYTES = 1 << 20         # outputs this large get their pages faulted in before the clock
 SPEC_ATTRS = ("num_filter", "kernel", "stride", "pad", "dilate", "num_group", "no_bias", "layout")
-OWN_ATTRS = ("device", "gpu_kernel", "cpu_kernel", "team")
+OWN_ATTRS = ("device", "gpu_kernel", "cpu_kernel", "team", "precision")
 
 
 class OpTimeLog:
@@ -149,6 +152,7 @@ class OpConfig:
     gpu_kernel: str        # as given ('auto' or a version)
     cpu_kernel: str = "auto"   # auto | fast | blas (auto: $ECE408_CPU_KERNEL, else the Numba kernels)
     team: bool = False     # run the active team's forward (team/runtime.py) instead of ours
+    precision: str = "auto"    # auto | tf32x3 | fp32 (the GPU path's versions; kernels.choice)
 
 
 def parse_device(text):
@@ -169,6 +173,18 @@ def parse_gpu_kernel(text):
     return text or "auto"
 
 
+def parse_precision_attr(text):
+    """'auto', 'tf32x3' or 'fp32' as given (auto is resolved per forward, so $ECE408_PRECISION applies)."""
+    choice = str(text).strip().lower() or "auto"
+    if choice != "auto":
+        from ..kernels import parse_precision            # no PyCUDA needed to parse
+        try:
+            choice = parse_precision(choice)
+        except Ece408Error as exc:
+            raise ShapeError(f"precision={text!r}: {exc}") from exc
+    return choice
+
+
 def parse_attrs(attrs):
     """OpConfig from the node's attributes (strings); ShapeError naming the first bad one.
     Attributes named like MXNet's hidden ones (``__profiler_scope__``...) are ignored."""
@@ -182,7 +198,8 @@ def parse_attrs(attrs):
         raise ShapeError("kernel is required, e.g. kernel=(3, 3)")
     spec = ConvSpec.from_attrs(**{k: attrs[k] for k in SPEC_ATTRS if k in attrs})
     return OpConfig(spec, parse_device(attrs.get("device", "auto")), parse_gpu_kernel(attrs.get("gpu_kernel", "auto")),
-                    parse_cpu_kernel_attr(attrs.get("cpu_kernel", "auto")), parse_team(attrs.get("team", "0")))
+                    parse_cpu_kernel_attr(attrs.get("cpu_kernel", "auto")), parse_team(attrs.get("team", "0")),
+                    parse_precision_attr(attrs.get("precision", "auto")))
 
 
 def parse_cpu_kernel_attr(text):
@@ -284,6 +301,7 @@ class Conv2dForward(mx.operator.CustomOp):
         self.spec = config.spec
         self.device = config.device
         self.version = config.gpu_kernel         # the version asked for (auto: the default choice)
+        self.precision = None if config.precision == "auto" else config.precision
         self.context = context                      # where MXNet runs the operator: 'cpu' or 'gpu'
         self.path = resolve_device(config.device, context)
         # [x, weight, (bias), y] shapes when create_operator knew them all: views of MXNet's memory
@@ -322,11 +340,12 @@ class Conv2dForward(mx.operator.CustomOp):
             seconds = self._forward_team(x, k, bias, out, accumulate)
         elif self.path == "gpu" and out is not None and not accumulate:
             from ..kernels.hostcopy.engine import forward_into     # x in, y straight into MXNet's memory
-            seconds = forward_into(out, x, k, bias=bias, spec=self.spec, version=self.version)
+            seconds = forward_into(out, x, k, bias=bias, spec=self.spec, version=self.version,
+                                   precision=self.precision)
         elif self.path == "gpu":
             from ..kernels.launch import conv2d_forward_gpu
             y, seconds = conv2d_forward_gpu(x, k, bias=bias, spec=self.spec, out=out, version=self.version,
-                                            accumulate=accumulate)
+                                            accumulate=accumulate, precision=self.precision)
         else:
             warm_up()
             prepare_cpu(x, k, bias, self.spec, out=out, accumulate=accumulate, kernel=self.config.cpu_kernel)
@@ -363,7 +382,7 @@ class Conv2dForward(mx.operator.CustomOp):
         seconds = conv2d_forward_device(
             ndarray_pointer(y_nd), ndarray_pointer(x_nd), ndarray_pointer(k_nd), x_nd.shape, k_nd.shape,
             bias_ptr=bias_ptr, spec=self.spec, version=self.version, accumulate=accumulate,
-            device=x_nd.context.device_id)
+            device=x_nd.context.device_id, precision=self.precision)
         op_times.add(seconds, "gpu")
 
     @recording(sync=False)

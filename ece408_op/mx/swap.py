@@ -33,7 +33,8 @@ from ..errors import Ece408Error, ModelError, ShapeError
 from .compat import import_mxnet
 from .fuse_pass import fuse_conv_tanh_pool
 from .fused_op import FUSED_OP_TYPE
-from .op import OWN_ATTRS, SPEC_ATTRS, parse_cpu_kernel_attr, parse_device, parse_gpu_kernel, parse_team
+from .op import (OWN_ATTRS, SPEC_ATTRS, parse_cpu_kernel_attr, parse_device, parse_gpu_kernel, parse_precision_attr,
+                 parse_team)
 
 mx = import_mxnet()
 
@@ -107,7 +108,8 @@ def why_not(attrs):
 
 
 def parse_op_attrs(op_attrs):
-    """Validate the attributes given for every swapped node (device, gpu_kernel, cpu_kernel, team) up front."""
+    """Validate the attributes given for every swapped node (device, gpu_kernel, cpu_kernel, team, precision)
+    up front."""
     unknown = [k for k in op_attrs if k not in OWN_ATTRS]
     if unknown:
         raise Ece408Error(f"swap_convolutions: unknown option {unknown[0]}=; known: {', '.join(OWN_ATTRS)}")
@@ -120,6 +122,8 @@ def parse_op_attrs(op_attrs):
         out["cpu_kernel"] = parse_cpu_kernel_attr(op_attrs["cpu_kernel"])
     if "team" in op_attrs and parse_team(op_attrs["team"]):
         out["team"] = "1"
+    if "precision" in op_attrs:
+        out["precision"] = parse_precision_attr(op_attrs["precision"])
     return out
 
 

@@ -1,5 +1,5 @@
-"""The project's convolution kernels as PyTorch modules (forward only): ``Conv2d``, ``conv2d`` and
-``swap_convolutions``. Needs PyTorch; never imports MXNet.
+"""The project's convolution kernels as PyTorch modules (forward only): ``Conv2d``, ``conv2d``,
+``swap_convolutions`` and ``warmup``. Needs PyTorch; never imports MXNet.
 
     from ece408_op.torch import Conv2d, swap_convolutions
     conv = Conv2d(64, 128, 3, padding=1).cuda().eval()      # nn.Conv2d's constructor and state dict
@@ -22,8 +22,19 @@ and devices RuntimeErrors with PyTorch's wording, a bad ``kernel=`` a ValueError
 
 Non-contiguous inputs (e.g. channels-last) and tensors whose data does not start on a 16-byte
 boundary are copied first (the kernels move 16 bytes at a time).
+
+``precision``: None/'auto' (``$ECE408_PRECISION``, else 'tf32x3': the error-compensated TF32 tensor-core
+versions allowed) or 'fp32' (plain float32 arithmetic only); kernels/choice.py.
+
+torch.compile: under compilation the forward is one registered operator, ``torch.ops.ece408.conv2d``
+(``torch.library.custom_op`` with a fake implementation for the shapes), so a swapped network compiles
+without graph breaks, and with ``mode="reduce-overhead"`` its kernels are captured in the CUDA graph (the
+first call on the graph's stream, before capture, sets the layer up). Eager calls keep the direct path.
+Autocast: the convolutions run in float32 (an input autocast made half precision is converted; the
+output is float32), eager and compiled alike.
 """
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -31,9 +42,9 @@ from torch import nn
 
 from ..conv import ConvSpec, conv2d_forward_cpu
 from ..errors import Ece408Error, GpuError
-from ..kernels import layer_call, parse_version
+from ..kernels import layer_call, parse_precision, parse_version
 
-__all__ = ["Conv2d", "conv2d", "swap_convolutions", "SwapReport"]
+__all__ = ["Conv2d", "conv2d", "swap_convolutions", "SwapReport", "warmup"]
 
 def _stream(index):
     """PyTorch's current CUDA stream on device ``index``, as a CUstream handle (an int)."""
@@ -50,6 +61,26 @@ def _check_version(version):
     except GpuError as exc:
         raise ValueError(str(exc)) from None
     return version
+
+
+def _check_precision(precision):
+    """``precision`` as given (None, 'auto', 'tf32x3', 'fp32'), or a ValueError where it names none."""
+    try:
+        parse_precision(precision)
+    except GpuError as exc:
+        raise ValueError(str(exc)) from None
+    return None if precision is None else str(precision)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+_is_compiling = torch.compiler.is_compiling
+
+
+def _autocast_on(device_type):
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:                                      # (PyTorch before 2.4: CUDA's flag alone)
+        return device_type == "cuda" and torch.is_autocast_enabled()
 
 
 def _forward_only(what):
@@ -76,7 +107,15 @@ def _pairs(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (int(value), int(value))
 
 
-def _resolve(input, weight, bias, stride, padding, dilation, groups, version, unbatched=False):
+def _out_shape(input, weight, stride, padding, dilation):
+    """(N, M, HO, WO) of a batched ``input`` (SymInts welcome: the fake implementation's too)."""
+    (sh, sw), (ph, pw), (dh, dw) = _pairs(stride), _pairs(padding), _pairs(dilation)
+    kh, kw = weight.shape[2], weight.shape[3]
+    return (input.shape[0], weight.shape[0], (input.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1,
+            (input.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1)
+
+
+def _resolve(input, weight, bias, stride, padding, dilation, groups, version, precision=None, unbatched=False):
     """PyTorch's shape checks (its messages), then the layer (its LayerCall on CUDA; the hot path's
     ``queue`` and ``template`` for a batched input). ``input`` is batched (``unbatched``: by the caller)."""
     if weight.dim() != 4:
@@ -109,7 +148,7 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, version, un
         layer.device_index = input.device.index
         try:
             layer.call = layer_call(tuple(input.shape), tuple(weight.shape), spec, bias is not None, version,
-                                    input.device.index)
+                                    input.device.index, precision)
         except Ece408Error as exc:
             raise RuntimeError(str(exc)) from None
         if not unbatched:
@@ -154,11 +193,13 @@ def _check(input, weight, bias):
         raise RuntimeError(f"ece408_op runs on CUDA and CPU tensors, not on {device.type}")
 
 
-def _run(cache, input, weight, bias, stride, padding, dilation, groups, version):
+def _run(cache, input, weight, bias, stride, padding, dilation, groups, version, precision=None):
     """The forward. Everything that depends only on the shapes, dtypes and devices is checked and resolved
     once per cache key; a call with a key seen before pays the look-up, y's allocation and the queue."""
     if not isinstance(input, torch.Tensor):
         raise TypeError(f"conv2d(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+    if input.dtype is not torch.float32 and input.dtype in _HALF and _autocast_on(input.device.type):
+        input = input.float()                      # autocast: the convolution runs (and returns) in float32
     key = (input.shape, input.dtype, input.device, weight.shape, weight.dtype, weight.device,
            None if bias is None else (bias.shape, bias.dtype, bias.device))
     layer = cache.get(key)
@@ -166,7 +207,7 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, version)
         _check(input, weight, bias)
         unbatched = input.dim() == 3
         layer = _resolve(input.unsqueeze(0) if unbatched else input, weight, bias, stride, padding, dilation,
-                         groups, version, unbatched)
+                         groups, version, precision, unbatched)
         cache[key] = layer
     queue = layer.queue
     if queue is not None:                # the hot path: a batched CUDA layer, its tensors usable as they are
@@ -209,31 +250,71 @@ def _run_cpu(layer, input, weight, bias):
 _functional_cache = {}
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, kernel=None):
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, kernel=None, precision=None):
     """``torch.nn.functional.conv2d`` (numeric padding) on the project's kernels; forward only."""
     tensors = (input, weight, bias)
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
         raise _forward_only("ece408_op.torch.conv2d")
     if isinstance(padding, str):
         raise ValueError("ece408_op.torch.conv2d takes numeric padding; use the Conv2d module for 'same'/'valid'")
-    cache = _functional_cache.setdefault((_pairs(stride), _pairs(padding), _pairs(dilation), int(groups), kernel), {})
-    return _run(cache, input, weight, bias, stride, padding, dilation, groups, _check_version(kernel))
+    if torch.compiler.is_compiling():
+        return conv2d_op(input, weight, bias, list(_pairs(stride)), list(_pairs(padding)), list(_pairs(dilation)),
+                         int(groups), _kernel_text(kernel), precision)
+    return _functional(input, weight, bias, _pairs(stride), _pairs(padding), _pairs(dilation), int(groups),
+                       _check_version(kernel), _check_precision(precision))
+
+
+def _functional(input, weight, bias, stride, padding, dilation, groups, kernel, precision):
+    cache = _functional_cache.get((stride, padding, dilation, groups, kernel, precision))
+    if cache is None:
+        cache = _functional_cache.setdefault((stride, padding, dilation, groups, kernel, precision), {})
+    return _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel, precision)
+
+
+def _kernel_text(kernel):
+    return None if kernel is None else str(kernel)
+
+
+@torch.library.custom_op("ece408::conv2d", mutates_args=())
+def conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: list[int],
+              padding: list[int], dilation: list[int], groups: int, kernel: Optional[str],
+              precision: Optional[str]) -> torch.Tensor:
+    """The forward as one registered operator (``torch.ops.ece408.conv2d``): what ``torch.compile`` sees of
+    a Conv2d (no graph break; a CUDA graph captures its kernels)."""
+    y = _functional(input, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups,
+                    kernel, precision)
+    return y.clone() if input.dim() == 3 else y          # (an unbatched y is a view of the batched one)
+
+
+@conv2d_op.register_fake
+def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups, kernel, precision):
+    batched = input if input.dim() == 4 else input.unsqueeze(0)
+    shape = _out_shape(batched, weight, stride, padding, dilation)
+    out = batched.new_empty(shape, dtype=torch.float32)
+    return out if input.dim() == 4 else out[0].clone()
+
+
+if hasattr(torch.library, "register_autocast"):          # under autocast: float32 in, float32 out
+    torch.library.register_autocast("ece408::conv2d", "cuda", torch.float32)
+    torch.library.register_autocast("ece408::conv2d", "cpu", torch.float32)
 
 
 # what a resolved layer depends on besides the tensors: setting one drops the module's resolved layers
 _LAYER_ATTRIBUTES = frozenset({"stride", "padding", "dilation", "groups", "padding_mode", "kernel_size", "kernel",
-                               "_reversed_padding_repeated_twice"})
+                               "precision", "_reversed_padding_repeated_twice"})
 
 
 class Conv2d(nn.Conv2d):
     """``torch.nn.Conv2d`` (same constructor, parameters and state dict) whose forward runs the
-    project's kernels; ``kernel``: None/'auto', 'fast' or a version ('9', 'v8', 'gemm', ...)."""
+    project's kernels; ``kernel``: None/'auto', 'fast' or a version ('9', 'v8', 'gemm', ...);
+    ``precision``: None/'auto', 'tf32x3' or 'fp32' (plain float32 arithmetic only)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", device=None, dtype=None, *, kernel=None):
+                 bias=True, padding_mode="zeros", device=None, dtype=None, *, kernel=None, precision=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                          padding_mode, device, dtype)
         self.kernel = _check_version(kernel)
+        self.precision = _check_precision(precision)
         self._layers, self._padding = {}, None
 
     def __setattr__(self, name, value):
@@ -242,10 +323,11 @@ class Conv2d(nn.Conv2d):
             self._layers, self._padding = {}, None
 
     @classmethod
-    def from_conv(cls, conv, kernel=None):
+    def from_conv(cls, conv, kernel=None, precision=None):
         """A Conv2d sharing ``conv``'s parameters (no copy), training flag and hooks."""
         new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
-                  conv.groups, conv.bias is not None, conv.padding_mode, device="meta", kernel=kernel)
+                  conv.groups, conv.bias is not None, conv.padding_mode, device="meta", kernel=kernel,
+                  precision=precision)
         new.weight = conv.weight
         if conv.bias is not None:
             new.bias = conv.bias
@@ -265,6 +347,8 @@ class Conv2d(nn.Conv2d):
         return (0, 0), list(lr)
 
     def forward(self, input):
+        if _is_compiling():                       # torch.compile traces one operator
+            return self._forward_compiled(input)
         # weight and bias straight from _parameters (where nn.Module keeps them; assigning anything but a
         # Parameter or None there is nn.Module's TypeError): nn.Module.__getattr__ costs 0.3-0.5 us each
         parameters = self._parameters
@@ -281,10 +365,23 @@ class Conv2d(nn.Conv2d):
         if pre is not None and isinstance(input, torch.Tensor):
             mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
             input = F.pad(input, pre, mode=mode)
-        return _run(self._layers, input, weight, bias, self.stride, padding, self.dilation, self.groups, self.kernel)
+        return _run(self._layers, input, weight, bias, self.stride, padding, self.dilation, self.groups, self.kernel,
+                    self.precision)
+
+    def _forward_compiled(self, input):
+        weight, bias = self.weight, self.bias
+        if torch.is_grad_enabled() and (input.requires_grad or self.training and (
+                weight.requires_grad or bias is not None and bias.requires_grad)):
+            raise _forward_only("ece408_op.torch.Conv2d")
+        padding, pre = self._explicit_padding()
+        if pre is not None:
+            input = F.pad(input, pre, mode="constant" if self.padding_mode == "zeros" else self.padding_mode)
+        return conv2d_op(input, weight, bias, list(_pairs(self.stride)), list(padding), list(_pairs(self.dilation)),
+                         self.groups, _kernel_text(self.kernel), self.precision)
 
     def extra_repr(self):
-        return super().extra_repr() + (f", kernel={self.kernel!r}" if self.kernel is not None else "")
+        return super().extra_repr() + (f", kernel={self.kernel!r}" if self.kernel is not None else "") + (
+            f", precision={self.precision!r}" if self.precision is not None else "")
 
 
 @dataclass
@@ -304,17 +401,19 @@ def _reason_to_keep(conv):
     return None
 
 
-def swap_convolutions(model, kernel=None):
+def swap_convolutions(model, kernel=None, precision=None):
     """Replace every ``torch.nn.Conv2d`` (exactly that class) in ``model`` by a ``Conv2d`` sharing its
-    parameters, in place; a bare nn.Conv2d is returned swapped as ``report.result``."""
+    parameters, in place; a bare nn.Conv2d is returned swapped as ``report.result``. ``kernel`` and
+    ``precision`` are set on every swapped layer."""
     _check_version(kernel)
+    _check_precision(precision)
     report = SwapReport(model)
     if type(model) is nn.Conv2d:
         reason = _reason_to_keep(model)
         if reason:
             report.kept.append(("", reason))
         else:
-            report.result, report.swapped = Conv2d.from_conv(model, kernel), [""]
+            report.result, report.swapped = Conv2d.from_conv(model, kernel, precision), [""]
         return report
     for full, child in [(name, m) for name, m in model.named_modules() if name and type(m) is nn.Conv2d]:
         reason = _reason_to_keep(child)
@@ -322,6 +421,28 @@ def swap_convolutions(model, kernel=None):
             report.kept.append((full, reason))
             continue
         parent_name, _, name = full.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, name, Conv2d.from_conv(child, kernel))
+        setattr(model.get_submodule(parent_name) if parent_name else model, name,
+                Conv2d.from_conv(child, kernel, precision))
         report.swapped.append(full)
     return report
+
+
+def warmup(model, *inputs, batches=None):
+    """Resolve every swapped convolution of ``model`` for ``inputs`` ahead of use: one forward (no grad) per
+    batch size of ``batches`` (the first input's batch dimension cut or repeated to it; default: as
+    given). Fills the GPU cache folder (``$ECE408_GPU_CACHE``: compiled modules and tunings), which
+    another machine of the same GPU can copy. Returns {batch: seconds}."""
+    import time
+    seconds = {}
+    first = inputs[0]
+    for batch in batches or [first.shape[0]]:
+        x = first[:batch] if batch <= first.shape[0] else first.repeat(-(-batch // first.shape[0]), 1, 1, 1)[:batch]
+        if first.is_cuda:
+            torch.cuda.synchronize(first.device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model(x, *inputs[1:])
+        if first.is_cuda:
+            torch.cuda.synchronize(first.device)
+        seconds[int(batch)] = time.perf_counter() - start
+    return seconds

@@ -224,12 +224,14 @@ class _Transfer:
                 self.registered.release()
 
 
-def forward_into(out, x, k, bias=None, spec=None, version=None, fused=False, device=None, entry=None):
+def forward_into(out, x, k, bias=None, spec=None, version=None, fused=False, device=None, entry=None, precision=None):
     """Run the layer (the conv, or conv + tanh + 2x2 max-pool where ``fused``) on host arrays,
     writing ``out`` (the caller's C-contiguous float32 memory, e.g. MXNet's output, which is
     overwritten); returns Op Time. The copies go as ``ECE408_HOST_COPY`` says (module doc).
     ``entry``: another device-pointer forward with ``conv2d_forward_device``'s signature (a
-    team's, ``team/runtime.py``); the ``direct`` mode then copies as ``ring`` does."""
+    team's, ``team/runtime.py``); the ``direct`` mode then copies as ``ring`` does. ``precision``: as
+    ``conv2d_forward_gpu``'s (None: the default)."""
+    chosen = {} if precision is None else {"precision": precision}
     start = time.perf_counter()
     mode = host_copy_mode()
     if entry is not None and mode == "direct":
@@ -246,22 +248,24 @@ def forward_into(out, x, k, bias=None, spec=None, version=None, fused=False, dev
     if chunks is not None and entry is None:
         record.mode, record.streams = f"streams ({chunks})", chunks
         if x.shape[0] > 0:
-            record.op_time = streamed(record, out, x, k, bias, spec, version, fused, device)
+            record.op_time = streamed(record, out, x, k, bias, spec, version, fused, device, precision)
     elif mode == "direct":
-        record.op_time = _direct(out, x, k, bias, spec, version, fused, device)
+        record.op_time = _direct(out, x, k, bias, spec, version, fused, device, chosen)
     elif x.shape[0] > 0:
-        record.op_time = _piped(record, out, x, k, bias, spec, version, fused, device, entry)
+        record.op_time = _piped(record, out, x, k, bias, spec, version, fused, device, entry, chosen)
     record.wall = time.perf_counter() - start
     keep(record)
     return record.op_time
 
 
-def _direct(out, x, k, bias, spec, version, fused, device):
+def _direct(out, x, k, bias, spec, version, fused, device, chosen=None):
     entry = fused_forward_gpu if fused else conv2d_forward_gpu
-    return entry(x, k, bias=bias, spec=spec, out=out, version=version, device=device)[1]
+    return entry(x, k, bias=bias, spec=spec, out=out, version=version, device=device, **(chosen or {}))[1]
 
 
-def _piped(record, out, x, k, bias, spec, version, fused, device, entry=None):
+def _piped(record, out, x, k, bias, spec, version, fused, device, entry=None, chosen=None):
+    if entry is not None:
+        chosen = {}                               # (a team's forward: its own kernels)
     entry = entry or (fused_forward_device if fused else conv2d_forward_device)
     dev = GpuDevice.get(device)
     cuda = dev.cuda
@@ -282,7 +286,7 @@ def _piped(record, out, x, k, bias, spec, version, fused, device, entry=None):
             t = time.perf_counter()
             record.op_time = entry(int(yd), int(xd), int(kd), x.shape, k.shape,
                                    bias_ptr=None if bd is None else int(bd), spec=spec, version=version,
-                                   device=dev.index)
+                                   device=dev.index, **(chosen or {}))
             record.kernel_call = time.perf_counter() - t
             t = time.perf_counter()
             with dev.timed(f"[CUDA memcpy DtoH] y ({record.mode}: into the caller's memory)"):

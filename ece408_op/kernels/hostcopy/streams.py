@@ -34,16 +34,16 @@ def stream_chunks():
     return int(text)
 
 
-def _layer_plan(dev, x, k, bias, spec, version, fused):
+def _layer_plan(dev, x, k, bias, spec, version, fused, precision=None):
     """The plan the device-pointer entry points would run for this layer (inside ``dev.active()``)."""
     spec = spec_with_bias(spec, k, bias)
     shape = ConvShape.of(x.shape, k.shape, spec)
     if fused:
-        return fused_plan_for(dev, shape, version)
-    return plan_for(dev, shape, choose_version(version, shape, dev.name))
+        return fused_plan_for(dev, shape, version, precision=precision)
+    return plan_for(dev, shape, choose_version(version, shape, dev.name, precision))
 
 
-def streamed(record, out, x, k, bias, spec, version, fused, device):
+def streamed(record, out, x, k, bias, spec, version, fused, device, precision=None):
     """The streams path (module doc): chunks of whole images, so that chunk i's pointers are the whole
     batch's at image b0 and every kernel sees the addresses (and alignment) it sees in one launch.
     Kernels run on the null stream (one after another, sharing the plan's workspaces); the copies on
@@ -62,7 +62,7 @@ def streamed(record, out, x, k, bias, spec, version, fused, device):
     with dev.active():
         tasks = []
         try:
-            plan = _layer_plan(dev, x, k, bias, spec, version, fused)
+            plan = _layer_plan(dev, x, k, bias, spec, version, fused, precision)
             xd, yd = int(dev.buffer("hostcopy-x", x.nbytes)), int(dev.buffer("hostcopy-y", out.nbytes))
             kd = dev.buffer("hostcopy-k", k.nbytes)
             cuda.memcpy_htod(kd, k)

@@ -18,6 +18,101 @@
 // Every module also holds the launcher's helper kernels below (padding, bias, req='add', tanh_pool).
 #pragma once
 
+#ifndef CONV_DYNAMIC
+#define CONV_DYNAMIC 0     // 1: the layer's sizes are a kernel argument (ConvDims), not #defines
+#endif
+
+// n / d for 0 <= n < 2^31 by one multiply-high and a shift (m 0: d a power of two, a shift alone), the
+// divisor chosen at run time: Granlund-Montgomery with s = floor(log2 d), m = ceil(2^(32+s) / d) < 2^32
+// (kernels/plans.py: fast_div). What the compiler does for a constant divisor, for a size known at launch.
+struct FastDiv {
+    unsigned m;
+    int s;
+};
+__host__ __device__ __forceinline__ unsigned fast_div(unsigned n, FastDiv d)
+{
+#ifdef __CUDA_ARCH__
+    return d.m ? __umulhi(n, d.m) >> d.s : n >> d.s;
+#else
+    return d.m ? (unsigned)(((unsigned long long)n * d.m) >> 32) >> d.s : n >> d.s;
+#endif
+}
+
+#if CONV_DYNAMIC
+// The layer's sizes as the kernel's last argument: one module per version and tile serves every layer
+// (a first forward compiles a handful of modules, not one per layer shape; docs/gpu-dropin.md). The
+// launcher packs it (kernels/plans.py: conv_dims, in this order) and keeps a launch's positions and
+// threads under 2^31, so position arithmetic is 32-bit (fast_div). A size given as a #define stays a
+// compile-time constant (v13 keeps its window: its registers are sized by it).
+struct ConvDims {
+    int C, H, W, M, KH, KW, SH, SW, PH, PW, DH, DW, G, BIAS;
+    int HO, WO, HW, HOWO, CG, MG, GKK, KHKW;
+    FastDiv div_HOWO, div_WO, div_HO, div_M, div_MG, div_KHKW, div_KW;
+};
+#define CONV_DIMS_PARAM , const __grid_constant__ ConvDims conv_dims
+#define CONV_DIMS_DECL , const ConvDims& conv_dims
+#define CONV_DIMS_ARG , conv_dims
+#define CONV_UDIV(n, NAME) fast_div((unsigned)(n), conv_dims.div_##NAME)    // n < 2^31
+#ifndef CONV_C
+#define CONV_C (conv_dims.C)
+#endif
+#ifndef CONV_H
+#define CONV_H (conv_dims.H)
+#endif
+#ifndef CONV_W
+#define CONV_W (conv_dims.W)
+#endif
+#ifndef CONV_M
+#define CONV_M (conv_dims.M)
+#endif
+#ifndef CONV_K
+#define CONV_K (conv_dims.KH)
+#endif
+#ifndef CONV_KH
+#define CONV_KH (conv_dims.KH)
+#endif
+#ifndef CONV_KW
+#define CONV_KW (conv_dims.KW)
+#endif
+#ifndef CONV_SH
+#define CONV_SH (conv_dims.SH)
+#endif
+#ifndef CONV_SW
+#define CONV_SW (conv_dims.SW)
+#endif
+#ifndef CONV_PH
+#define CONV_PH (conv_dims.PH)
+#endif
+#ifndef CONV_PW
+#define CONV_PW (conv_dims.PW)
+#endif
+#ifndef CONV_DH
+#define CONV_DH (conv_dims.DH)
+#endif
+#ifndef CONV_DW
+#define CONV_DW (conv_dims.DW)
+#endif
+#ifndef CONV_G
+#define CONV_G (conv_dims.G)
+#endif
+#ifndef CONV_BIAS
+#define CONV_BIAS (conv_dims.BIAS)
+#endif
+#define CONV_HO (conv_dims.HO)
+#define CONV_WO (conv_dims.WO)
+#define CONV_HW (conv_dims.HW)
+#define CONV_HOWO (conv_dims.HOWO)
+#define CONV_CG (conv_dims.CG)
+#define CONV_MG (conv_dims.MG)
+#define CONV_GKK (conv_dims.GKK)
+#define CONV_KHKW (conv_dims.KHKW)
+#define CONV_KK (CONV_K * CONV_K)
+#define CONV_CKK (CONV_C * CONV_KK)
+#else
+#define CONV_DIMS_PARAM
+#define CONV_DIMS_DECL
+#define CONV_DIMS_ARG
+#define CONV_UDIV(n, NAME) ((unsigned)(n) / (unsigned)(CONV_##NAME))       // (a constant divisor)
 #ifndef CONV_C
 #define CONV_C 1
 #endif
@@ -64,10 +159,6 @@
 #define CONV_BIAS 0
 #endif
 
-#ifndef CONST_WEIGHTS
-#define CONST_WEIGHTS 16384   // floats of constant memory for weights (64 KB)
-#endif
-
 #define CONV_HO ((CONV_H + 2 * CONV_PH - CONV_DH * (CONV_KH - 1) - 1) / CONV_SH + 1)
 #define CONV_WO ((CONV_W + 2 * CONV_PW - CONV_DW * (CONV_KW - 1) - 1) / CONV_SW + 1)
 #define CONV_KK (CONV_K * CONV_K)            // the course's kind of layer (v2-v4, v7)
@@ -76,6 +167,14 @@
 #define CONV_CG (CONV_C / CONV_G)            // the general layer (v5, v6): channels and filters of a
 #define CONV_MG (CONV_M / CONV_G)            // group, and a group's GEMM depth
 #define CONV_GKK (CONV_CG * CONV_KH * CONV_KW)
+
+#define CONV_HW (CONV_H * CONV_W)
+#define CONV_KHKW (CONV_KH * CONV_KW)
+#endif
+
+#ifndef CONST_WEIGHTS
+#define CONST_WEIGHTS 16384   // floats of constant memory for weights (64 KB)
+#endif
 
 __constant__ float c_weights[CONST_WEIGHTS];
 

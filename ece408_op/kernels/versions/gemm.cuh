@@ -15,9 +15,6 @@
 // A row stride of 8 (mod 16) floats makes the tensor cores' fragment loads conflict-free.
 // Grid: (ceil(B*HO*WO / BP), G * ceil(MG / BF)); dynamic shared memory STAGES*BK*(SA+SB) floats.
 
-#define CONV_HW (CONV_H * CONV_W)
-#define CONV_KHKW (CONV_KH * CONV_KW)
-
 // A shared-memory row of n floats, padded to a stride of 8 (mod 16).
 __host__ __device__ constexpr int gemm_stride(int n) { return n + (24 - n % 16) % 16; }
 
@@ -25,6 +22,22 @@ __host__ __device__ constexpr int gemm_stride(int n) { return n + (24 - n % 16) 
 // the compiler's general division by a constant takes 64-bit arithmetic). The launcher keeps GKK < 2^16.
 template <unsigned D>
 __device__ __forceinline__ int div_small(int r) { return D == 1 ? r : (int)__umulhi((unsigned)r, 0xffffffffu / D + 1u); }
+#if CONV_DYNAMIC
+#define CONV_DIV_SMALL(r, NAME) ((int)CONV_UDIV(r, NAME))                  // (a size known at launch)
+#else
+#define CONV_DIV_SMALL(r, NAME) div_small<CONV_##NAME>(r)
+#endif
+
+// A position n of the batch (0 <= n < B*HO*WO) as (image, offset in its HO x WO plane): 32-bit where the
+// sizes are a kernel argument (the launcher keeps a launch's positions under 2^31).
+__device__ __forceinline__ long long pos_image(long long n CONV_DIMS_DECL)
+{
+#if CONV_DYNAMIC
+    return (long long)CONV_UDIV(n, HOWO);
+#else
+    return n / CONV_HOWO;
+#endif
+}
 
 __device__ __forceinline__ void cp_async4(float* smem, const float* gmem, bool ok)
 {
@@ -44,18 +57,26 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // The x tile: BK rows (r) x BP columns (positions). Thread t copies the columns t % TC + j * TC
 // (j < COLS) of the rows t / TC + i * TR: each row's (c, p, q) is decomposed once for COLS columns.
 // Offsets are 32-bit, from the group's first channel of image 0 (the launcher keeps a launch's x
-// under 2^31 elements); with padding a column's in-bounds window taps are a bit mask.
-#if CONV_PH > 0 || CONV_PW > 0
+// under 2^31 elements); with padding a column's in-bounds window taps are a bit mask (always where the
+// sizes are a kernel argument: one module for padded and unpadded layers).
+#if CONV_DYNAMIC
 #define GEMM_PADDED 1
-typedef unsigned long long gemm_mask_t;     // one bit per tap (p, q): KH*KW <= 64
+#elif CONV_PH > 0 || CONV_PW > 0
+#define GEMM_PADDED 1
 #else
 #define GEMM_PADDED 0
+#endif
+#if GEMM_PADDED
+typedef unsigned long long gemm_mask_t;     // one bit per tap (p, q): KH*KW <= 64
 #endif
 
 template <int BP, int BK, int THREADS, int COLS>
 struct XTileLoader {
     static constexpr int TC = BP / COLS, TR = THREADS / TC, ROWS = BK / TR, SA = gemm_stride(BP);
     static_assert(BP % COLS == 0 && THREADS % TC == 0 && BK % TR == 0, "x tile does not divide among the threads");
+#if CONV_DYNAMIC
+    const ConvDims& conv_dims; // the layer's sizes (a kernel argument)
+#endif
     int corner[COLS];          // offset of the window's corner (row ih0, column iw0; may lie in the padding)
 #if GEMM_PADDED
     gemm_mask_t taps[COLS];    // bit p*KW+q: that tap lies inside x (none for a column past the batch)
@@ -65,16 +86,21 @@ struct XTileLoader {
     int col, row;
     const float* xg;
 
-    __device__ __forceinline__ XTileLoader(const float* __restrict__ xg_, long long n0, long long npos)
-        : col(threadIdx.x % TC), row(threadIdx.x / TC), xg(xg_)
+    __device__ __forceinline__ XTileLoader(const float* __restrict__ xg_, long long n0, long long npos CONV_DIMS_DECL)
+        :
+#if CONV_DYNAMIC
+          conv_dims(conv_dims),
+#endif
+          col(threadIdx.x % TC), row(threadIdx.x / TC), xg(xg_)
     {
 #pragma unroll
         for (int j = 0; j < COLS; ++j) {
             const long long n = n0 + col + j * TC;
             const bool in = n < npos;
-            const int b = in ? (int)(n / CONV_HOWO) : 0;
+            const int b = in ? (int)pos_image(n CONV_DIMS_ARG) : 0;
             const int s = in ? (int)(n - (long long)b * CONV_HOWO) : 0;
-            const int ih0 = (s / CONV_WO) * CONV_SH - CONV_PH, iw0 = (s % CONV_WO) * CONV_SW - CONV_PW;
+            const int oh = (int)CONV_UDIV(s, WO), ow = s - oh * CONV_WO;
+            const int ih0 = oh * CONV_SH - CONV_PH, iw0 = ow * CONV_SW - CONV_PW;
             corner[j] = b * (CONV_C * CONV_HW) + ih0 * CONV_W + iw0;
 #if GEMM_PADDED
             gemm_mask_t bits = 0;
@@ -97,8 +123,8 @@ struct XTileLoader {
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
             const int k = row + i * TR, r = k0 + k;
-            const int c = div_small<CONV_KHKW>(r), pq = r - c * CONV_KHKW;
-            const int p = div_small<CONV_KW>(pq), q = pq - p * CONV_KW;
+            const int c = CONV_DIV_SMALL(r, KHKW), pq = r - c * CONV_KHKW;
+            const int p = CONV_DIV_SMALL(pq, KW), q = pq - p * CONV_KW;
             const int offset = c * CONV_HW + p * CONV_DH * CONV_W + q * CONV_DW;
             const bool rok = CONV_GKK % BK == 0 || r < CONV_GKK;    // (no partial last tile: always)
 #pragma unroll
@@ -116,7 +142,7 @@ struct XTileLoader {
 
 // The weight tile: BK rows (r) x BF filters of group g, from Kmat_g (MG x GKK, r contiguous).
 template <int BF, int BK, int THREADS>
-__device__ __forceinline__ void load_weight_tile(float* Bs, const float* __restrict__ kg, int f0, int k0)
+__device__ __forceinline__ void load_weight_tile(float* Bs, const float* __restrict__ kg, int f0, int k0 CONV_DIMS_DECL)
 {
     constexpr int SB = gemm_stride(BF), COUNT = BF * BK, PER = (COUNT + THREADS - 1) / THREADS;
 #pragma unroll
@@ -131,18 +157,18 @@ __device__ __forceinline__ void load_weight_tile(float* Bs, const float* __restr
 // The k-loop: stages tiles through the pipeline and calls compute(As, Bs) on each in turn.
 template <int BP, int BF, int BK, int STAGES, int THREADS, int COLS, class Compute>
 __device__ __forceinline__ void gemm_mainloop(float* smem, const float* __restrict__ xg, const float* __restrict__ kg,
-                                              long long n0, int f0, long long npos, Compute&& compute)
+                                              long long n0, int f0, long long npos, Compute&& compute CONV_DIMS_DECL)
 {
     constexpr int A_STAGE = BK * gemm_stride(BP), B_STAGE = BK * gemm_stride(BF);
-    constexpr int KT = (CONV_GKK + BK - 1) / BK;
+    const int KT = (CONV_GKK + BK - 1) / BK;
     float* As = smem;
     float* Bs = smem + STAGES * A_STAGE;
-    const XTileLoader<BP, BK, THREADS, COLS> xtile(xg, n0, npos);
+    const XTileLoader<BP, BK, THREADS, COLS> xtile(xg, n0, npos CONV_DIMS_ARG);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < KT) {
             xtile.load(As + s * A_STAGE, s * BK);
-            load_weight_tile<BF, BK, THREADS>(Bs + s * B_STAGE, kg, f0, s * BK);
+            load_weight_tile<BF, BK, THREADS>(Bs + s * B_STAGE, kg, f0, s * BK CONV_DIMS_ARG);
         }
         cp_async_commit();
     }
@@ -154,7 +180,7 @@ __device__ __forceinline__ void gemm_mainloop(float* smem, const float* __restri
         if (next < KT) {
             const int st = next % STAGES;
             xtile.load(As + st * A_STAGE, next * BK);
-            load_weight_tile<BF, BK, THREADS>(Bs + st * B_STAGE, kg, f0, next * BK);
+            load_weight_tile<BF, BK, THREADS>(Bs + st * B_STAGE, kg, f0, next * BK CONV_DIMS_ARG);
         }
         cp_async_commit();                   // (an empty group past the end keeps the count uniform)
         const int st = kt % STAGES;

@@ -18,6 +18,24 @@ __device__ __forceinline__ void v7_store4(float* p, float a, float b, float c, f
     else *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
 }
 
+// store_strip with the row's width at run time (v13 with its sizes a kernel argument): 16-byte stores
+// where N is a multiple of 4 and rows are a multiple of N wide (then every strip is inside its row and
+// 16-byte aligned), else the outputs left of column width.
+template <int N, bool STREAM>
+__device__ __forceinline__ void store_strip_rt(float* out, const float (&v)[N], int w0, int width)
+{
+    if (N % 4 == 0 && width % N == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4)
+            v7_store4<STREAM>(out + i, v[i], v[(i + 1) % N], v[(i + 2) % N], v[(i + 3) % N]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+            if (w0 + i < width) v7_store<STREAM>(out + i, v[i]);
+    }
+}
+
+#if !CONV_DYNAMIC       // (v7, v10: the sizes are #defines)
 // Where thread t's strip of VEC_ outputs lies (v7, v10): image b, output row h, first column w0;
 // false for a thread past the batch.
 template <int VEC_>
@@ -93,3 +111,4 @@ __device__ __forceinline__ void accumulate(float (&acc)[VEC_], const float (&in)
             for (int v = 0; v < VEC_; ++v) acc[v] = fmaf(in[p][q + v], kv, acc[v]);
         }
 }
+#endif  // !CONV_DYNAMIC

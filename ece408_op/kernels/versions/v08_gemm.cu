@@ -5,8 +5,14 @@
 //                reads; the x and weight tiles arrive by cp.async, STAGES tiles deep (any layer, FP32).
 //                H100: 2018 conv2 1.28 ms (v6 4.37, v7 2.55), ResNet 3x3 C=64 at B=64 0.44 ms (v6 1.88)
 //
+//                The layer's sizes are a kernel argument (CONV_DYNAMIC, common.cuh: ConvDims): one module per
+//                tile serves every layer.
+//
 // Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v08_gemm.cu (its defaults are the
-// course layer's, as the launcher passes them: a test checks it).
+// launcher's for the course layer: a test checks it).
+#ifndef CONV_DYNAMIC
+#define CONV_DYNAMIC 1
+#endif
 #include "common.cuh"
 #include "gemm.cuh"
 
@@ -37,10 +43,10 @@
 // v8: FP32 FFMA; each thread a V8_TP x V8_TF micro-tile (4-wide shared-memory reads on positions).
 extern "C" __global__ void __launch_bounds__(V8_THREADS)
 conv_forward_v8(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ k,
-                const float* __restrict__ bias, int B)
+                const float* __restrict__ bias, int B CONV_DIMS_PARAM)
 {
     constexpr int SA = gemm_stride(V8_BP), SB = gemm_stride(V8_BF), TXP = V8_BP / V8_TP;
-    constexpr int tiles_f = (CONV_MG + V8_BF - 1) / V8_BF;
+    const int tiles_f = (CONV_MG + V8_BF - 1) / V8_BF;
     static_assert(V8_TP % 4 == 0 && V8_BP % V8_TP == 0 && V8_BF % V8_TF == 0, "v8 tile");
     const int g = blockIdx.y / tiles_f, f0 = (blockIdx.y % tiles_f) * V8_BF;
     const long long n0 = (long long)blockIdx.x * V8_BP, npos = (long long)B * CONV_HOWO;
@@ -69,7 +75,7 @@ conv_forward_v8(float* __restrict__ y, const float* __restrict__ x, const float*
 #pragma unroll
                     for (int j = 0; j < V8_TP; ++j) acc[i][j] = fmaf(a[j], w[i], acc[i][j]);
             }
-        });
+        } CONV_DIMS_ARG);
 
     // Position chunk j/4 of this thread: 4 adjacent positions, one 16-byte store where they lie in one image.
 #pragma unroll
@@ -80,13 +86,9 @@ conv_forward_v8(float* __restrict__ y, const float* __restrict__ x, const float*
             const int f = f0 + ty * V8_TF + i;
             if (f >= CONV_MG) continue;
             const int m = g * CONV_MG + f;
-#if CONV_BIAS
-            const float add = __ldg(&bias[m]);
-#else
-            const float add = 0.f;
-#endif
+            const float add = CONV_BIAS ? __ldg(&bias[m]) : 0.f;
             if (CONV_HOWO % 4 == 0 && n < npos) {          // npos is a multiple of 4: all four exist
-                const long long b = n / CONV_HOWO;
+                const long long b = pos_image(n CONV_DIMS_ARG);
                 float* out = y + (b * CONV_M + m) * CONV_HOWO + (n - b * CONV_HOWO);
                 __stcs(reinterpret_cast<float4*>(out),
                        make_float4(acc[i][j] + add, acc[i][j + 1] + add, acc[i][j + 2] + add, acc[i][j + 3] + add));
@@ -94,7 +96,7 @@ conv_forward_v8(float* __restrict__ y, const float* __restrict__ x, const float*
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     if (n + e >= npos) break;
-                    const long long b = (n + e) / CONV_HOWO;
+                    const long long b = pos_image(n + e CONV_DIMS_ARG);
                     gemm_store(y + (b * CONV_M + m) * CONV_HOWO + (n + e - b * CONV_HOWO), acc[i][j + e] + add);
                 }
             }

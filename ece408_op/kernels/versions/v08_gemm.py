@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from .registry import register
-from .version import MAX_SHARED, Version
+from .version import MAX_RUN, MAX_SHARED, Version
 
 
 def gemm_stride(n):
@@ -29,6 +29,7 @@ class ImplicitGemm(Version):
     """v8 and v9: a block computes a tile of positions x filters, the k-loop pipelined through shared
     memory; tile sizes from the layer's filters per group (``tile``), tuning overrides on top."""
     general = True
+    dynamic = True
     prefix = ""
     BK_MIN, BK_MULTIPLE = 8, 1
     MAX_X = 2**31 - 1         # a launch's x in elements: the kernels' offsets are 32-bit (larger batches: chunks)
@@ -37,6 +38,11 @@ class ImplicitGemm(Version):
     def tile(self, inner):
         """The default tile for ``inner`` (a dict of the version's #defines)."""
         raise NotImplementedError
+
+    def dynamic_reason(self, inner):
+        if inner.KH * inner.KW > 64:           # (the sizes at run time: every layer's taps go through the mask)
+            return f"a {inner.KH}x{inner.KW} window has more taps than its 64-bit mask"
+        return None
 
     def threads_and_bp(self, values):
         raise NotImplementedError
@@ -82,12 +88,12 @@ class ImplicitGemm(Version):
         s, d = plan.inner, plan.defines
         threads, bp = self.threads_and_bp(d)
         image, out = s.C * s.H * s.W, s.M * s.HO * s.WO
-        chunk = min(batch, self.MAX_X // image)
+        chunk = min(batch, self.MAX_X // image, MAX_RUN // (s.HO * s.WO))
         for b0 in range(0, batch, chunk):
             n = min(chunk, batch - b0)
             grid = (math.ceil(n * s.HO * s.WO / bp), s.G * math.ceil(s.M // s.G / self.bf(d)))
             plan.kernels[0](np.uintp(y + 4 * b0 * out), np.uintp(x + 4 * b0 * image), np.uintp(k), np.uintp(bias),
-                            np.int32(n), block=(threads, 1, 1), grid=grid, shared=plan.shared_bytes)
+                            np.int32(n), *plan.dims, block=(threads, 1, 1), grid=grid, shared=plan.shared_bytes)
 
 
 @register

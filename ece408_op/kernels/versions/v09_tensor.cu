@@ -4,8 +4,14 @@
 //                error-compensated 3xTF32 scheme (three products per fragment: float32 accuracy).
 //                H100: 2019 conv2 4.13 ms (v8 4.78), ResNet 3x3 C=64 at B=64 0.32 ms (v8 0.44)
 //
+//                The layer's sizes are a kernel argument (CONV_DYNAMIC, common.cuh: ConvDims): one module per
+//                tile serves every layer.
+//
 // Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v09_tensor.cu (its defaults are the
-// course layer's, as the launcher passes them: a test checks it).
+// launcher's for the course layer: a test checks it).
+#ifndef CONV_DYNAMIC
+#define CONV_DYNAMIC 1
+#endif
 #include "common.cuh"
 #include "gemm.cuh"
 #include "tf32.cuh"
@@ -38,10 +44,10 @@
 
 extern "C" __global__ void __launch_bounds__(V9_THREADS)
 conv_forward_v9(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ k,
-                const float* __restrict__ bias, int B)
+                const float* __restrict__ bias, int B CONV_DIMS_PARAM)
 {
     constexpr int SA = gemm_stride(V9_BP), SB = gemm_stride(V9_BF);
-    constexpr int tiles_f = (CONV_MG + V9_BF - 1) / V9_BF;
+    const int tiles_f = (CONV_MG + V9_BF - 1) / V9_BF;
     static_assert(V9_BK % 8 == 0, "v9: BK must be a multiple of 8");
     const int g = blockIdx.y / tiles_f, f0 = (blockIdx.y % tiles_f) * V9_BF;
     const long long n0 = (long long)blockIdx.x * V9_BP, npos = (long long)B * CONV_HOWO;
@@ -79,7 +85,7 @@ conv_forward_v9(float* __restrict__ y, const float* __restrict__ x, const float*
                         mma_tf32(acc[i][j], ahi[i], bhi[j]);
                     }
             }
-        });
+        } CONV_DIMS_ARG);
 
     // Accumulator e of fragment (i, j): position row gid (+8 for e >= 2), filter column 2*tig (+1 for odd e).
 #pragma unroll
@@ -88,7 +94,7 @@ conv_forward_v9(float* __restrict__ y, const float* __restrict__ x, const float*
         for (int half = 0; half < 2; ++half) {
             const long long n = n0 + p0 + i * 16 + gid + half * 8;
             if (n >= npos) continue;
-            const long long b = n / CONV_HOWO;
+            const long long b = pos_image(n CONV_DIMS_ARG);
             float* out = y + b * CONV_M * CONV_HOWO + (n - b * CONV_HOWO);
 #pragma unroll
             for (int j = 0; j < V9_NI; ++j)
@@ -97,11 +103,8 @@ conv_forward_v9(float* __restrict__ y, const float* __restrict__ x, const float*
                     const int f = f0 + q0 + j * 8 + 2 * tig + e;
                     if (f >= CONV_MG) continue;
                     const int m = g * CONV_MG + f;
-#if CONV_BIAS
-                    gemm_store(out + (long long)m * CONV_HOWO, acc[i][j][half * 2 + e] + __ldg(&bias[m]));
-#else
-                    gemm_store(out + (long long)m * CONV_HOWO, acc[i][j][half * 2 + e]);
-#endif
+                    gemm_store(out + (long long)m * CONV_HOWO,
+                               acc[i][j][half * 2 + e] + (CONV_BIAS ? __ldg(&bias[m]) : 0.f));
                 }
         }
 }

@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from .registry import register
-from .version import Version
+from .version import MAX_RUN, Version, fast_div
 
 
 @register
@@ -13,6 +13,8 @@ class Depthwise(Version):
     thread, every size at compile time (memory-bound: v8's GEMM has a depth of only KH*KW there)."""
     number, name, kernels = 13, "depthwise", ("conv_forward_v13",)
     general = True
+    dynamic = True
+    specialise = False        # its sizes at run time measured as fast as at compile time (bench/sizes.py: 1.00x)
     tuning_keys = ("V13_VEC", "V13_THREADS")
     MAX_TAPS = 49             # KH*KW taps in registers
     MAX_SPAN = 64             # input values under a strip, per tap row
@@ -32,6 +34,9 @@ class Depthwise(Version):
             return f"{span} input values per strip and tap row exceed {self.MAX_SPAN}"
         return None
 
+    def static_dims(self, inner):
+        return {"CONV_KH": inner.KH, "CONV_KW": inner.KW, "CONV_SW": inner.SW, "CONV_DW": inner.DW}
+
     def suits(self, shape):
         return shape.G > 1       # a true depthwise layer; one channel (G = 1): v7, else the rest of the order
 
@@ -43,6 +48,16 @@ class Depthwise(Version):
 
     def launch(self, plan, y, x, k, bias, batch):
         s, d = plan.inner, plan.defines
-        total = batch * s.M * s.HO * math.ceil(s.WO / d["V13_VEC"])
-        plan.kernels[0](np.uintp(y), np.uintp(x), np.uintp(k), np.uintp(bias), np.int32(batch),
-                        block=(d["V13_THREADS"], 1, 1), grid=(math.ceil(total / d["V13_THREADS"]), 1))
+        strips = math.ceil(s.WO / d["V13_VEC"])
+        per_image = s.M * s.HO * strips
+        extra = ()
+        chunk = batch
+        if plan.dims:                       # the sizes at run time: 32-bit thread indices, strips as a divisor
+            extra = (*plan.dims, *(np.uint32(v) if i == 0 else np.int32(v) for i, v in enumerate(fast_div(strips))))
+            chunk = max(1, min(batch, MAX_RUN // per_image))
+        image, out = s.C * s.H * s.W, s.M * s.HO * s.WO
+        for b0 in range(0, batch, chunk):
+            n = min(chunk, batch - b0)
+            plan.kernels[0](np.uintp(y + 4 * b0 * out), np.uintp(x + 4 * b0 * image), np.uintp(k), np.uintp(bias),
+                            np.int32(n), *extra, block=(d["V13_THREADS"], 1, 1),
+                            grid=(math.ceil(n * per_image / d["V13_THREADS"]), 1))

@@ -6,8 +6,14 @@
 //                H100, at batch 64 (VGG 32): ResNet-18's 3x3 stride-1 28x28 layer 0.157 ms (v9 0.323,
 //                cuDNN fp32 0.207), VGG-16's 512-channel 28x28 0.99 ms (v9 2.52, cuDNN 1.46)
 //
+//                The layer's sizes are a kernel argument (CONV_DYNAMIC, common.cuh: ConvDims): one module per
+//                tile serves every layer (the k table and the tap masks are computed once per block either way).
+//
 // Build it alone: nvcc -arch=sm_90a -cubin ece408_op/kernels/versions/v20_wgmma.cu (its defaults are the
-// course layer's, as the launcher passes them: a test checks it; for sm_90 its entry point only traps).
+// launcher's for the course layer: a test checks it; for sm_90 its entry point only traps).
+#ifndef CONV_DYNAMIC
+#define CONV_DYNAMIC 1
+#endif
 #include "common.cuh"
 #include "gemm.cuh"
 #include "tf32.cuh"
@@ -46,18 +52,19 @@
 // without swizzling: core matrix (n / 8, k / 4), 8 filters x 4 k in 16-byte rows, at byte
 // (k / 4) * 128 + (n / 8) * 256 (so LBO, between core matrices along k, is 128; SBO, along n, 256).
 // Filters past M and k past GKK are zeros. One thread per element of the split weights.
-extern "C" __global__ void wgmma_weights(float* __restrict__ w2, const float* __restrict__ k)
+extern "C" __global__ void wgmma_weights(float* __restrict__ w2, const float* __restrict__ k CONV_DIMS_PARAM)
 {
     constexpr int STEP = V20_BN * 8, STEPS = V20_BK / 8;
     const long long total = (long long)V20_FTILES * V20_KT * 2 * V20_BK * V20_BN;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
         const int i = (int)(e % STEP);
-        long long r = e / STEP;                        // (filter tile, k tile, half, k-step)
+        unsigned r = (unsigned)(e / STEP);             // (filter tile, k tile, half, k-step): 32-bit (weights)
         const int step = (int)(r % STEPS);
         r /= STEPS;
         const int half = (int)(r % 2);
         r /= 2;
-        const int kt = (int)(r % V20_KT), ft = (int)(r / V20_KT);
+        const unsigned kts = V20_KT;
+        const int ft = (int)(r / kts), kt = (int)(r - ft * kts);
         const int n = (i / 64) * 8 + (i % 32) / 4, kk = ((i % 64) / 32) * 4 + i % 4;
         const int f = ft * V20_BN + n, col = kt * V20_BK + step * 8 + kk;
         const float v = f < CONV_M && col < CONV_GKK ? k[(long long)f * CONV_GKK + col] : 0.f;
@@ -120,11 +127,12 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[64], const unsigned (&a)[4
 // devices other than compute capability 9.0 before it launches).
 extern "C" __global__ void __launch_bounds__(V20_THREADS, V20_MINB)
 conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ w2,
-                 const float* __restrict__ bias, int B)
+                 const float* __restrict__ bias, int B CONV_DIMS_PARAM)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(V20_BK % 8 == 0 && (V20_BN == 64 || V20_BN == 128), "v20 tile");
-    constexpr int STEPS = V20_BK / 8, HALF = V20_BK * V20_BN, STAGE = 2 * HALF, KPAD = V20_KT * V20_BK;
+    constexpr int STEPS = V20_BK / 8, HALF = V20_BK * V20_BN, STAGE = 2 * HALF;
+    const int KPAD = V20_KT * V20_BK;
     float* ws = reinterpret_cast<float*>(gemm_smem);                  // V20_STAGES stages of (hi, lo)
     int* koff = reinterpret_cast<int*>(ws + V20_STAGES * STAGE);      // k -> (x offset << 6) | tap
     const int ft = blockIdx.y, tid = threadIdx.x;
@@ -134,7 +142,7 @@ conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float
     for (int r = tid; r < KPAD; r += V20_THREADS) {
         int packed = 63;                               // past GKK: tap 63, never in a mask (zeros)
         if (r < CONV_GKK) {
-            const int c = r / CONV_KHKW, pq = r - c * CONV_KHKW, p = pq / CONV_KW, q = pq - p * CONV_KW;
+            const int c = (int)CONV_UDIV(r, KHKW), pq = r - c * CONV_KHKW, p = (int)CONV_UDIV(pq, KW), q = pq - p * CONV_KW;
             packed = ((c * CONV_HW + p * CONV_DH * CONV_W + q * CONV_DW) << 6) | pq;
         }
         koff[r] = packed;
@@ -145,8 +153,9 @@ conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float
     for (int h = 0; h < 2; ++h) {
         const long long n = n0 + wrow + gid + 8 * h;
         const bool in = n < npos;
-        const int b = in ? (int)(n / CONV_HOWO) : 0, s = in ? (int)(n - (long long)b * CONV_HOWO) : 0;
-        const int ih0 = (s / CONV_WO) * CONV_SH - CONV_PH, iw0 = (s % CONV_WO) * CONV_SW - CONV_PW;
+        const int b = in ? (int)pos_image(n CONV_DIMS_ARG) : 0, s = in ? (int)(n - (long long)b * CONV_HOWO) : 0;
+        const int oh = (int)CONV_UDIV(s, WO), ow = s - oh * CONV_WO;
+        const int ih0 = oh * CONV_SH - CONV_PH, iw0 = ow * CONV_SW - CONV_PW;
         corner[h] = b * (CONV_C * CONV_HW) + ih0 * CONV_W + iw0;
         unsigned long long bits = 0;
 #pragma unroll
@@ -257,7 +266,7 @@ conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float
     for (int h = 0; h < 2; ++h) {
         const long long n = n0 + wrow + gid + 8 * h;
         if (n >= npos) continue;
-        const long long b = n / CONV_HOWO;
+        const long long b = pos_image(n CONV_DIMS_ARG);
         float* out = y + b * CONV_M * CONV_HOWO + (n - b * CONV_HOWO);
 #pragma unroll
         for (int i = 0; i < V20_BN / 8; ++i)
@@ -265,11 +274,7 @@ conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float
             for (int e = 0; e < 2; ++e) {
                 const int f = ft * V20_BN + 8 * i + 2 * tig + e;
                 if (f >= CONV_M) continue;
-#if CONV_BIAS
-                gemm_store(out + (long long)f * CONV_HOWO, acc[4 * i + 2 * h + e] + __ldg(&bias[f]));
-#else
-                gemm_store(out + (long long)f * CONV_HOWO, acc[4 * i + 2 * h + e]);
-#endif
+                gemm_store(out + (long long)f * CONV_HOWO, acc[4 * i + 2 * h + e] + (CONV_BIAS ? __ldg(&bias[f]) : 0.f));
             }
     }
 #else

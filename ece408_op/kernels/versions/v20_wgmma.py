@@ -7,7 +7,7 @@ from ...errors import GpuError
 from ..device import GpuDevice
 from .registry import register
 from .v08_gemm import ImplicitGemm
-from .version import MAX_SHARED, Version
+from .version import MAX_RUN, MAX_SHARED, Version
 
 
 @register
@@ -18,6 +18,7 @@ class Wgmma(Version):
     kernel itself, one launch). One group; compute capability 9.0 only."""
     number, name, kernels = 20, "wgmma", ("conv_forward_v20", "wgmma_weights")
     general = True
+    dynamic = True
     exact = False
     arch_features = True
     tuning_keys = ("V20_BN", "V20_WG", "V20_BK", "V20_STAGES", "V20_MINB", "V20_INLINE")
@@ -90,11 +91,12 @@ class Wgmma(Version):
         if not d["V20_INLINE"]:
             count = ftiles * math.ceil(s.CKK / d["V20_BK"]) * 2 * d["V20_BK"] * d["V20_BN"]
             w2 = int(dev.buffer("v20 split weights", count * 4))
-            weights(np.uintp(w2), np.uintp(k), block=(256, 1, 1), grid=(min(math.ceil(count / 256), 1 << 16), 1))
+            weights(np.uintp(w2), np.uintp(k), *plan.dims, block=(256, 1, 1),
+                    grid=(min(math.ceil(count / 256), 1 << 16), 1))
         image, out = s.C * s.H * s.W, s.M * s.HO * s.WO
-        chunk = min(batch, self.MAX_X // image)
+        chunk = min(batch, self.MAX_X // image, MAX_RUN // (s.HO * s.WO))
         for b0 in range(0, batch, chunk):
             n = min(chunk, batch - b0)
             conv(np.uintp(y + 4 * b0 * out), np.uintp(x + 4 * b0 * image), np.uintp(w2), np.uintp(bias), np.int32(n),
-                 block=(128 * d["V20_WG"], 1, 1), grid=(math.ceil(n * s.HO * s.WO / (64 * d["V20_WG"])), ftiles),
+                 *plan.dims, block=(128 * d["V20_WG"], 1, 1), grid=(math.ceil(n * s.HO * s.WO / (64 * d["V20_WG"])), ftiles),
                  shared=plan.shared_bytes)

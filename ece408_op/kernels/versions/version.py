@@ -7,6 +7,7 @@ kernel): for them the launcher pads x into a workspace first and adds the bias a
 check, so that the default choice (``kernels/choice.py``) falls back to one that runs it.
 """
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,40 @@ from ...conv.reference import reference_and_bound
 MAX_SHARED = 227 * 1024   # bytes of shared memory a block may opt into on sm_80/sm_90
 CONST_WEIGHTS = 16384     # floats of __constant__ memory for weights (64 KB): v3, v4, v7
 TILE = 16                 # the output tile edge of v2-v4 and v14-v17 (tiles.cuh)
+STATIC_SIZES_ENV = "ECE408_STATIC_SIZES"   # 1: build v8, v9, v13, v20 per layer shape as before (comparisons)
+MAX_RUN = 2**31 - 1       # positions (v8, v9, v20) and threads (v13) of one launch with the sizes at run time
+
+
+def fast_div(d):
+    """(m, s) of common.cuh's FastDiv for the divisor ``d`` >= 1: n // d == (n * m >> 32) >> s for every
+    0 <= n < 2^31 (m 0: d is a power of two, n >> s). Granlund-Montgomery with s = floor(log2 d) and
+    m = ceil(2^(32+s) / d), below 2^32 unless d is a power of two."""
+    d = int(d)
+    if d < 1:
+        raise ValueError(f"a divisor of {d}")
+    s = d.bit_length() - 1
+    if d == 1 << s:
+        return 0, s
+    return -(-(1 << (32 + s)) // d), s
+
+
+DIMS_FIELDS = ("C", "H", "W", "M", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "BIAS",
+               "HO", "WO", "HW", "HOWO", "CG", "MG", "GKK", "KHKW")
+DIMS_DIVISORS = ("HOWO", "WO", "HO", "M", "MG", "KHKW", "KW")
+
+
+def conv_dims(inner):
+    """common.cuh's ConvDims for the layer ``inner``, as the kernel arguments that pack it (int32 sizes,
+    then a FastDiv (uint32 m, int32 s) per divisor)."""
+    s = inner
+    values = {"C": s.C, "H": s.H, "W": s.W, "M": s.M, "KH": s.KH, "KW": s.KW, "SH": s.SH, "SW": s.SW, "PH": s.PH,
+              "PW": s.PW, "DH": s.DH, "DW": s.DW, "G": s.G, "BIAS": s.BIAS, "HO": s.HO, "WO": s.WO, "HW": s.H * s.W,
+              "HOWO": s.HO * s.WO, "CG": s.C // s.G, "MG": s.M // s.G, "GKK": s.CKK, "KHKW": s.KH * s.KW}
+    args = [np.int32(values[name]) for name in DIMS_FIELDS]
+    for name in DIMS_DIVISORS:
+        m, shift = fast_div(values[name])
+        args += [np.uint32(m), np.int32(shift)]
+    return tuple(args)
 
 
 def ints(*values):
@@ -59,6 +94,10 @@ class Version(Sourced):
     defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
     own_error_model = False   # checked against its own error model (v17 FP16, v19 FFT), not the float32 bound
     arch_features = False     # built for the device's architecture-specific target (v20: sm_90a's wgmma)
+    dynamic = False           # its kernels take the layer's sizes as an argument (common.cuh: CONV_DYNAMIC):
+                              # one module per tile (and ``static_dims``) for every layer, not one per shape
+    specialise = True         # (dynamic ones) a layer's module with its sizes as #defines is built in the
+                              # background and replaces the run-time-size one (kernels/launch.py)
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -80,6 +119,20 @@ class Version(Sourced):
     def defines(self, inner, tuning_overrides=None):
         """The ``#define``s its kernels are compiled with (the same values size its grid)."""
         return {}
+
+    def static_dims(self, inner):
+        """The sizes a module with the sizes at run time still takes as ``#define``s (v13: its window)."""
+        return {}
+
+    def dynamic_reason(self, inner):
+        """None if its kernels can take ``inner``'s sizes at run time, else why (then a module per shape)."""
+        return None
+
+    def sizes_at_run_time(self, inner):
+        """Whether its module for ``inner`` takes the sizes as a kernel argument (``dynamic``, the layer
+        allows it, and $ECE408_STATIC_SIZES is not 1)."""
+        return (self.dynamic and os.environ.get(STATIC_SIZES_ENV, "").strip() != "1"
+                and self.dynamic_reason(inner) is None)
 
     def own(self, tuning_overrides):
         """The overrides among ``tuning_overrides`` that are this version's."""
