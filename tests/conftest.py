@@ -92,6 +92,12 @@ def ranked_engine():
         return "host"
 
 
+# A fresh interpreter that imports mxnet before ece408_op relies on the start-up hook (a .pth file
+# the install puts in site-packages) for MXNet's `np.bool`; python -S (the GPU kit's mxpy) reads no .pth.
+needs_startup_hook = pytest.mark.skipif(sys.flags.no_site, reason="imports mxnet first: needs the start-up "
+                                        "hook, a .pth file, which this interpreter's -S does not read")
+
+
 def python_command():
     """This interpreter, with the same -S (the GPU kit's mxpy runs without site)."""
     return [sys.executable] + (["-S"] if sys.flags.no_site else [])

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import ROOT, python_command, require_mxnet
+from conftest import ROOT, needs_startup_hook, python_command, require_mxnet
 
 require_mxnet()
 import mxnet as mx  # noqa: E402
@@ -115,6 +115,7 @@ def test_swap_of_a_block_shares_its_parameters(x):
     assert np.abs(block(x).asnumpy()).max() == np.abs(net[3].bias.data().asnumpy()).max()
 
 
+@needs_startup_hook
 def test_swap_of_a_checkpoint_prefix_and_its_report(tmp_path, x):
     net = nn.HybridSequential(prefix="ck_")
     with net.name_scope():

@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import ROOT, assert_close, python_command, require_mxnet
+from conftest import ROOT, assert_close, needs_startup_hook, python_command, require_mxnet
 from ece408_op.conv import ConvSpec, conv2d_forward_reference, reference_and_bound
 from ece408_op.errors import ShapeError
 from test_conv import GENERAL, SHAPES, _random
@@ -203,6 +203,7 @@ _SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@needs_startup_hook
 @pytest.mark.parametrize("how,attrs,reason", BAD_INPUTS, ids=[f"{h}-{sorted(a.items())}" for h, a, _ in BAD_INPUTS])
 def test_bad_input_is_a_catchable_mxnet_error_never_a_crash(how, attrs, reason):
     # bad input: each attribute, shape and dtype above
