@@ -200,10 +200,11 @@ def markdown(result):
              "| what | us |", "| --- | --- |"]
     for key, value in result["hot_path"].items():
         lines.append(f"| {key} | {value if isinstance(value, str) else round(value, 2)} |")
-    lines += ["", "## Layers", "",
-              "| network | layer (count) | version | ours call ms flushed | cuDNN ms flushed | call x flushed | "
-              "call x b2b | kernel x flushed | kernel x b2b | valid | met |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    if result["layers"]:
+        lines += ["", "## Layers", "",
+                  "| network | layer (count) | version | ours call ms flushed | cuDNN ms flushed | call x flushed | "
+                  "call x b2b | kernel x flushed | kernel x b2b | valid | met |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in result["layers"]:
         tile = " " + ",".join(f"{k}={v}" for k, v in r["overrides"].items()) if r["overrides"] else ""
         lines.append(f"| {r['network']} | {r['what']} (x{r['count']}) | {r['version']}{tile} | "
@@ -211,7 +212,7 @@ def markdown(result):
                      f"{r['call_flushed_x']:.2f} | {r['call_b2b_x']:.2f} | {r['kernel_flushed_x']:.2f} | "
                      f"{r['kernel_b2b_x']:.2f} | {r['valid']} | {'yes' if r['met'] else 'no'} |")
     met = sum(r["met"] for r in result["layers"])
-    lines += ["", f"{met} of {len(result['layers'])} distinct layers met.", ""]
+    lines += ["", f"{met} of {len(result['layers'])} distinct layers met.", ""] if result["layers"] else [""]
     if result.get("autotune"):
         lines += ["## Autotuner's choice against every candidate re-measured (median of 20, back to back)", "",
                   "| layer | batch | candidates | chosen | ms | best | ms | ratio |",
@@ -294,7 +295,8 @@ def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu
         networks.run(torch, whole, timer, log, result, lambda: save(result, out), batches, cold, compile_names,
                      compile_batch, profile)
     met = sum(r["met"] for r in result["layers"])
-    log(f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
+    log((f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
+         if result["layers"] else "whole networks, ours / cuDNN fp32: ")
         + "; ".join(f"{r['network']} B{r['batch']} {r['ratio']:.2f}x" for r in result.get("whole", [])))
     bad = [r for r in result["layers"] if not r["valid"]]
     if bad:

@@ -5,6 +5,7 @@ with MXNet's CPU build). The command lines are here; what they measure is in ``e
 import argparse
 import importlib.util
 import json
+import shlex
 
 from ..errors import Ece408Error, UsageError
 from .errors import ArgumentParser, run
@@ -301,7 +302,7 @@ def network_command(argv):
     if not batches or min(batches) < 1:
         raise UsageError(f"--batches {args.batches!r}: give positive batch sizes, e.g. 64,1")
     return network.run(names, whole, args.repeats, args.autotune_check, not args.no_hot_path, args.out,
-                       "python -m ece408_op bench gpu " + " ".join(argv), batches=batches, cold=not args.no_cold,
+                       "python -m ece408_op bench gpu " + shlex.join(argv), batches=batches, cold=not args.no_cold,
                        compile_names=compiled, compile_batch=args.compile_batch, profile=args.profile_cold)
 
 
