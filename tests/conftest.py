@@ -133,6 +133,17 @@ def gpu():
         pytest.skip(f"no GPU: {exc}")
 
 
+@pytest.fixture(scope="module")
+def cuda(gpu):
+    """PyTorch's handle on the GPU tests' device, TF32 off (cuDNN the plain float32 baseline)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA device")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch.device("cuda", gpu.index)
+
+
 @pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(408)

@@ -211,15 +211,6 @@ def test_network_shapes():
 
 # ------------------------------------------------------------------ on a CUDA device
 
-@pytest.fixture(scope="module")
-def cuda(gpu):
-    if not torch.cuda.is_available():
-        pytest.skip("this PyTorch has no CUDA device")
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return torch.device("cuda", gpu.index)
-
-
 @pytest.mark.parametrize("layer", LAYERS, ids=_ids)
 def test_cuda_tensors_match_the_reference(cuda, layer):
     original, ours, x = _pair(*layer, seed=3)

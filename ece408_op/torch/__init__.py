@@ -92,8 +92,10 @@ def _forward_only(what):
 class _Layer:
     """One input shape resolved: y's shape and the kernel layer's LayerCall (None on the CPU); for a
     batched CUDA input, ``queue`` (the LayerCall's) and ``template``, a one-element tensor expanded to
-    y's shape that ``torch.empty_like`` turns into a new y (0.6 us less than ``new_empty(shape)``: no
-    shape to parse)."""
+    y's shape that ``torch.empty_like`` turns into a new y on ``device`` (0.6 us less than
+    ``new_empty(shape)``: no shape to parse). The template lives on the meta device: a layer resolved
+    during torch.compile's CUDA-graph warm-up must keep no memory of the graphs' pool alive (their
+    check refuses a live allocation that is not an output)."""
     out_shape: tuple
     spec: ConvSpec
     call: object = None
@@ -101,6 +103,7 @@ class _Layer:
     unbatched: bool = False
     queue: object = None
     template: object = None
+    device: object = None
 
 
 def _pairs(value):
@@ -153,7 +156,8 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, version, pr
             raise RuntimeError(str(exc)) from None
         if not unbatched:
             layer.queue = layer.call.queue
-            layer.template = torch.empty(1, device=input.device).expand(out_shape)
+            layer.template = torch.empty(1, device="meta").expand(out_shape)
+            layer.device = input.device
     return layer
 
 
@@ -215,7 +219,7 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, version,
         bp = 0 if bias is None else bias.data_ptr()
         if not (xp | wp | bp) & 15 and input.is_contiguous() and weight.is_contiguous() and (
                 bias is None or bias.is_contiguous()):
-            y = torch.empty_like(layer.template)
+            y = torch.empty_like(layer.template, device=layer.device)
             try:
                 queue(y.data_ptr(), xp, wp, bp, _raw_stream(layer.device_index))
             except Ece408Error as exc:
