@@ -11,7 +11,8 @@ from ..grading.machine import check_device
 from ..grading.request import SubmitError
 from ..grading.store import describe, open_store
 from .errors import ArgumentParser, run
-from .submit import add_run_options, check_repeats, check_size, limits_of
+from .submit import add_run_options, check_repeats, limits_of
+from .teamargs import check_size
 
 
 def command(argv):

@@ -7,6 +7,7 @@ import os
 from ..course import RANKED as MILESTONES
 from ..grading.request import DEFAULT_SIZE
 from .errors import ArgumentParser
+from .teamargs import check_size, team_folder
 
 SERVER_ENV = "ECE408_SERVER"
 LOCAL_ONLY = ("--engine", "--image", "--timeout", "--memory", "--processes", "--cpu-time", "--disk", "--max-output",
@@ -50,7 +51,6 @@ def submit(argv):
         parser.error(f"{', '.join(local)}: the service decides how runs are made; leave {'it' if len(local) == 1 else 'them'} "
                      f"out (or run locally: without --server and ${SERVER_ENV})")
     args = parser.parse_args(argv)
-    from .submit import check_size, team_folder
     folder = team_folder(parser, args)
     if args.submit is None and args.size is not None:
         parser.error("--size goes with --submit")

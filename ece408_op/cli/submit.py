@@ -3,7 +3,6 @@
 with ``--submit m2|m3|final`` a ranked run of the team's forward (the grader's harness measures
 it; a record for the ranking)."""
 import math
-import os
 
 from ..course import RANKED
 from ..grading import request as req, runner
@@ -12,6 +11,7 @@ from ..grading.machine import check_device
 from ..grading.sandbox import ENGINES, Limits
 from ..grading.store import DB_ENV, Delivery, default_sqlite_path, describe, open_store
 from .errors import ArgumentParser, run
+from .teamargs import check_size, team_folder
 
 
 def positive(text):
@@ -75,23 +75,6 @@ def limits_of(args):
 
 def options_of(args, keep_scratch=False):
     return req.Options(args.engine, args.image, args.timeout, args.scratch, keep_scratch, limits_of(args))
-
-
-def check_size(parser, size):
-    if not 1 <= size <= 10000:
-        parser.error(f"--size must be from 1 to 10000, not {size}")
-
-
-def team_folder(parser, args):
-    """The team's folder: FOLDER or --team (given once), else this folder; a usage error where it
-    is not a folder."""
-    if args.folder is not None and args.team is not None and \
-            os.path.realpath(args.folder) != os.path.realpath(args.team):
-        parser.error(f"give the team's folder once: FOLDER {args.folder!r} and --team {args.team!r} differ")
-    folder = args.folder or args.team or "."
-    if not os.path.isdir(folder):
-        parser.error(f"{folder}: no such folder; give the team's folder (python -m ece408_op init DIR makes one)")
-    return folder
 
 
 def check_repeats(parser, repeats, ranked=True):

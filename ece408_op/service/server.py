@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import Ece408Error
 from .app import Service, Settings, make_app
 from .db import Database, Unavailable
+from .errors import ServeError
 from .jobrun import PARENT_ENV
 from .logs import log, set_level, uvicorn_log_config
 from .paths import default_db, default_state_dir, instructor_token_file
@@ -38,10 +38,6 @@ from .tokens import INSTRUCTOR, looks_like_token, new_token
 INSTRUCTOR_ENV = "ECE408_INSTRUCTOR_TOKEN"
 TOKEN_ENV = "ECE408_TOKEN"
 DEFAULT_PORT = 8408
-
-
-class ServeError(Ece408Error):
-    """The service cannot start (a port in use, an unreadable token file, no database...)."""
 
 
 @dataclass

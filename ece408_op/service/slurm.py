@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import ServeError
 from .jobs import QUEUED
 from .logs import log
 from .tokens import new_token
@@ -72,7 +73,6 @@ class SlurmDispatcher(threading.Thread):
         os.replace(tmp, self.token_file)
         service.tokens.register("worker", f"{host}/slurm", token)
         if shutil.which("sbatch") is None or shutil.which("squeue") is None:
-            from .server import ServeError
             raise ServeError("--slurm needs Slurm's sbatch and squeue on PATH")
 
     def script(self, gpu):
