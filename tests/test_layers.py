@@ -147,3 +147,102 @@ def test_the_service_reaches_grading_through_one_module():
             bad += [f"{path.relative_to(ROOT)}:{line} imports ece408_op.{target}"
                     for target, line in ours if target in ("grading", "team", "data")]
     assert not bad, "\n".join(bad)
+
+
+def _module_graph(package=PACKAGE):
+    """{module file: {module files it imports}}: every import of the package's own modules, those
+    inside functions too (a circle closed by an import inside a function is still a circle). A name
+    imported from a package that is not a module of it counts as an import of its __init__.py."""
+    def target(base, name):
+        path = base.joinpath(*name.split(".")) if name else base
+        if path.with_suffix(".py").is_file():
+            return path.with_suffix(".py")
+        if (path / "__init__.py").is_file():
+            return path / "__init__.py"
+        return None
+
+    graph = {}
+    for path in sorted(package.rglob("*.py")):
+        if TEMPLATE in path.parents:
+            continue
+        edges = graph.setdefault(path, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = path.parent
+                    for _ in range(node.level - 1):
+                        base = base.parent
+                    module = node.module or ""
+                elif (node.module or "").split(".")[0] == package.name:
+                    base, module = package, node.module.partition(".")[2]
+                else:
+                    continue
+                for alias in node.names:                   # from . import remote: the module itself
+                    found = target(base, f"{module}.{alias.name}" if module else alias.name)
+                    edges.add(found or target(base, module))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == package.name:
+                        edges.add(target(package, alias.name.partition(".")[2]))
+        edges.discard(None)
+        edges.discard(path)
+    return graph
+
+
+def _circles(graph):
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    circles = _circles(_module_graph())
+    assert not circles, "\n".join(" <-> ".join(str(p.relative_to(ROOT)) for p in group) for group in circles)
+
+
+def test_the_circle_check_catches_a_circle_closed_inside_a_function(tmp_path):
+    # The check above must be able to fail: two modules of a package, one importing the other at the
+    # top and the other importing it back inside a function.
+    package = tmp_path / "ece408_op"
+    (package / "wing").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "wing" / "__init__.py").write_text("")
+    (package / "wing" / "a.py").write_text("from .b import helper\n")
+    (package / "wing" / "b.py").write_text("def helper():\n    from . import a\n    return a\n")
+    (package / "wing" / "c.py").write_text("from ece408_op.wing import b\n")
+    circles = _circles(_module_graph(package))
+    assert circles == [[package / "wing" / "a.py", package / "wing" / "b.py"]]
