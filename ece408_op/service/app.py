@@ -32,13 +32,11 @@ import asyncio
 import functools
 import json
 import math
-import re
 import time
 import weakref
 from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import anyio
 from fastapi import FastAPI, Request
@@ -49,16 +47,15 @@ from . import jobs
 from . import upload as uploads
 from .db import Unavailable
 from .jobs import ENDED, QUEUED, Lost, Refused, duration, public
+from .http import (DOWN_RETRY, AccessLog, address, check_job_id, error, int_param, parse_deadline, read_body,
+                   read_json)
 from .logs import log
 from .pages import add_pages
-from .runs import (ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, Record, StoreError, check_build_config,
-                   printable, ranking_report, record_summary)
+from .runs import (ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, StoreError, check_build_config, printable,
+                   ranking_report)
 from .tokens import FailureLimiter, Tokens
+from .worker_api import add_worker_routes
 
-JOB_ID = re.compile(r"^[0-9a-f]{32}$")
-DOWN_RETRY = 5                                   # seconds a client waits while the database is down
-STATUSES = ("ok", "failed", "timeout", "killed", "error")
-MAX_JSON = 16 << 20                              # bytes of a JSON request body (a record: 1 MiB of transcript, escaped)
 FOLLOW_BATCH = 500
 
 
@@ -224,109 +221,6 @@ class Service:
         except StoreError as exc:
             self.db.drop()
             raise Unavailable(str(exc)) from exc
-
-
-# ---------------------------------------------------------------------------- helpers
-
-def error(status, message, retry_after=None):
-    headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-def address(request):
-    return request.client.host if request.client else "unknown"
-
-
-async def read_body(request, cap, what):
-    """The request's body, at most ``cap`` bytes (413 before reading more)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
-        raise Refused(413, f"the {what} is {uploads.size_text(int(declared))}; this service takes at most "
-                           f"{uploads.size_text(cap)}")
-    parts, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-async def read_json(request):
-    body = await read_body(request, MAX_JSON, "request")
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        raise Refused(400, "the request body is not JSON") from None
-    if not isinstance(data, dict):
-        raise Refused(400, "the request body is not a JSON object")
-    return data
-
-
-def check_job_id(job_id):
-    if not JOB_ID.match(job_id):
-        raise Refused(404, f"no job {printable(job_id, 40)} here (jobs list shows yours)")
-    return job_id
-
-
-def int_param(params, name, low, high, default=None):
-    text = params.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise Refused(400, f"{name} must be a whole number from {low} to {high}") from None
-    if not low <= value <= high:
-        raise Refused(400, f"{name} must be from {low} to {high}, not {value}")
-    return value
-
-
-def parse_deadline(text):
-    """(epoch seconds, as shown) of an ISO 8601 time with its zone."""
-    try:
-        moment = datetime.fromisoformat(text[:-1] + "+00:00" if str(text).endswith("Z") else text)
-    except (TypeError, ValueError):
-        raise Refused(400, "a deadline is an ISO 8601 time with its zone, e.g. 2026-12-04T23:59:00-06:00") from None
-    if moment.tzinfo is None:
-        raise Refused(400, "a deadline needs its time zone (e.g. -06:00 or Z): the server's clock is UTC")
-    return moment.timestamp(), moment.isoformat(sep=" ")
-
-
-def end_lines(job, record):
-    if record is not None:
-        return [record_summary(record)]
-    if job["kind"] == "development":
-        return ["* Development run: no record is stored (ranked runs: --submit m2|m3|final)"]
-    return []
-
-
-class AccessLog:
-    """One ``http`` log line a request: method, path (never the query string or a header: no
-    token can reach the log this way), status, milliseconds, client address. The workers' routine
-    calls (claims, chunks, heartbeats) are logged at debug level unless they fail."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = time.perf_counter()
-        status = {}
-
-        async def sending(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            code = status.get("code")
-            routine = scope["path"].startswith("/api/worker/") and code is not None and code < 400
-            client = scope.get("client")
-            log("http", level="debug" if routine else "info", method=scope["method"], path=scope["path"],
-                status=code, ms=round((time.perf_counter() - started) * 1000, 1), address=client[0] if client else None)
 
 
 # ---------------------------------------------------------------------------- the application
@@ -662,138 +556,6 @@ def make_app(service):
         log("deadline.set", milestone=milestone, deadline=shown)
         return {"milestone": milestone, "deadline": at, "shown": shown}
 
-    # ------------------------------------------------------------ workers
-    def lease_of(request):
-        lease = request.headers.get("x-lease", "")
-        if not re.match(r"^[0-9a-f]{32}$", lease):
-            raise Lost("no lease")
-        return lease
-
-    @app.post("/api/worker/claim")
-    async def claim(request: Request):
-        principal = await authenticate(request, "worker")
-        data = await read_json(request)
-        slot = printable(str(data.get("slot", "0")), 40)
-        gpu = bool(data.get("gpu"))
-        device = printable(str(data.get("device") or "unknown device"), 100)
-        try:
-            wait = max(0.0, min(float(data.get("wait") or 0), settings.claim_wait))
-        except (TypeError, ValueError):
-            raise Refused(400, "wait is a number of seconds") from None
-        name = f"{principal.name}/{slot}"
-        deadline = time.monotonic() + wait
-        while True:
-            if service.draining:
-                return Response(status_code=204)
-            job = await service.run(jobs.claim, db, settings.rules, name, gpu, device)
-            if job is not None:
-                log("job.claimed", job=job["id"], team=job["team"], worker=name, attempt=job["attempts"])
-                service.hub.job_changed(job["id"])
-                service.hub.queue_changed()
-                service.hub.wake_claim(gpu_needed=False)      # more may be waiting: the next claim looks
-                return {"job": {k: job[k] for k in ("id", "team", "kind", "milestone", "size", "time_limit",
-                                                    "attempts", "next_seq", "upload_sha256", "record_id")},
-                        "lease": job["lease"], "lease_seconds": settings.rules.lease, "worker": name}
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return Response(status_code=204)
-            future = asyncio.get_running_loop().create_future()
-            service.hub.claimers.append((future, gpu))
-            try:
-                await asyncio.wait_for(future, timeout=min(remaining, 10.0))
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                if (future, gpu) in service.hub.claimers:
-                    service.hub.claimers.remove((future, gpu))
-
-    @app.get("/api/worker/jobs/{job_id}/upload")
-    async def job_upload(request: Request, job_id: str):
-        await authenticate(request, "worker")
-        data = await service.run(jobs.upload, db, check_job_id(job_id), lease_of(request))
-        return Response(data, media_type="application/gzip")
-
-    @app.post("/api/worker/jobs/{job_id}/chunks")
-    async def job_chunks(request: Request, job_id: str):
-        await authenticate(request, "worker")
-        data = await read_json(request)
-        chunks = data.get("chunks")
-        if not isinstance(chunks, list) or len(chunks) > jobs.MAX_CHUNKS or not all(
-                isinstance(c, list) and len(c) == 2 and isinstance(c[0], int) and c[0] >= 0
-                and isinstance(c[1], str) and len(c[1]) <= jobs.MAX_CHUNK for c in chunks):
-            raise Refused(400, f"chunks is a list of at most {jobs.MAX_CHUNKS} [seq, text] pairs")
-        chunks = [(c[0], c[1]) for c in chunks]
-        cancel = await service.run(jobs.add_chunks, db, check_job_id(job_id), lease_of(request), chunks)
-        service.hub.chunks_posted(job_id, chunks)
-        return {"cancel": cancel}
-
-    @app.post("/api/worker/jobs/{job_id}/heartbeat")
-    async def job_heartbeat(request: Request, job_id: str):
-        await authenticate(request, "worker")
-        return {"cancel": await service.run(jobs.heartbeat, db, check_job_id(job_id), lease_of(request))}
-
-    @app.post("/api/worker/jobs/{job_id}/release")
-    async def job_release(request: Request, job_id: str):
-        principal = await authenticate(request, "worker")
-        why = printable(str((await read_json(request)).get("why") or "it was stopped"), 200)
-        await service.run(jobs.release, db, check_job_id(job_id), lease_of(request), why)
-        log("job.released", job=job_id, worker=principal.name, why=why)
-        service.hub.job_changed(job_id)
-        service.hub.queue_changed()
-        service.hub.wake_claim(gpu_needed=False)
-        return {"ok": True}
-
-    @app.post("/api/worker/jobs/{job_id}/finish")
-    async def job_finish(request: Request, job_id: str):
-        await authenticate(request, "worker")
-        lease = lease_of(request)
-        data = await read_json(request)
-        status = data.get("status")
-        if status not in STATUSES:
-            raise Refused(400, f"status is one of {', '.join(STATUSES)}")
-        exit_code = data.get("exit_code")
-        if exit_code is not None and not isinstance(exit_code, int):
-            raise Refused(400, "exit_code is a whole number or null")
-        reason = data.get("reason")
-        reason = None if reason is None else printable(str(reason), 500)
-        job = await service.run(jobs.get, db, check_job_id(job_id))
-        if job is None or job["lease"] != lease:
-            raise Lost(job_id)
-        record = check_record(job, data.get("record"))
-        valid = None
-        if record is not None:
-            await service.run(service.with_store, lambda store: store.add(record, retry_seconds=0))
-            valid = record.status == "ok" and record.correct and record.op_time is not None
-            status, reason = record.status, record.reason
-            service.hub.records_version += 1
-        summary = end_lines(job, record)
-        job = await service.run(jobs.finish, db, job_id, lease, status, exit_code, reason, valid,
-                                summary[0] if summary else None, summary)
-        log("job.ended", job=job_id, team=job["team"], state=job["state"], status=status, valid=valid)
-        service.hub.job_changed(job_id)
-        service.hub.queue_changed()
-        service.hub.wake_claim(gpu_needed=True)
-        service.hub.wake_claim(gpu_needed=False)
-        return {"ok": True, "state": job["state"]}
-
-    def check_record(job, data):
-        if data is None:
-            if job["kind"] == "ranked":
-                raise Refused(400, "a ranked job ends with its record")
-            return None
-        if job["kind"] != "ranked" or not isinstance(data, dict):
-            raise Refused(400, "only a ranked job has a record (a JSON object)")
-        try:
-            record = Record(**data)
-        except TypeError as exc:
-            raise Refused(400, f"the record does not fit: {exc}") from None
-        if (record.id, record.team, record.milestone, record.size) != \
-                (job["record_id"], job["team"], job["milestone"], job["size"]):   # the name as stored
-            raise Refused(400, "the record is not this job's (id, team, milestone and size must match)")
-        if not isinstance(record.transcript, str) or not isinstance(record.models, list) or \
-                record.status not in STATUSES:
-            raise Refused(400, "the record's transcript, models or status are not of their type")
-        return record
-
-    add_pages(app, service, follow=follow, with_place=with_place, parse_deadline=parse_deadline)   # the class's pages
+    add_worker_routes(app, service, authenticate)
+    add_pages(app, service, follow=follow, with_place=with_place)   # the class's pages
     return app

@@ -32,7 +32,6 @@ import hashlib
 import hmac
 import json
 import math
-import re
 import secrets
 import time
 from collections import OrderedDict
@@ -45,16 +44,16 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 
 from . import choices, jobs, overview, plots, sessions, standings
 from .db import Unavailable
+from .filters import ago, as_text, place_text, secs, utc
+from .http import DOWN_RETRY, JOB_ID, parse_deadline
 from .jobs import ENDED, QUEUED, Refused, duration
 from .logs import log
 from .runs import MILESTONES, printable, shown
 from .tokens import parse as parse_token
 
 HERE = Path(__file__).resolve().parent
-JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 TEAM_JOBS = 100                      # jobs listed on a team's page (newest)
 MAX_FORM = 64 << 10                  # bytes of a form's body
-DOWN_RETRY = 5
 LOGIN_COOKIE = "ece408_login"        # the login form's own CSRF pair (no session yet)
 STREAM_CHECK = 60.0                  # seconds between checks that a live page's session still counts
 PLOTS_KEPT = 512
@@ -62,10 +61,6 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self';
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
-# characters a transcript may carry that a page must show as escapes: C0 but tab and newline, DEL, C1,
-# soft hyphen, zero-width and bidirectional marks, line/paragraph separators, BOM, surrogates
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
-                     "\ufff9-\ufffb\ud800-\udfff]")
 DONE = {"names": "The ranking's names setting was saved.", "deadline": "The deadline was saved.",
         "cleared": "The deadline was cleared.", "revoked": "The team's token was revoked; its sessions ended.",
         "cancelled": "The job was cancelled (a running job stops at its worker's next report)."}
@@ -73,41 +68,6 @@ DONE = {"names": "The ranking's names setting was saved.", "deadline": "The dead
 
 class LoginNeeded(Exception):
     """No session (or it ended): the page sends the browser to the login form."""
-
-
-def as_text(text):
-    """A transcript as a page shows it: every control character (ANSI escapes, carriage returns,
-    bells, bidi marks) written as an escape, tabs and newlines kept."""
-    return CONTROL.sub(lambda m: shown(m.group()), text)
-
-
-def utc(value):
-    """An epoch time or an ISO 8601 text as ``YYYY-MM-DD HH:MM:SS`` (UTC); ``-`` for None."""
-    if value is None or value == "":
-        return "-"
-    if isinstance(value, (int, float)):
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value))
-    return printable(str(value)[:19].replace("T", " "), 40)
-
-
-def secs(value):
-    return f"{value:.6f}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
-
-
-def ago(value, now=None):
-    """``12 s ago``, ``5 min 3 s ago`` of an epoch time."""
-    if value is None:
-        return "never"
-    now = time.time() if now is None else now
-    return f"{duration(max(0.0, now - value))} ago" if now - value >= 1 else "just now"
-
-
-def place_text(place):
-    """A queued job's place, as the client prints it."""
-    ahead = place.get("place")
-    where = "next in line" if ahead == 0 else f"{ahead} job(s) ahead of yours" if ahead is not None else "queued"
-    text = f"Waiting in the queue: {where} ({place.get('waiting')} waiting, {place.get('running')} running)"
-    return text + (f"; {place['note']}" if place.get("note") else "")
 
 
 def files_of(items):
@@ -166,12 +126,11 @@ def seconds_param(form, name):
 class Web:
     """The pages' shared state: templates, static files, caches of the ranking and plots."""
 
-    def __init__(self, service, follow, with_place, parse_deadline):
+    def __init__(self, service, follow, with_place):
         self.service = service
         self.db = service.db
         self.follow = follow
         self.with_place = with_place
-        self.parse_deadline = parse_deadline
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
                                       undefined=jinja2.StrictUndefined, auto_reload=False, trim_blocks=True,
                                       lstrip_blocks=True)
@@ -636,7 +595,7 @@ class Web:
         if fields.get("action") == "clear":
             at, when = None, None
         else:
-            at, when = self.parse_deadline((fields.get("deadline") or "").strip())
+            at, when = parse_deadline((fields.get("deadline") or "").strip())
         await self.service.run(jobs.set_deadline, self.db, milestone, at, when)
         log("deadline.set", milestone=milestone, deadline=when, via="page")
         return RedirectResponse(f"/admin?done={'cleared' if at is None else 'deadline'}", status_code=303)
@@ -673,9 +632,9 @@ class Web:
                                                                  "X-Content-Type-Options": "nosniff"})
 
 
-def add_pages(app, service, follow, with_place, parse_deadline):
+def add_pages(app, service, follow, with_place):
     """The pages' routes on ``app``; returns the Web (also ``service.web``)."""
-    web = Web(service, follow, with_place, parse_deadline)
+    web = Web(service, follow, with_place)
     service.web = web
     routes = [
         ("/", web.ranking_page, ["GET"]),

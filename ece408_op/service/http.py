@@ -1,0 +1,110 @@
+"""What every route of the service shares: JSON errors, bounded bodies, the checks of ids, numbers
+and deadlines, and the access log (one line a request, never a token)."""
+import json
+import re
+import time
+from datetime import datetime
+
+from fastapi.responses import JSONResponse
+
+from . import upload as uploads
+from .jobs import Refused
+from .logs import log
+from .runs import printable
+
+JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+DOWN_RETRY = 5                                   # seconds a client waits while the database is down
+MAX_JSON = 16 << 20                              # bytes of a JSON request body (a record: 1 MiB of transcript, escaped)
+
+
+def error(status, message, retry_after=None):
+    headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def address(request):
+    return request.client.host if request.client else "unknown"
+
+
+async def read_body(request, cap, what):
+    """The request's body, at most ``cap`` bytes (413 before reading more)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise Refused(413, f"the {what} is {uploads.size_text(int(declared))}; this service takes at most "
+                           f"{uploads.size_text(cap)}")
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def read_json(request):
+    body = await read_body(request, MAX_JSON, "request")
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        raise Refused(400, "the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise Refused(400, "the request body is not a JSON object")
+    return data
+
+
+def check_job_id(job_id):
+    if not JOB_ID.match(job_id):
+        raise Refused(404, f"no job {printable(job_id, 40)} here (jobs list shows yours)")
+    return job_id
+
+
+def int_param(params, name, low, high, default=None):
+    text = params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise Refused(400, f"{name} must be a whole number from {low} to {high}") from None
+    if not low <= value <= high:
+        raise Refused(400, f"{name} must be from {low} to {high}, not {value}")
+    return value
+
+
+def parse_deadline(text):
+    """(epoch seconds, as shown) of an ISO 8601 time with its zone."""
+    try:
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if str(text).endswith("Z") else text)
+    except (TypeError, ValueError):
+        raise Refused(400, "a deadline is an ISO 8601 time with its zone, e.g. 2026-12-04T23:59:00-06:00") from None
+    if moment.tzinfo is None:
+        raise Refused(400, "a deadline needs its time zone (e.g. -06:00 or Z): the server's clock is UTC")
+    return moment.timestamp(), moment.isoformat(sep=" ")
+
+
+class AccessLog:
+    """One ``http`` log line a request: method, path (never the query string or a header: no
+    token can reach the log this way), status, milliseconds, client address. The workers' routine
+    calls (claims, chunks, heartbeats) are logged at debug level unless they fail."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = {}
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            code = status.get("code")
+            routine = scope["path"].startswith("/api/worker/") and code is not None and code < 400
+            client = scope.get("client")
+            log("http", level="debug" if routine else "info", method=scope["method"], path=scope["path"],
+                status=code, ms=round((time.perf_counter() - started) * 1000, 1), address=client[0] if client else None)
