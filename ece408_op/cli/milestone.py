@@ -217,7 +217,7 @@ def main(milestone_name, argv, prog=None):
     script = prog or f"python -m ece408_op {milestone_name}"
     console = Console()
 
-    def command(argv):
+    def one_run(argv):
         clock = Breakdown()
         _mx()                                           # one line where MXNet is unusable
         clock.mark("MXNet import, operators registered")
@@ -231,4 +231,4 @@ def main(milestone_name, argv, prog=None):
         from ..team.client import watch_interrupts
         with quiet_callback_tracebacks(), watch_interrupts():
             run_milestone(milestone, args, console, clock)
-    return run(command, argv, console)
+    return run(one_run, argv, console)
