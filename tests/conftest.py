@@ -21,10 +21,22 @@ if not os.environ.get("ECE408_CUBIN_CACHE"):
     os.environ["ECE408_CUBIN_CACHE"] = str(cubin_cache_dir())
 
 
+def _signals_as_a_terminal_gives_them():
+    """The tests send SIGINT and SIGHUP to the processes they start and expect what a terminal's
+    user gets (Ctrl-C: exit 130). A suite started in the background (``cmd &`` in a script, nohup)
+    inherits both ignored, and an ignored signal stays ignored across exec: give them back their
+    defaults here, so that the children start as they would from a terminal."""
+    import signal
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL)):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, default)
+
+
 def pytest_configure(config):
     """Each run its own temporary folder (unless --basetemp names one): pytest's shared
     /tmp/pytest-of-<user> is cleaned by the next run that starts, which then resets its permissions
     under a run still going (PostgreSQL's initdb failed in the first of two suites on one machine)."""
+    _signals_as_a_terminal_gives_them()
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         import tempfile
         config.option.basetemp = tempfile.mkdtemp(prefix="pytest-ece408-")
