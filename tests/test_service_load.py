@@ -26,6 +26,8 @@ from teams import PLAIN, team_project
 from ece408_op.service.client import sse_events
 from ece408_op.service.upload import pack_ranked
 
+pytestmark = pytest.mark.service          # a real server, workers and 300 clients: the full tier only
+
 TEAMS = 300
 WINDOW = 60.0                 # seconds over which the submissions are spread
 SLOTS = 200                   # synthetic worker slots
