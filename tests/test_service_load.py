@@ -4,8 +4,9 @@ at once), while a few clients ask for the ranking every second. The worker is sy
 (tests/loadworker.py: the real protocol, no milestone), so that the 2-core machine measures the
 service. Reported: p50/p99 of the time to accept a submission, of a ranking request, and of a
 transcript line from the worker producing it to the client printing it; the peak of open
-streams; checked: every job ran exactly once, every line reached its client once and in order,
-every record was stored once. On SQLite and on PostgreSQL. ``LOAD_REPORT=path`` also appends the
+streams and of the server's database connections; checked: every job ran exactly once, every line
+reached its client once and in order, every record was stored once, the connections stayed within
+the service's pool. On SQLite and on PostgreSQL. ``LOAD_REPORT=path`` also appends the
 figures to a file, one JSON line a run."""
 import asyncio
 import json
@@ -13,6 +14,7 @@ import os
 import platform
 import random
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from servicekit import Service, started_postgres
 from teams import PLAIN, team_project
 
 from ece408_op.service.client import sse_events
+from ece408_op.service.db import pool_size
 from ece408_op.service.upload import pack_ranked
 
 pytestmark = pytest.mark.service          # a real server, workers and 300 clients: the full tier only
@@ -40,6 +43,44 @@ DEADLINE = 420.0              # the whole test stops by itself after this
 def percentile(values, q):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else None
+
+
+class ConnectionCount(threading.Thread):
+    """The peak of the server's open database connections, sampled twice a second: PostgreSQL's
+    client backends of the database (this sampler's own left out); for SQLite, the server
+    process's open descriptors of the database file."""
+
+    def __init__(self, svc, postgres_url):
+        super().__init__(daemon=True)
+        self.svc, self.url, self.peak, self.samples = svc, postgres_url, 0, 0
+        self.stop = threading.Event()
+
+    def count(self, conn):
+        if conn is not None:
+            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()").fetchone()[0]
+        fds = Path(f"/proc/{self.svc.proc.pid}/fd")
+        return sum(1 for fd in fds.iterdir() if _link(fd).endswith("/service.db"))
+
+    def run(self):
+        conn = None
+        if self.url:
+            import psycopg
+            conn = psycopg.connect(self.url, autocommit=True)
+        try:
+            while not self.stop.wait(0.5):
+                self.peak = max(self.peak, self.count(conn))
+                self.samples += 1
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+def _link(path):
+    try:
+        return os.readlink(path)
+    except OSError:                       # closed between the listing and the look
+        return ""
 
 
 class Load:
@@ -141,7 +182,11 @@ def test_300_teams_in_60_s_with_200_live_streams(tmp_path, database):
                                    str(SLOTS), str(LINES), str(INTERVAL), str(runs)],
                                   env={**svc.env, "ECE408_TOKEN": svc.worker_token("synthetic")})
         load = Load(svc.url, tokens, upload)
+        connections = ConnectionCount(svc, postgres.url if postgres else None)
+        connections.start()
         took = asyncio.run(load.run())
+        connections.stop.set()
+        connections.join()
         stored, delivered = [], []                    # the line's way: worker -> database, database -> client
         for job_id, text, at in svc.chunks(postgres.url if postgres else None):
             for line in text.splitlines():
@@ -153,6 +198,7 @@ def test_300_teams_in_60_s_with_200_live_streams(tmp_path, database):
         report = {
             "database": database, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_model(), "cores": os.cpu_count(), "teams": TEAMS,
             "window_s": WINDOW, "seconds": round(took, 1), "peak_open_streams": load.peak_streams,
+            "peak_db_connections": connections.peak,
             "submit_ms": {"p50": round(percentile(load.submit_ms, 50), 1), "p99": round(percentile(load.submit_ms, 99), 1),
                           "n": len(load.submit_ms)},
             "ranking_ms": {"p50": round(percentile(load.ranking_ms, 50), 1),
@@ -168,6 +214,7 @@ def test_300_teams_in_60_s_with_200_live_streams(tmp_path, database):
             with open(os.environ["LOAD_REPORT"], "a") as out:
                 out.write(json.dumps(report) + "\n")
         assert not load.failures, load.failures[:10]
+        assert connections.samples > 60 and 1 <= connections.peak <= pool_size(postgres is not None)
         assert len(load.ended) == TEAMS
         assert all(job["state"] == "done" and job["valid"] for job in load.ended.values())
         assert all(ks == list(range(LINES)) for ks in load.lines.values())          # each line once, in order

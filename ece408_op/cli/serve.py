@@ -16,6 +16,16 @@ def count(text):
 count.__name__ = "whole number"
 
 
+def at_least_one(text):
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+at_least_one.__name__ = "whole number, at least 1,"
+
+
 def command(argv):
     from ..grading.sandbox import ENGINES
     from ..service.app import Settings
@@ -34,6 +44,9 @@ def command(argv):
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     parser.add_argument("--db", metavar="PATH", help=f"a SQLite file (default $ECE408_DB, else {default_db()}); a "
                                                      "PostgreSQL URL goes in $ECE408_DB, never here")
+    parser.add_argument("--db-connections", type=at_least_one, metavar="N",
+                        help="at most N database connections open at once (default $ECE408_DB_CONNECTIONS, else 32 "
+                             "for PostgreSQL, 8 for SQLite); keep it under the server's max_connections")
     parser.add_argument("--state-dir", metavar="DIR", help=f"the instructor's token file and Slurm files (default "
                                                             f"{default_state_dir()})")
     parser.add_argument("--instructor-token-file", metavar="PATH", help="the instructor's token (made, mode 600, "
@@ -88,7 +101,8 @@ def command(argv):
         from ..service.slurm import SlurmOptions
         slurm = SlurmOptions(partition=args.partition, account=args.account, gres=args.gres, time=args.slurm_time,
                              max_jobs=args.slurm_max_jobs, worker_args=worker_args)
-    options = ServeOptions(host=args.host, port=args.port, db=args.db, state_dir=args.state_dir,
+    options = ServeOptions(host=args.host, port=args.port, db=args.db, db_connections=args.db_connections,
+                           state_dir=args.state_dir,
                            instructor_token_file=args.instructor_token_file, workers=args.workers,
                            worker_args=worker_args, settings=settings, forwarded_allow_ips=args.forwarded_allow_ips,
                            log_level=args.log_level, slurm=slurm)

@@ -358,7 +358,8 @@ class SqliteStore(Store):
         path = Path(self.url)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(path), timeout=120, isolation_level=None)
+            # not tied to the thread that opened it: the service's pool lends it to one thread at a time
+            conn = sqlite3.connect(str(path), timeout=120, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 120000")
             conn.execute("PRAGMA journal_mode = WAL")
         except (OSError, sqlite3.Error) as exc:

@@ -24,9 +24,10 @@
 
 Tokens travel only in ``Authorization: Bearer``; an error is JSON ``{"error": "one line"}``
 (``Retry-After`` where waiting helps: 429, and 503 while the database is down). Database work
-runs in threads (``anyio.to_thread``), one connection each. A live stream reads the database
-when it starts and when its job's state changes; a running job's chunks reach it from memory as
-they are posted (``Hub``); a waiting claim is woken by a new job, one claim a job.
+runs in threads (``anyio.to_thread``), each transaction on a connection borrowed from a bounded
+pool (db.py). A live stream reads the database when it starts and when its job's state changes;
+a running job's chunks reach it from memory as they are posted (``Hub``); a waiting claim is
+woken by a new job, one claim a job.
 """
 import asyncio
 import functools
@@ -215,11 +216,12 @@ class Service:
             return places, snap
 
     def with_store(self, fn):
-        """``fn(store)`` on this thread's record store; Unavailable where the database is down."""
+        """``fn(store)`` on a record store borrowed from the pool; Unavailable where the database
+        is down."""
         try:
-            return fn(self.db.store())
+            with self.db.borrowed() as store:
+                return fn(store)
         except StoreError as exc:
-            self.db.drop()
             raise Unavailable(str(exc)) from exc
 
 

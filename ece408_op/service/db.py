@@ -2,17 +2,20 @@
 PostgreSQL (a class). The queue lives here, beside the records, so that a restart loses nothing
 and there is no second store to keep in step.
 
-Connections are the store's (``open_store``: its runs table and migrations come along), one per
-thread. The service's schema has its own migration list (``MIGRATIONS``) and version table
+Connections are the store's (``open_store``: its runs table and migrations come along), from a
+bounded pool (``Database``: at most ``serve --db-connections`` or ``$ECE408_DB_CONNECTIONS``,
+default 32 for PostgreSQL, 8 for SQLite). The service's schema has its own migration list
+(``MIGRATIONS``) and version table
 (``service_schema_version``), applied once per process in one transaction under a lock
 (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: ``pg_advisory_xact_lock``).
 
 Every operation is one transaction (``Database.transaction``). A database that cannot be
 reached (PostgreSQL down, a connection cut, SQLite locked past its busy timeout or out of disk)
 raises ``Unavailable``: the HTTP layer answers 503 with a retry time; the transaction was rolled
-back, so nothing is half-written, and the thread's connection is dropped, so the next request
-connects again: the service recovers by itself when the database is back.
+back, so nothing is half-written, and its connection is closed rather than given back to the
+pool, so the next request connects again: the service recovers by itself when the database is back.
 """
+import os
 import sqlite3
 import threading
 import time
@@ -21,6 +24,10 @@ from contextlib import contextmanager
 from .runs import POSTGRES_PREFIXES, StoreError, describe, open_store, resolve_url
 
 LOCK_KEY = 408433                         # pg_advisory_xact_lock key of the service's migrations
+CONNECTIONS_ENV = "ECE408_DB_CONNECTIONS"
+DEFAULT_CONNECTIONS = 32                  # PostgreSQL: under its default max_connections (100), room for the class's tools
+SQLITE_CONNECTIONS = 8                    # SQLite: one writer at a time anyway; readers share the file
+POOL_WAIT = 30.0                          # seconds a transaction waits for a free connection
 IDLE_CHECK = 2.0                          # seconds after which an idle PostgreSQL connection is pinged before use
 SQLITE_DOWN = ("locked", "busy", "disk", "unable to open", "readonly", "full", "i/o", "malformed")
 
@@ -134,71 +141,132 @@ class Tx:
 
 
 class Database:
-    """The service's view of one database URL (a SQLite path or a postgresql:// URL)."""
+    """The service's view of one database URL (a SQLite path or a postgresql:// URL), with a
+    bounded pool of connections.
 
-    def __init__(self, url=None):
+    Why a pool rather than a connection per thread: the server's threads come and go (anyio
+    retires a thread idle for 10 s and starts another under load), so connections kept per thread
+    piled up past PostgreSQL's ``max_connections`` in a busy minute. Here at most ``connections``
+    are open at once; a transaction borrows one (the most recently returned first, so the rest
+    age out of use) and gives it back when it ends; one that failed with the database down is
+    closed instead, so the next borrower connects again. A borrower that finds every connection
+    busy waits up to ``wait`` seconds, then gets Unavailable (HTTP 503 with a retry time).
+    """
+
+    def __init__(self, url=None, connections=None, wait=POOL_WAIT):
         self.url = resolve_url(url)
         self.postgres = self.url.startswith(POSTGRES_PREFIXES)
         self.shown = describe(self.url)
-        self._local = threading.local()
+        self.connections = pool_size(self.postgres) if connections is None else connections
+        if self.connections < 1:
+            raise ValueError(f"--db-connections {self.connections}: at least 1")
+        self.wait = wait
         self._migrated = False
         self._migrate_lock = threading.Lock()
-        self._stores = set()
-        self._stores_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._idle = []                           # [(store, monotonic time it was given back)], newest last
+        self._open = 0                            # connections open: idle + borrowed + being opened
+        self._closed = False
 
     # ------------------------------------------------------------ connections
-    def store(self):
-        """This thread's Store (connected, the store's and the service's schema migrated). A
-        PostgreSQL connection idle for IDLE_CHECK seconds is pinged first: one the server dropped
-        (a restart) is replaced before any statement of a transaction runs on it."""
-        store = getattr(self._local, "store", None)
-        if store is not None and self.postgres and time.monotonic() - self._local.used > IDLE_CHECK:
+    @property
+    def open_connections(self):
+        with self._cond:
+            return self._open
+
+    @contextmanager
+    def borrowed(self):
+        """A Store (connected, the store's and the service's schema migrated) for this block
+        alone. A PostgreSQL connection idle for IDLE_CHECK seconds is pinged first: one the server
+        dropped (a restart) is replaced before any statement runs on it. Where the block raises
+        an error that means the database is down, the connection is closed, not given back."""
+        store = self._take()
+        healthy = False
+        try:
+            yield store
+            healthy = True
+        except BaseException as exc:
+            healthy = not (isinstance(exc, Exception) and self.is_down(exc))
+            raise
+        finally:
+            self._give_back(store, healthy)
+
+    def _take(self):
+        deadline = time.monotonic() + self.wait
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise Unavailable(f"{self.shown}: the server is stopping")
+                if self._idle:
+                    store, since = self._idle.pop()
+                    break
+                if self._open < self.connections:
+                    self._open += 1
+                    store = None
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Unavailable(f"{self.shown}: all {self.connections} connections busy for "
+                                      f"{self.wait:g} s")
+                self._cond.wait(left)
+        if store is not None and self.postgres and time.monotonic() - since > IDLE_CHECK:
             try:
                 store.conn.execute("SELECT 1")
                 store.conn.rollback()
             except Exception:                      # noqa: BLE001  any failure: a new connection
-                self.drop()
+                _close(store)
                 store = None
         if store is None:
             try:
-                store = open_store(self.url)
-            except StoreError as exc:
-                raise Unavailable(str(exc)) from exc
+                store = self._connect()
+            except BaseException:
+                with self._cond:
+                    self._open -= 1
+                    self._cond.notify()
+                raise
+        return store
+
+    def _connect(self):
+        try:
+            store = open_store(self.url)
+        except StoreError as exc:
+            raise Unavailable(str(exc)) from exc
+        try:
             if not self.postgres:
                 # WAL without a sync at every commit: a commit survives the server's crash (kill -9),
                 # not the machine's power cut; the sync comes at each checkpoint
                 store.conn.execute("PRAGMA synchronous = NORMAL")
-            self._local.store = store
-            self._local.used = time.monotonic()
-            with self._stores_lock:
-                self._stores.add(store)
             if not self._migrated:
                 with self._migrate_lock:
                     if not self._migrated:
-                        self._migrate()
+                        self._migrate(store)
                         self._migrated = True
+        except BaseException:
+            _close(store)
+            raise
         return store
 
-    def drop(self):
-        """Forget this thread's connection (after a failure): the next use connects again."""
-        store = getattr(self._local, "store", None)
-        self._local.store = None
+    def _give_back(self, store, healthy):
+        with self._cond:
+            if healthy and not self._closed:
+                self._idle.append((store, time.monotonic()))
+                store = None
+            else:
+                self._open -= 1
+            self._cond.notify()
         if store is not None:
-            with self._stores_lock:
-                self._stores.discard(store)
-            try:
-                store.close()
-            except Exception:                     # noqa: BLE001  a dead connection may fail to close
-                pass
+            _close(store)
 
     def close_all(self):
-        with self._stores_lock:
-            stores, self._stores = list(self._stores), set()
-        for store in stores:
-            try:
-                store.close()
-            except Exception:                     # noqa: BLE001
-                pass
+        """Close the idle connections and refuse new borrowers; a borrowed one is closed when it
+        comes back."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+            self._cond.notify_all()
+        for store, _ in idle:
+            _close(store)
 
     def is_down(self, exc):
         """Whether ``exc`` means the database cannot be reached now (rather than a bug)."""
@@ -213,30 +281,35 @@ class Database:
 
     @contextmanager
     def transaction(self, write=True):
-        """One transaction (SQLite: BEGIN IMMEDIATE to write, BEGIN to read); committed when the
-        block ends, rolled back when it raises. Unavailable where the database is down."""
+        """One transaction (SQLite: BEGIN IMMEDIATE to write, BEGIN to read) on a borrowed
+        connection; committed when the block ends, rolled back when it raises. Unavailable where
+        the database is down."""
         try:
-            conn = self.store().conn
-            if not self.postgres:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            with self.borrowed() as store:
+                with self._transaction_on(store.conn, write) as tx:
+                    yield tx
+        except Unavailable:
+            raise
         except Exception as exc:                   # noqa: BLE001
             if self.is_down(exc):
-                self.drop()
                 raise Unavailable(f"{self.shown}: {_first_line(exc)}") from exc
             raise
-        try:
-            yield Tx(conn, self.postgres)
-            conn.execute("COMMIT") if not self.postgres else conn.commit()
-            self._local.used = time.monotonic()
-        except BaseException as exc:
+
+    def _transaction_on(self, conn, write):
+        @contextmanager
+        def block():
+            if not self.postgres:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                conn.execute("ROLLBACK") if not self.postgres else conn.rollback()
-            except Exception:                      # noqa: BLE001  the connection may be gone
-                pass
-            if isinstance(exc, Exception) and self.is_down(exc):
-                self.drop()
-                raise Unavailable(f"{self.shown}: {_first_line(exc)}") from exc
-            raise
+                yield Tx(conn, self.postgres)
+                conn.execute("COMMIT") if not self.postgres else conn.commit()
+            except BaseException:
+                try:
+                    conn.execute("ROLLBACK") if not self.postgres else conn.rollback()
+                except Exception:                  # noqa: BLE001  the connection may be gone
+                    pass
+                raise
+        return block()
 
     def ping(self):
         """One round trip (readiness)."""
@@ -244,8 +317,8 @@ class Database:
             tx.value("SELECT 1")
 
     # ------------------------------------------------------------ schema
-    def _migrate(self):
-        with self.transaction() as tx:
+    def _migrate(self, store):
+        with self._transaction_on(store.conn, write=True) as tx:
             if self.postgres:
                 tx.execute("SELECT pg_advisory_xact_lock(?)", (LOCK_KEY,))
             tx.execute("CREATE TABLE IF NOT EXISTS service_schema_version (version INTEGER NOT NULL)")
@@ -259,6 +332,27 @@ class Database:
     def schema_version(self):
         with self.transaction(write=False) as tx:
             return tx.value("SELECT MAX(version) FROM service_schema_version")
+
+
+def pool_size(postgres):
+    """``$ECE408_DB_CONNECTIONS``, else DEFAULT_CONNECTIONS (PostgreSQL) or SQLITE_CONNECTIONS."""
+    text = os.environ.get(CONNECTIONS_ENV, "").strip()
+    if not text:
+        return DEFAULT_CONNECTIONS if postgres else SQLITE_CONNECTIONS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"${CONNECTIONS_ENV}={text!r}: a whole number of connections, at least 1")
+    return value
+
+
+def _close(store):
+    try:
+        store.close()
+    except Exception:                             # noqa: BLE001  a dead connection may fail to close
+        pass
 
 
 def _first_line(exc):

@@ -45,6 +45,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     db: str = None                            # None: $ECE408_DB, else default_db()
+    db_connections: int = None                # None: $ECE408_DB_CONNECTIONS, else db.pool_size()
     state_dir: str = None                     # None: default_state_dir()
     instructor_token_file: str = None         # None: <state dir>/instructor.token
     workers: int = None                       # local worker processes (None: one per GPU, else 1)
@@ -182,7 +183,10 @@ def serve(options):
 
     from .runs import gpu_indices
     set_level(options.log_level)
-    db = Database(options.db or os.environ.get("ECE408_DB") or default_db())
+    try:
+        db = Database(options.db or os.environ.get("ECE408_DB") or default_db(), connections=options.db_connections)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
     try:
         db.schema_version()                                   # connect and migrate now: errors in one line
     except Unavailable as exc:
