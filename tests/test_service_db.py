@@ -147,3 +147,26 @@ def test_a_bad_pool_size_is_refused_in_one_line(tmp_path, how, code, shown):
     assert out.returncode == code, out
     line = out.stderr.strip().splitlines()[-1]                 # argparse: its usage line, then the error
     assert shown in line and "Traceback" not in out.stderr
+
+
+def test_a_connection_left_inside_a_transaction_is_rolled_back_before_it_is_lent_again(url):
+    db = Database(url, connections=1)
+    with db.transaction() as tx:
+        tx.execute("CREATE TABLE t (v INTEGER)")
+    with db.borrowed() as store:                           # a read left open, a write not committed
+        if db.postgres:
+            store.conn.execute("INSERT INTO t (v) VALUES (1)")
+        else:
+            store.conn.execute("BEGIN")
+            store.conn.execute("INSERT INTO t (v) VALUES (1)")
+    with db.transaction() as tx:                           # SQLite: BEGIN inside BEGIN would fail here
+        tx.execute("INSERT INTO t (v) VALUES (2)")
+    with db.transaction(write=False) as tx:
+        assert [v for (v,) in tx.all("SELECT v FROM t")] == [2]
+    assert db.open_connections == 1
+    if db.postgres:                                        # a failed statement: the next borrower is not told "aborted"
+        with pytest.raises(Exception, match="no_such_table"):
+            with db.borrowed() as store:
+                store.conn.execute("SELECT * FROM no_such_table")
+        with db.transaction(write=False) as tx:
+            assert tx.value("SELECT count(*) FROM t") == 1

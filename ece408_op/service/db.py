@@ -216,6 +216,9 @@ class Database:
             except Exception:                      # noqa: BLE001  any failure: a new connection
                 _close(store)
                 store = None
+            except BaseException:                  # interrupted: the slot back, then the interrupt
+                self._give_back(store, healthy=False)
+                raise
         if store is None:
             try:
                 store = self._connect()
@@ -241,12 +244,15 @@ class Database:
                     if not self._migrated:
                         self._migrate(store)
                         self._migrated = True
-        except BaseException:
+        except BaseException as exc:
             _close(store)
+            if isinstance(exc, Exception) and self.is_down(exc):
+                raise Unavailable(f"{self.shown}: {_first_line(exc)}") from exc
             raise
         return store
 
     def _give_back(self, store, healthy):
+        healthy = healthy and self._settled(store)
         with self._cond:
             if healthy and not self._closed:
                 self._idle.append((store, time.monotonic()))
@@ -256,6 +262,23 @@ class Database:
             self._cond.notify()
         if store is not None:
             _close(store)
+
+    def _settled(self, store):
+        """Whether ``store``'s connection is outside any transaction, after a rollback where it
+        was not (a read left open, a failed statement): only such a connection is lent again."""
+        try:
+            if self._idle_conn(store.conn):
+                return True
+            store.conn.rollback() if self.postgres else store.conn.execute("ROLLBACK")
+            return self._idle_conn(store.conn)
+        except Exception:                          # noqa: BLE001  a connection that cannot say: closed
+            return False
+
+    def _idle_conn(self, conn):
+        if self.postgres:
+            from psycopg.pq import TransactionStatus
+            return conn.info.transaction_status == TransactionStatus.IDLE
+        return not conn.in_transaction
 
     def close_all(self):
         """Close the idle connections and refuse new borrowers; a borrowed one is closed when it
