@@ -137,8 +137,8 @@ def test_a_bug_in_a_transaction_rolls_back_and_keeps_the_connection(tmp_path):
 
 
 @pytest.mark.parametrize("how, code, shown", [
-    (["--db-connections", "0"], 2, "invalid whole number, at least 1, value: '0'"),
-    (["--db-connections", "many"], 2, "invalid whole number, at least 1, value: 'many'"),
+    (["--db-connections", "0"], 2, "invalid positive whole number value: '0'"),
+    (["--db-connections", "many"], 2, "invalid positive whole number value: 'many'"),
     ({"ECE408_DB_CONNECTIONS": "-3"}, 1, "$ECE408_DB_CONNECTIONS='-3': a whole number of connections, at least 1"),
 ])
 def test_a_bad_pool_size_is_refused_in_one_line(tmp_path, how, code, shown):

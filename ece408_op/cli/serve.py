@@ -3,7 +3,7 @@ database) with its local workers, or with --slurm one Slurm job per queued job. 
 the command line: the database URL in $ECE408_DB, the instructor's token in its file (made on the
 first start) or $ECE408_INSTRUCTOR_TOKEN."""
 from .errors import ArgumentParser, run
-from .submit import positive
+from .submit import positive, whole
 
 
 def count(text):
@@ -14,16 +14,6 @@ def count(text):
 
 
 count.__name__ = "whole number"
-
-
-def at_least_one(text):
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-at_least_one.__name__ = "whole number, at least 1,"
 
 
 def command(argv):
@@ -44,7 +34,7 @@ def command(argv):
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     parser.add_argument("--db", metavar="PATH", help=f"a SQLite file (default $ECE408_DB, else {default_db()}); a "
                                                      "PostgreSQL URL goes in $ECE408_DB, never here")
-    parser.add_argument("--db-connections", type=at_least_one, metavar="N",
+    parser.add_argument("--db-connections", type=whole, metavar="N",
                         help="at most N database connections open at once (default $ECE408_DB_CONNECTIONS, else 32 "
                              "for PostgreSQL, 8 for SQLite); keep it under the server's max_connections")
     parser.add_argument("--state-dir", metavar="DIR", help=f"the instructor's token file and Slurm files (default "
