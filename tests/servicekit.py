@@ -190,6 +190,11 @@ class Service:
         raise AssertionError(f"{text!r} not in job {job_id}'s transcript in {timeout} s:\n"
                              f"{self.transcript(job_id)[-3000:]}\n{self.log()[-3000:]}")
 
+    @property
+    def sqlite_path(self):
+        """The server's SQLite database where $ECE408_DB names none (under its XDG data folder)."""
+        return str(self.root / "data" / "ece408_op" / "service.db")
+
     def chunks(self, db=None):
         """(job id, text, time stored) of every transcript chunk."""
         if db and db.startswith("postgresql://"):
@@ -197,13 +202,35 @@ class Service:
             with psycopg.connect(db) as conn:
                 return conn.execute("SELECT job_id, text, at FROM service_chunks").fetchall()
         import sqlite3
-        with sqlite3.connect(db or str(self.root / "data" / "ece408_op" / "service.db")) as conn:
+        with sqlite3.connect(db or self.sqlite_path) as conn:
             return conn.execute("SELECT job_id, text, at FROM service_chunks").fetchall()
 
     def records(self, db=None):
         from ece408_op.grading.store import open_store
-        with open_store(db or str(self.root / "data" / "ece408_op" / "service.db")) as store:
+        with open_store(db or self.sqlite_path) as store:
             return store.records()
+
+
+PG_CONNECTIONS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                  "AND pid <> pg_backend_pid()")
+
+
+def postgres_connections(conn):
+    """Connections to ``conn``'s database as PostgreSQL sees them, ``conn`` itself left out."""
+    return conn.execute(PG_CONNECTIONS).fetchone()[0]
+
+
+def sqlite_connections(path, pid="self"):
+    """Process ``pid``'s open descriptors of the SQLite file ``path`` (one a connection)."""
+    target = str(Path(path).resolve())
+    return sum(1 for fd in Path(f"/proc/{pid}/fd").iterdir() if _link(fd) == target)
+
+
+def _link(path):
+    try:
+        return os.readlink(path)
+    except OSError:                       # closed between the listing and the look
+        return ""
 
 
 def started_postgres(root):

@@ -2,14 +2,12 @@
 PostgreSQL server. The server's threads come and go (anyio retires one idle for 10 s), so
 connections kept per thread piled up past PostgreSQL's max_connections in a busy minute: these
 tests make threads come and go and count the connections the server itself sees."""
-import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from servicekit import Service, started_postgres
+from servicekit import Service, postgres_connections, sqlite_connections, started_postgres
 
 from ece408_op.service.db import Database, Unavailable
 
@@ -35,17 +33,8 @@ def server_connections(url):
     if url.startswith("postgresql://"):
         import psycopg
         with psycopg.connect(url, autocommit=True) as conn:
-            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                "AND pid <> pg_backend_pid()").fetchone()[0]
-    fds = Path("/proc/self/fd")
-    return sum(1 for fd in fds.iterdir() if _link(fd) == str(Path(url).resolve()))
-
-
-def _link(path):
-    try:
-        return os.readlink(path)
-    except OSError:
-        return ""
+            return postgres_connections(conn)
+    return sqlite_connections(url)
 
 
 def test_connections_stay_within_the_pool_while_threads_come_and_go(url):

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from conftest import python_command
-from servicekit import Service, started_postgres
+from servicekit import Service, postgres_connections, sqlite_connections, started_postgres
 from teams import PLAIN, team_project
 
 from ece408_op.service.client import sse_events
@@ -56,11 +56,8 @@ class ConnectionCount(threading.Thread):
         self.stop = threading.Event()
 
     def count(self, conn):
-        if conn is not None:
-            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                "AND pid <> pg_backend_pid()").fetchone()[0]
-        fds = Path(f"/proc/{self.svc.proc.pid}/fd")
-        return sum(1 for fd in fds.iterdir() if _link(fd).endswith("/service.db"))
+        return postgres_connections(conn) if conn is not None else sqlite_connections(self.svc.sqlite_path,
+                                                                                      self.svc.proc.pid)
 
     def run(self):
         conn = None
@@ -74,13 +71,6 @@ class ConnectionCount(threading.Thread):
         finally:
             if conn is not None:
                 conn.close()
-
-
-def _link(path):
-    try:
-        return os.readlink(path)
-    except OSError:                       # closed between the listing and the look
-        return ""
 
 
 class Load:

@@ -5,9 +5,8 @@ and there is no second store to keep in step.
 Connections are the store's (``open_store``: its runs table and migrations come along), from a
 bounded pool (``Database``: at most ``serve --db-connections`` or ``$ECE408_DB_CONNECTIONS``,
 default 32 for PostgreSQL, 8 for SQLite). The service's schema has its own migration list
-(``MIGRATIONS``) and version table
-(``service_schema_version``), applied once per process in one transaction under a lock
-(SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: ``pg_advisory_xact_lock``).
+(``MIGRATIONS``) and version table (``service_schema_version``), applied once per process in one
+transaction under a lock (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: ``pg_advisory_xact_lock``).
 
 Every operation is one transaction (``Database.transaction``). A database that cannot be
 reached (PostgreSQL down, a connection cut, SQLite locked past its busy timeout or out of disk)
@@ -318,21 +317,19 @@ class Database:
                 raise Unavailable(f"{self.shown}: {_first_line(exc)}") from exc
             raise
 
+    @contextmanager
     def _transaction_on(self, conn, write):
-        @contextmanager
-        def block():
-            if not self.postgres:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        if not self.postgres:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield Tx(conn, self.postgres)
+            conn.execute("COMMIT") if not self.postgres else conn.commit()
+        except BaseException:
             try:
-                yield Tx(conn, self.postgres)
-                conn.execute("COMMIT") if not self.postgres else conn.commit()
-            except BaseException:
-                try:
-                    conn.execute("ROLLBACK") if not self.postgres else conn.rollback()
-                except Exception:                  # noqa: BLE001  the connection may be gone
-                    pass
-                raise
-        return block()
+                conn.execute("ROLLBACK") if not self.postgres else conn.rollback()
+            except Exception:                      # noqa: BLE001  the connection may be gone
+                pass
+            raise
 
     def ping(self):
         """One round trip (readiness)."""
