@@ -77,6 +77,42 @@ def link_stays_inside(root, rel, target):
     return True
 
 
+class Found:
+    """One entry ``walk_folder`` found: its ``parts`` (names from the root, of the root's type), the
+    ``path`` to open it by, its ``info`` (lstat: a link is not followed); a folder is walked into
+    after the consumer's turn unless it set ``descend`` to False."""
+
+    __slots__ = ("parts", "path", "info", "descend")
+
+    def __init__(self, parts, path, info):
+        self.parts, self.path, self.info, self.descend = parts, path, info, True
+
+    @property
+    def name(self):
+        return self.parts[-1]
+
+
+def walk_folder(root):
+    """Every entry under the folder ``root`` (str or bytes; names come back of the same type), each
+    folder's entries in name order, version control and caches (IGNORED, ``*.pyc``) left out.
+    Paths come from the system's own listing (no path module joins them), so that names are
+    ``parts`` on every platform. The OSError of a folder that cannot be listed propagates, its
+    ``filename`` set."""
+    stack = [((), root)]
+    while stack:
+        parts, folder = stack.pop()
+        with os.scandir(folder) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        for entry in entries:
+            raw = os.fsencode(entry.name)
+            if raw in IGNORED or raw.endswith(b".pyc"):
+                continue
+            found = Found(parts + (entry.name,), entry.path, entry.stat(follow_symlinks=False))
+            yield found
+            if found.descend and stat.S_ISDIR(found.info.st_mode):
+                stack.append((found.parts, entry.path))
+
+
 def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBMISSION_FILES):
     """Copy the folder ``src`` into ``dst`` (which must not exist): regular files, folders and
     symbolic links (as links, never followed), names of any bytes; version control and caches
@@ -88,27 +124,17 @@ def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBM
     src_b, dst_b = os.fsencode(src), os.fsencode(dst)
     total = count = 0
     plan, notes = [], []
-    stack = [b""]
-    while stack:
-        rel = stack.pop()
-        try:
-            entries = sorted(os.scandir(os.path.join(src_b, rel) if rel else src_b), key=lambda e: e.name)
-        except OSError as exc:
-            raise ScratchError(f"cannot read the submission folder: {exc.strerror or exc}") from exc
-        for entry in entries:
-            if entry.name in IGNORED or entry.name.endswith(b".pyc"):
-                continue
+    try:
+        for found in walk_folder(src_b):
             count += 1
             if count > max_files:
                 raise ScratchError(f"the submission has more than {max_files} files; leave out what the build "
                                    "does not need")
-            path = os.path.join(rel, entry.name) if rel else entry.name
-            info = entry.stat(follow_symlinks=False)
+            path, info = b"/".join(found.parts), found.info
             if stat.S_ISDIR(info.st_mode):
                 plan.append(("dir", path))
-                stack.append(path)
             elif stat.S_ISLNK(info.st_mode):
-                target = os.readlink(os.path.join(src_b, path))
+                target = os.readlink(found.path)
                 if link_stays_inside(src_b, path, target):
                     plan.append(("link", path))
                 else:
@@ -122,6 +148,8 @@ def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBM
                 plan.append(("file", path))
             else:
                 raise ScratchError(f"the submission holds {_show(path)}, which is not a file, a folder or a link")
+    except OSError as exc:
+        raise ScratchError(f"cannot read the submission folder: {exc.strerror or exc}") from exc
     try:
         os.mkdir(dst_b, 0o755)
         for kind, path in sorted(plan, key=lambda p: p[1].count(b"/")):

@@ -16,19 +16,19 @@ from ..grading.machine import cpu_name, gpu_name, gpu_query
 from ..grading.request import DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, Options, SubmitError, SubmitRequest
 from ..grading.runner import submit
 from ..grading.sandbox import ENGINES
-from ..grading.scratch import IGNORED, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES
+from ..grading.scratch import MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, walk_folder
 from ..grading.steps import Stopped, stop_on_signals
 from ..grading.transcript import Transcript, killed_line
 from ..grading.store import COLUMNS as RECORD_COLUMNS, POSTGRES_PREFIXES, Record, StoreError, describe, open_store, \
     resolve_url
-from ..team.project import MAX_FILE_BYTES, MILESTONE_FILES, TeamError, read_file_once, read_team_files
+from ..team.project import MAX_FILE_BYTES, MILESTONE_FILES, TeamError, read_team_files
 
-__all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTONES", "IGNORED", "MAX_FILE_BYTES",
+__all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTONES", "MAX_FILE_BYTES",
            "MAX_SUBMISSION_BYTES", "MAX_SUBMISSION_FILES", "MILESTONES", "MILESTONE_FILES", "Options",
            "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "TeamError", "Transcript",
            "cpu_name", "data_dir", "describe", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
-           "printable", "ranking_report", "read_file_once", "read_team_files", "resolve_url", "run_development",
-           "stop_on_signals", "submit", "team_name", "check_build_config", "record_summary",
+           "printable", "ranking_report", "read_team_files", "resolve_url", "run_development",
+           "stop_on_signals", "submit", "team_name", "walk_folder", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does
            "RECORD_COLUMNS", "choose_set", "csv_cell", "describe_options", "format_csv", "format_json", "format_table",
            "option_sets", "others_line", "rank", "shown", "valid"]

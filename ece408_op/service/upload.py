@@ -3,60 +3,38 @@
 Packed by the client (``pack_ranked``, ``pack_development``), it holds exactly what the run uses:
 for a ranked run the milestone's team files, read as the local ranked run reads them
 (``project.read_team_files``: one descriptor each, regular files only, at most 1 MiB); for a
-development run the folder as a local development run copies it (version control and caches
-left out, at most 64 MiB and 10,000 entries), files and folders only: a symbolic link, FIFO,
-device or socket is left out with a line saying so.
+development run the folder as a local development run copies it (``walk_folder``: version
+control and caches left out, at most 64 MiB and 10,000 entries), files and folders only. Left
+out, one line each: a symbolic link, FIFO, device or socket; a name the service would refuse
+(``archive.name_problem``: not UTF-8, a character Windows or macOS cannot store, too long, too
+deep) and a name equal to one already taken where case or Unicode normalisation is ignored. On
+every platform the names are ``/``-separated parts of the system's own listing.
 
 Checked (``check``) by the server before it is queued and again by the worker before anything
 is written, without trusting a byte of it: at most ``max_upload`` bytes as sent; decompressed
 into memory with a cap (a compression bomb stops at the cap, not at the end of the disk);
-gzip, one member, nothing after it; then every tar entry: a regular file or a folder (no
-link, hard link, device, FIFO, sparse or continuation entry), a relative UTF-8 name with no
-``..``, ``.`` or empty part, no NUL, not absolute, not named twice, no file under a file;
-sizes and the entry count within the caps. A ranked upload must hold exactly the milestone's
-files; a development upload its rai_build.yml. Unpacked (``unpack``) into a new empty folder,
-each file created (O_EXCL, O_NOFOLLOW) by this code, never by tarfile's extract.
+gzip, one member, nothing after it; then the tar archive by ``archive.read`` (its docstring
+lists what is taken); a ranked upload must hold exactly the milestone's files, a development
+upload its rai_build.yml. Unpacked (``unpack``: ``archive.unpack``) into a new empty folder,
+each file created by this code, never by tarfile's extract.
 """
 import gzip
-import hashlib
 import io
-import os
 import stat
 import tarfile
 import zlib
-from dataclasses import dataclass, field
 
-from ..errors import Ece408Error
-from .runs import (CONFIG_NAME, IGNORED, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, MILESTONE_FILES,
-                   printable, read_file_once, read_team_files)
+from ..base.files import Refused, read_regular
+from .archive import (MAX_DEPTH, MAX_NAME, Checked, Entry, UploadError, fold, name_problem, raw_cap, read,
+                      size_text, unpack)
+from .jobs import KINDS
+from .runs import (CONFIG_NAME, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, MILESTONE_FILES,
+                   printable, read_team_files, walk_folder)
+
+__all__ = ["Checked", "Entry", "MAX_UPLOAD", "UploadError", "caps", "check", "config_text", "pack_development",
+           "pack_ranked", "size_text", "unpack"]
 
 MAX_UPLOAD = 16 << 20                 # bytes as sent (compressed): serve --max-upload
-MAX_NAME = 1024
-MAX_PART = 255
-TAR_OVERHEAD = 3 * 512                # a member's header and its pax header, at most, besides its data
-FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
-
-
-class UploadError(Ece408Error):
-    """An upload that is refused before anything unpacks it (one line)."""
-
-
-@dataclass
-class Entry:
-    name: str
-    data: bytes = None                # None: a folder
-    executable: bool = False
-
-
-@dataclass
-class Checked:
-    entries: list = field(default_factory=list)
-    total: int = 0                    # bytes of file data
-
-    def files(self):
-        """[{name, size, sha256}] of the regular files, in order (what the job shows)."""
-        return [{"name": e.name, "size": len(e.data), "sha256": hashlib.sha256(e.data).hexdigest()}
-                for e in self.entries if e.data is not None]
 
 
 def caps(kind):
@@ -70,7 +48,7 @@ def caps(kind):
 
 def _tar(entries):
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for entry in entries:
             info = tarfile.TarInfo(entry.name)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -90,52 +68,72 @@ def pack_ranked(folder, milestone):
     return _tar([Entry(name, data) for name, data in files.files]), list(files.taken)
 
 
+def _left_out(parts, taken):
+    """Why the entry at ``parts`` is not packed (the service would refuse its name), or None."""
+    name = "/".join(parts)
+    problem = name_problem(parts[-1])
+    if problem:
+        return problem if problem != "not UTF-8 text" else "its name is not UTF-8"
+    if len(parts) > MAX_DEPTH:
+        return f"{len(parts)} folders deep; the service takes at most {MAX_DEPTH}"
+    size = len(name.encode("utf-8"))
+    if size > MAX_NAME:
+        return f"a name of {size} bytes; the service takes at most {MAX_NAME}"
+    key = "/".join(fold(p) for p in parts)
+    if key in taken:
+        return (f"the same name as {printable(taken[key])} where case or Unicode normalisation is ignored "
+                "(macOS, Windows)")
+    taken[key] = name
+    return None
+
+
 def pack_development(folder, max_bytes=MAX_SUBMISSION_BYTES, max_entries=MAX_SUBMISSION_FILES):
     """(upload bytes, entries, notes) of the development run's folder: files and folders, as a
     local development run copies them; one note per entry left out. UploadError where the
     folder holds more than the caps or no rai_build.yml."""
-    root = os.fsencode(os.fspath(folder))
-    entries, notes, total = [], [], 0
-    stack = [b""]
-    while stack:
-        rel = stack.pop()
-        try:
-            found = sorted(os.scandir(os.path.join(root, rel) if rel else root), key=lambda e: e.name)
-        except OSError as exc:
-            raise UploadError(f"cannot read the folder {printable(os.fsdecode(os.path.join(root, rel)))}: "
-                              f"{exc.strerror or exc}") from None
-        for item in found:
-            if item.name in IGNORED or item.name.endswith(b".pyc"):
+    root = str(folder)
+    entries, notes, taken, total = [], [], {}, 0
+    try:
+        for found in walk_folder(root):
+            name, mode = "/".join(found.parts), found.info.st_mode
+            why = _left_out(found.parts, taken)
+            if why is None and not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                why = (f"{'a symbolic link' if stat.S_ISLNK(mode) else 'not a file or a folder'} (the service "
+                       "takes files and folders only)")
+            if why is not None:
+                notes.append(f"* Left out {printable(name)}: {why}")
+                found.descend = False
                 continue
-            path = os.path.join(rel, item.name) if rel else item.name
-            try:
-                name = path.decode("utf-8")
-            except UnicodeDecodeError:
-                notes.append(f"* Left out {printable(os.fsdecode(path))}: its name is not UTF-8")
-                continue
-            info = item.stat(follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
+            if stat.S_ISDIR(mode):
                 entries.append(Entry(name))
-                stack.append(path)
-            elif stat.S_ISREG(info.st_mode):
-                total += info.st_size
-                if total > max_bytes:
+            else:
+                if total + found.info.st_size > max_bytes:
                     raise UploadError(f"the folder holds more than {max_bytes >> 20} MiB (at {printable(name)}); "
                                       "leave out data and builds")
-                data = read_file_once(root, path, max_bytes)
-                entries.append(Entry(name, data, bool(info.st_mode & 0o111)))
-            else:
-                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a file or a folder"
-                notes.append(f"* Left out {printable(name)}: {kind} (the service takes files and folders only)")
-                continue
+                data = _read(found.path, name, max_bytes - total)
+                total += len(data)
+                entries.append(Entry(name, data, bool(mode & 0o111)))
             if len(entries) > max_entries:
                 raise UploadError(f"the folder holds more than {max_entries} files and folders; leave out what "
                                   "the build does not need")
+    except OSError as exc:
+        raise UploadError(f"cannot read the folder {printable(str(exc.filename or root))}: "
+                          f"{exc.strerror or exc}") from None
     if not any(e.name == CONFIG_NAME and e.data is not None for e in entries):
-        raise UploadError(f"{CONFIG_NAME}: not found in {printable(os.fsdecode(root))}; every submission needs one "
+        raise UploadError(f"{CONFIG_NAME}: not found in {printable(root)}; every submission needs one "
                           "at its top level")
     entries.sort(key=lambda e: e.name)
     return _tar(entries), entries, notes
+
+
+def _read(path, name, limit):
+    """The bytes of the file at ``path`` (read once, no link followed); UploadError otherwise."""
+    try:
+        return read_regular(path, limit)
+    except Refused as exc:
+        raise UploadError(f"the folder's {printable(name)} cannot be taken: {exc}") from None
+    except OSError as exc:
+        raise UploadError(f"the folder's {printable(name)} cannot be read: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------------------- checking (server, worker)
@@ -166,75 +164,18 @@ def _inflate(data, cap):
     return b"".join(out)
 
 
-def size_text(n):
-    """``51 KiB``, ``16.0 MiB``."""
-    return f"{n / 1024:.0f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
-
-
-def _check_name(raw, is_dir):
-    name = raw[:-1] if is_dir and raw.endswith("/") else raw
-    shown = printable(name, 80)
-    if not name or len(name) > MAX_NAME:
-        raise UploadError(f"the upload holds an entry with an empty or too long name ({shown})")
-    if "\0" in name or any(0xDC80 <= ord(c) <= 0xDCFF for c in name):
-        raise UploadError(f"the upload holds the name {shown}, which is not UTF-8 text")
-    if name.startswith("/"):
-        raise UploadError(f"the upload holds the absolute path {shown}; only paths inside the folder are taken")
-    parts = name.split("/")
-    if ".." in parts:
-        raise UploadError(f"the upload holds the path {shown}, which climbs out of the folder (..)")
-    if any(p in ("", ".") for p in parts) or any(len(p.encode()) > MAX_PART for p in parts):
-        raise UploadError(f"the upload holds the path {shown}, which is not a plain relative path")
-    return name
-
-
-def _kind(info):
-    return {tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link", tarfile.CHRTYPE: "a character device",
-            tarfile.BLKTYPE: "a block device", tarfile.FIFOTYPE: "a FIFO", tarfile.CONTTYPE: "a contiguous file",
-            tarfile.GNUTYPE_SPARSE: "a sparse file"}.get(info.type, f"an entry of type {info.type!r}")
-
-
 def check(data, kind, milestone=None, max_upload=MAX_UPLOAD):
     """The entries of the upload ``data`` of a ``kind`` run (see the module docstring): a
     Checked, or UploadError (one line) before anything is written anywhere."""
     if len(data) > max_upload:
         raise UploadError(f"the upload is {size_text(len(data))}; this service takes at most {size_text(max_upload)}")
+    if kind not in KINDS:
+        raise UploadError(f"the job's kind is {printable(str(kind), 20)}, not ranked or development")
+    if kind == "ranked" and milestone not in MILESTONE_FILES:
+        raise UploadError(f"a ranked job names a milestone ({', '.join(MILESTONE_FILES)}), not "
+                          f"{printable(str(milestone), 20)}")
     max_bytes, max_entries = caps(kind)
-    raw = _inflate(data, max_bytes + TAR_OVERHEAD * (max_entries + 2) + 1024)
-    checked = Checked()
-    names, files = set(), set()
-    try:
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-            while True:
-                info = tar.next()
-                if info is None:
-                    break
-                is_dir = info.type == tarfile.DIRTYPE
-                if info.type not in FILE_TYPES and not is_dir or info.sparse is not None:
-                    raise UploadError(f"the upload holds {printable(info.name, 80)}, {_kind(info)}; only files and "
-                                      "folders are taken")
-                name = _check_name(info.name, is_dir)
-                if name in names:
-                    raise UploadError(f"the upload names {printable(name, 80)} twice")
-                parents = name.split("/")[:-1]
-                if any("/".join(parents[:i + 1]) in files for i in range(len(parents))):
-                    raise UploadError(f"the upload puts {printable(name, 80)} under a file")
-                names.add(name)
-                if len(names) > max_entries:
-                    raise UploadError(f"the upload holds more than {max_entries} files and folders")
-                if is_dir:
-                    checked.entries.append(Entry(name))
-                    continue
-                files.add(name)
-                checked.total += info.size
-                if info.size > max_bytes or checked.total > max_bytes:
-                    raise UploadError(f"the upload's files hold more than {size_text(max_bytes)}")
-                content = tar.extractfile(info).read()
-                if len(content) != info.size:
-                    raise UploadError(f"the upload's {printable(name, 80)} is cut short")
-                checked.entries.append(Entry(name, content, bool(info.mode & 0o111)))
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise UploadError(f"the upload is not a valid tar archive ({exc})") from None
+    checked = read(_inflate(data, raw_cap(max_bytes, max_entries)), max_bytes, max_entries)
     _check_contents(checked, kind, milestone)
     return checked
 
@@ -256,22 +197,3 @@ def _check_contents(checked, kind, milestone):
 def config_text(checked):
     """The bytes of the development upload's rai_build.yml."""
     return next(e.data for e in checked.entries if e.name == CONFIG_NAME and e.data is not None)
-
-
-# ---------------------------------------------------------------------------- unpacking (worker)
-
-def unpack(checked, dest):
-    """Write the checked entries into the empty folder ``dest``; every file and folder is made
-    here (O_EXCL, O_NOFOLLOW), so nothing outside ``dest`` is ever touched."""
-    dest = os.fspath(dest)
-    if os.listdir(dest):
-        raise UploadError(f"{dest} is not empty")
-    for entry in checked.entries:
-        path = os.path.join(dest, *entry.name.split("/"))
-        if entry.data is None:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            continue
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if entry.executable else 0o644)
-        with os.fdopen(fd, "wb") as out:
-            out.write(entry.data)
