@@ -89,15 +89,33 @@ def run_dev(spec, transcript, out):
     out.flush()
 
 
+def failed(spec, transcript, out, exc):
+    """The outcome of a run this process could not carry out (a bug, a job it cannot read): the
+    error's type and message as its reason, so that the job ends saying what went wrong."""
+    reason = " ".join(f"the run's process failed ({type(exc).__name__}: {exc})".split())[:500]
+    transcript.line(f"error: {reason}")
+    if spec.get("kind") != "ranked":
+        out.write(json.dumps({"development": {"status": "error", "exit_code": None, "reason": reason}}) + "\n")
+        out.flush()
+        return
+    FdStore(out).add(Record(spec.get("record_id"), datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                            spec.get("team"), spec.get("milestone"), spec.get("size"), "error",
+                            host=socket.gethostname(), transcript=transcript.text(), reason=reason))
+
+
 def main():
     die_with_parent()
     spec = json.load(sys.stdin)
     out = os.fdopen(int(spec["result_fd"]), "w")
     transcript = Transcript(stream=sys.stdout)
-    if spec["kind"] == "ranked":
-        run_ranked(spec, transcript, FdStore(out))
-    else:
-        run_dev(spec, transcript, out)
+    try:
+        if spec["kind"] == "ranked":
+            run_ranked(spec, transcript, FdStore(out))
+        else:
+            run_dev(spec, transcript, out)
+    except Exception as exc:                        # noqa: BLE001  reported as the job's reason, not lost
+        failed(spec, transcript, out, exc)
+        return 1
     return 0
 
 

@@ -21,6 +21,7 @@ nothing it produced is lost. SIGTERM or Ctrl-C: each slot stops its child and gi
 to the queue (not counted as an attempt), then the worker exits.
 """
 import codecs
+import hashlib
 import json
 import os
 import signal
@@ -30,14 +31,15 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import Ece408Error
 from . import upload as uploads
+from .calls import Api, ChunkSender, Heartbeat, Refusal, Unreachable, WorkerError
 from .jobrun import PARENT_ENV, die_with_parent
-from .jobs import MAX_CHUNK, MAX_CHUNKS, Lost
+from .jobs import Lost
 from .logs import log, set_level
 from .runs import device_name, gpu_indices
 
@@ -47,139 +49,9 @@ KEPT = 1 << 20                          # characters of transcript kept for a re
 SECRET_ENV = ("ECE408_TOKEN", "ECE408_TOKEN_FILE", "ECE408_INSTRUCTOR_TOKEN", "ECE408_DB", PARENT_ENV)
 
 
-class WorkerError(Ece408Error):
-    """The worker cannot work: its token refused, no server at the URL, no data for the runs."""
-
-    exit_code = 2
-
-
-class Unreachable(Exception):
-    """The server did not answer within the worker's patience."""
-
-
-class Refusal(Exception):
-    """The server refused a call (4xx other than 401, 403, 409): a bug, logged."""
-
-
 def python_command():
     """This interpreter, with the same -S (the GPU kit's mxpy runs without site)."""
     return [sys.executable] + (["-S"] if sys.flags.no_site else [])
-
-
-def error_text(response):
-    try:
-        return str(response.json().get("error"))[:300]
-    except ValueError:
-        return response.text[:300]
-
-
-class Api:
-    """The worker's calls to the server; each retried through network errors and 502/503/504
-    for ``patience`` seconds."""
-
-    def __init__(self, url, token, patience=600.0):
-        import httpx
-        self.httpx = httpx
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
-                                   timeout=httpx.Timeout(30.0, connect=10.0))
-        self.patience = patience
-
-    def call(self, method, path, lease=None, body=None, timeout=30.0, patience=None):
-        deadline = time.monotonic() + (self.patience if patience is None else patience)
-        delay, said = 0.25, False
-        headers = {"X-Lease": lease} if lease else None
-        while True:
-            try:
-                response = self.client.request(method, path, json=body, headers=headers, timeout=timeout)
-            except self.httpx.TransportError as exc:
-                why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            else:
-                status = response.status_code
-                if status == 409:
-                    raise Lost(path)
-                if status in (401, 403):
-                    raise WorkerError(f"the server at {self.url} refused this worker: {error_text(response)}")
-                if status not in (502, 503, 504):
-                    if status >= 400:
-                        raise Refusal(f"{method} {path}: HTTP {status}: {error_text(response)}")
-                    if said:
-                        log("server.back", path=path)
-                    return response
-                why = f"HTTP {status}: {error_text(response)}"
-            if time.monotonic() + delay > deadline:
-                raise Unreachable(why)
-            if not said:
-                log("server.unreachable", level="warning", path=path, reason=why)
-                said = True
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-
-class ChunkSender(threading.Thread):
-    """Streams a job's transcript: text as it comes, numbered from the claim's base, posted in
-    order (what accumulates during one post goes in the next), each post retried until it is
-    acknowledged. Also reads the answer: whether the job is to be cancelled, or lost."""
-
-    def __init__(self, api, job_id, lease, base):
-        super().__init__(name=f"chunks-{job_id[:8]}", daemon=True)
-        self.api, self.job_id, self.lease, self.seq = api, job_id, lease, base
-        self.pending, self.closed = [], False
-        self.cond = threading.Condition()
-        self.cancel = self.lost = False
-
-    def add(self, text):
-        if text:
-            with self.cond:
-                self.pending.append(text)
-                self.cond.notify()
-
-    def run(self):
-        while True:
-            with self.cond:
-                while not self.pending and not self.closed:
-                    self.cond.wait()
-                if not self.pending:
-                    return
-                text, self.pending = "".join(self.pending), []
-            if self.lost:
-                continue
-            pieces = [text[i:i + MAX_CHUNK] for i in range(0, len(text), MAX_CHUNK)]
-            for start in range(0, len(pieces), MAX_CHUNKS):
-                batch = [[self.seq + i, p] for i, p in enumerate(pieces[start:start + MAX_CHUNKS])]
-                try:
-                    answer = self.api.call("POST", f"/api/worker/jobs/{self.job_id}/chunks", self.lease,
-                                           {"chunks": batch}).json()
-                except (Lost, Unreachable, Refusal) as exc:
-                    log("job.chunks_lost", level="warning", job=self.job_id, reason=f"{type(exc).__name__}: {exc}")
-                    self.lost = True
-                    break
-                self.seq += len(batch)
-                self.cancel = self.cancel or bool(answer.get("cancel"))
-
-    def close(self, timeout=None):
-        with self.cond:
-            self.closed = True
-            self.cond.notify()
-        self.join(timeout)
-
-
-class Heartbeat(threading.Thread):
-    def __init__(self, api, job_id, lease, every):
-        super().__init__(name=f"heartbeat-{job_id[:8]}", daemon=True)
-        self.api, self.job_id, self.lease, self.every = api, job_id, lease, every
-        self.done = threading.Event()
-        self.cancel = self.lost = False
-
-    def run(self):
-        while not self.done.wait(self.every):
-            try:
-                answer = self.api.call("POST", f"/api/worker/jobs/{self.job_id}/heartbeat", self.lease).json()
-                self.cancel = self.cancel or bool(answer.get("cancel"))
-            except (Lost, Unreachable, Refusal) as exc:
-                log("job.lease_lost", level="warning", job=self.job_id, reason=f"{type(exc).__name__}: {exc}")
-                self.lost = True
-                return
 
 
 @dataclass
@@ -226,36 +98,86 @@ def child_env(gpu):
     return env
 
 
+def one_line(text, limit=500):
+    """``text`` as one line of at most ``limit`` characters (a job's reason, a log field)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def failure(exc):
+    """An unexpected exception as one line: its type, its message, where it was raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+    return one_line(f"{type(exc).__name__}: {exc}{where}")
+
+
 class Slot:
+    """One slot's loop: claim a job, run it, end it; every failure of one job ends that job (status
+    error, with a reason saying what failed), never the slot. ``fatal``: the server refused this
+    worker's token (the worker stops); ``crash``: what ended the loop's thread otherwise (the
+    worker starts it again)."""
+
     def __init__(self, api, name, gpu, options, stop):
         self.api, self.name, self.gpu, self.options, self.stop = api, name, gpu, options, stop
         self.device = device_name(gpu)
+        self.fatal = self.crash = None
+        self.finished = False
+
+    def guarded_loop(self):
+        """The thread's target: the loop, its end recorded for ``supervise``."""
+        try:
+            self.loop()
+        except WorkerError as exc:
+            self.fatal = exc
+            self.stop.set()
+        except BaseException as exc:                       # noqa: BLE001  recorded; supervise starts it again
+            self.crash = failure(exc)
+            return
+        self.finished = self.stop.is_set() or self.options.once or self.fatal is not None
 
     def loop(self):
         idle_since = time.monotonic()
+        failures = 0
         while not self.stop.is_set():
             try:
-                response = self.api.call("POST", "/api/worker/claim", body={
-                    "slot": self.name, "gpu": self.gpu is not None, "device": self.device, "wait": CLAIM_WAIT},
-                    timeout=CLAIM_WAIT + 30)
-            except (Unreachable, Refusal) as exc:
-                log("worker.claim_failed", level="warning", slot=self.name, reason=str(exc))
-                if self.options.once:
-                    return
+                done = self.turn(idle_since)
+            except WorkerError:
+                raise
+            except Exception as exc:                       # noqa: BLE001  a bug between jobs: logged, go on
+                failures += 1
+                log("worker.slot_error", level="error", slot=self.name, reason=failure(exc))
+                self.stop.wait(min(60.0, 2.0 ** failures))
                 continue
-            if response.status_code == 204:
-                if self.options.once and time.monotonic() - idle_since > self.options.once_wait:
-                    log("worker.idle", slot=self.name)
-                    return
+            failures = 0
+            if done is None:
                 continue
-            claim = response.json()
-            if self.stop.is_set():
-                self.give_back(claim["job"]["id"], claim["lease"], "the worker was stopping")
-                return
-            self.run(claim)
-            if self.options.once:
+            if done == "idle" or self.options.once:
                 return
             idle_since = time.monotonic()
+
+    def turn(self, idle_since):
+        """One claim, and its job: "ran", "idle" (``once`` and nothing came), None (try again)."""
+        try:
+            response = self.api.call("POST", "/api/worker/claim", body={
+                "slot": self.name, "gpu": self.gpu is not None, "device": self.device, "wait": CLAIM_WAIT},
+                timeout=CLAIM_WAIT + 30)
+        except (Unreachable, Refusal) as exc:
+            log("worker.claim_failed", level="warning", slot=self.name, reason=str(exc))
+            if self.options.once:
+                return "idle"
+            self.stop.wait(5.0)
+            return None
+        if response.status_code == 204:
+            if self.options.once and time.monotonic() - idle_since > self.options.once_wait:
+                log("worker.idle", slot=self.name)
+                return "idle"
+            return None
+        claim = response.json()
+        if self.stop.is_set():
+            self.give_back(claim["job"]["id"], claim["lease"], "the worker was stopping")
+            return "idle"
+        self.run(claim)
+        return "ran"
 
     def give_back(self, job_id, lease, why):
         try:
@@ -273,18 +195,13 @@ class Slot:
         beat = Heartbeat(self.api, job["id"], lease, min(10.0, claim.get("lease_seconds", 60.0) / 4))
         beat.start()
         try:
-            data = self.api.call("GET", f"/api/worker/jobs/{job['id']}/upload", lease).content
             try:
-                checked = uploads.check(data, job["kind"], job["milestone"], max_upload=len(data))
-            except uploads.UploadError as exc:
-                sender.add(f"error: {exc}\n")
-                outcome = self.without_result(job, "error", f"the upload was refused by the worker: {exc}")
-            else:
-                with tempfile.TemporaryDirectory(prefix="ece408-job-", dir=self.options.scratch) as tmp:
-                    folder = Path(tmp) / "submission"
-                    folder.mkdir()
-                    uploads.unpack(checked, folder)
-                    outcome = self.execute(job, folder, sender, beat)
+                outcome = self.attempt(job, lease, sender, beat)
+            except (Lost, Unreachable, WorkerError):
+                raise
+            except Exception as exc:                       # noqa: BLE001  a bug on this job: the job ends, not the slot
+                log("job.worker_error", level="error", job=job["id"], slot=self.name, reason=failure(exc))
+                outcome = self.failed(job, sender, f"the worker failed while handling the job ({failure(exc)})")
             sender.close()
             beat.done.set()
             if outcome is None:
@@ -294,8 +211,7 @@ class Slot:
                 return
             if sender.lost:
                 raise Lost(job["id"])
-            self.api.call("POST", f"/api/worker/jobs/{job['id']}/finish", lease, outcome)
-            log("job.finished", job=job["id"], status=outcome["status"], slot=self.name)
+            self.finish(job, lease, outcome)
         except Lost:
             log("job.lost", level="warning", job=job["id"], slot=self.name)
         except (Unreachable, Refusal) as exc:
@@ -303,6 +219,53 @@ class Slot:
         finally:
             beat.done.set()
             sender.close(5)
+
+    def attempt(self, job, lease, sender, beat):
+        """Download, check, unpack and run the job; what ends it (``execute``'s answer). A step that
+        fails ends the job with status error and a reason naming the step."""
+        try:
+            data = self.api.call("GET", f"/api/worker/jobs/{job['id']}/upload", lease).content
+        except Refusal as exc:
+            return self.failed(job, sender, f"the worker could not download the upload ({exc.answer})")
+        if job.get("upload_sha256") and hashlib.sha256(data).hexdigest() != job["upload_sha256"]:
+            return self.failed(job, sender, "the upload the worker downloaded is not the one the server accepted "
+                                            "(its SHA-256 differs)")
+        try:
+            checked = uploads.check(data, job["kind"], job.get("milestone"), max_upload=len(data))
+        except uploads.UploadError as exc:
+            return self.failed(job, sender, f"the upload was refused by the worker: {exc}")
+        try:
+            scratch = tempfile.TemporaryDirectory(prefix="ece408-job-", dir=self.options.scratch,
+                                                  ignore_cleanup_errors=True)
+        except OSError as exc:
+            return self.failed(job, sender, f"the worker could not make a folder in {self.options.scratch or 'TMPDIR'} "
+                                            f"({exc.strerror or exc})")
+        with scratch as tmp:
+            folder = Path(tmp) / "submission"
+            try:
+                folder.mkdir()
+                uploads.unpack(checked, folder)
+            except OSError as exc:
+                return self.failed(job, sender, f"the worker could not unpack the upload into {tmp} "
+                                                f"({exc.strerror or exc})")
+            return self.execute(job, folder, sender, beat)
+
+    def failed(self, job, sender, reason):
+        """The end of a job that failed before or around its run: ``reason`` in its transcript."""
+        reason = one_line(reason)
+        sender.add(f"error: {reason}\n")
+        return self.without_result(job, "error", reason)
+
+    def finish(self, job, lease, outcome):
+        """Post the job's end; where the server refuses it, end the job with that refusal as its reason."""
+        try:
+            self.api.call("POST", f"/api/worker/jobs/{job['id']}/finish", lease, outcome)
+        except Refusal as exc:
+            reason = one_line(f"the server refused the end the worker posted ({exc.answer})")
+            log("job.end_refused", level="error", job=job["id"], slot=self.name, reason=exc.answer)
+            self.api.call("POST", f"/api/worker/jobs/{job['id']}/finish", lease, self.without_result(job, "error", reason))
+            outcome = {"status": "error"}
+        log("job.finished", job=job["id"], status=outcome["status"], slot=self.name)
 
     def spec(self, job, folder, result_fd):
         return {"kind": job["kind"], "folder": str(folder), "milestone": job.get("milestone"), "size": job.get("size"),
@@ -312,12 +275,35 @@ class Slot:
 
     def execute(self, job, folder, sender, beat):
         """Run the job in its child; returns what ends it (the finish call's body), "release"
-        (the worker is stopping) or None (the lease is lost)."""
+        (the worker is stopping) or None (the lease is lost). Whatever happens here, the child
+        does not outlive it."""
+        limit = float(job["time_limit"])
+        spec = self.spec(job, folder, None)
         read_fd, write_fd = os.pipe()
-        proc = subprocess.Popen(python_command() + ["-m", "ece408_op.service.jobrun"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=child_env(self.gpu), pass_fds=(write_fd,),
-                                start_new_session=True, cwd=str(folder.parent))
+        spec["result_fd"] = write_fd
+        try:
+            proc = subprocess.Popen(python_command() + ["-m", "ece408_op.service.jobrun"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, env=child_env(self.gpu), pass_fds=(write_fd,),
+                                    start_new_session=True, cwd=str(folder.parent))
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            return self.failed(job, sender, f"the worker could not start the run's process ({exc.strerror or exc})")
         os.close(write_fd)
+        try:
+            return self.watch(job, proc, read_fd, spec, sender, beat, limit)
+        finally:
+            if proc.poll() is None:                 # the watch itself failed: the run is stopped
+                log("job.stopping", job=job["id"], why="the worker failed")
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    def watch(self, job, proc, read_fd, spec, sender, beat, limit):
+        """Feed the child its ``spec``, stream its output, stop it when it must stop; its outcome."""
         results, kept = [], []
 
         def read_results():
@@ -342,11 +328,11 @@ class Slot:
         for t in threads:
             t.start()
         try:
-            proc.stdin.write(json.dumps(self.spec(job, folder, write_fd)).encode())
+            proc.stdin.write(json.dumps(spec).encode())
             proc.stdin.close()
         except BrokenPipeError:
             pass                                    # the child is gone already: its outcome says so
-        deadline = time.monotonic() + job["time_limit"]
+        deadline = time.monotonic() + limit
         why, stopped_at = None, None
         while proc.poll() is None:
             time.sleep(0.2)
@@ -434,11 +420,46 @@ def run_worker(options):
     slots = [Slot(api, name, gpu, options, stop) for name, gpu in plan_slots(options)]
     log("worker.ready", server=api.url, worker=who.get("name"), slots=",".join(s.name for s in slots),
         devices=",".join(sorted({s.device for s in slots})))
-    threads = [threading.Thread(target=s.loop, name=s.name, daemon=True) for s in slots]
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
-        for t in threads:
-            t.join(0.5)
-    log("worker.stopped", worker=who.get("name"))
+    supervise(slots, stop)
+    fatal = next((s.fatal for s in slots if s.fatal is not None), None)
+    log("worker.stopped", worker=who.get("name"), reason=str(fatal) if fatal else None)
+    if fatal is not None:
+        raise fatal
     return 0
+
+
+def supervise(slots, stop, poll=0.5):
+    """Run each slot's loop in a thread until every slot has finished (a signal, ``once``, or
+    the server refusing the worker); a thread that ends otherwise is logged and started again,
+    after a wait that doubles while it keeps ending within a minute (up to 5 minutes)."""
+    threads, due, failures = {}, {}, {}
+    for slot in slots:
+        threads[slot.name] = threading.Thread(target=slot.guarded_loop, name=slot.name, daemon=True)
+        threads[slot.name].start()
+    started = {slot.name: time.monotonic() for slot in slots}
+    while True:
+        running = False
+        for slot in slots:
+            thread = threads[slot.name]
+            if thread.is_alive():
+                running = True
+                continue
+            if slot.finished or stop.is_set():
+                continue
+            running = True
+            now = time.monotonic()
+            if slot.name not in due:
+                failures[slot.name] = failures.get(slot.name, 0) + 1 if now - started[slot.name] < 60 else 1
+                due[slot.name] = now + min(300.0, 2.0 ** (failures[slot.name] - 1))
+                log("worker.slot_died", level="error", slot=slot.name, reason=slot.crash or "its loop returned",
+                    restart_in=round(due[slot.name] - now))
+            if now >= due[slot.name]:
+                del due[slot.name]
+                slot.crash = None
+                threads[slot.name] = threading.Thread(target=slot.guarded_loop, name=slot.name, daemon=True)
+                threads[slot.name].start()
+                started[slot.name] = now
+                log("worker.slot_restarted", slot=slot.name)
+        if not running:
+            return
+        time.sleep(poll)
