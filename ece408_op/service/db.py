@@ -246,7 +246,7 @@ class Database:
         except BaseException as exc:
             _close(store)
             if isinstance(exc, Exception) and self.is_down(exc):
-                raise Unavailable(f"{self.shown}: {_first_line(exc)}") from exc
+                raise Unavailable(f"{self.shown}: {first_line(exc)}") from exc
             raise
         return store
 
@@ -314,7 +314,7 @@ class Database:
             raise
         except Exception as exc:                   # noqa: BLE001
             if self.is_down(exc):
-                raise Unavailable(f"{self.shown}: {_first_line(exc)}") from exc
+                raise Unavailable(f"{self.shown}: {first_line(exc)}") from exc
             raise
 
     @contextmanager
@@ -375,6 +375,6 @@ def _close(store):
         pass
 
 
-def _first_line(exc):
+def first_line(exc):
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__

@@ -17,6 +17,7 @@ exits 0; the queue, the transcripts and the records are in the database. A secon
 at once. After kill -9, the next start takes the jobs its dead workers held back into the queue
 (``jobs.restarted``).
 """
+import fcntl
 import os
 import signal
 import socket
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .app import Service, Settings, make_app
-from .db import Database, Unavailable
+from .db import Database, Unavailable, first_line
 from .errors import ServeError
 from .jobrun import PARENT_ENV
 from .logs import log, set_level, uvicorn_log_config
@@ -38,6 +39,7 @@ from .tokens import INSTRUCTOR, looks_like_token, new_token
 INSTRUCTOR_ENV = "ECE408_INSTRUCTOR_TOKEN"
 TOKEN_ENV = "ECE408_TOKEN"
 DEFAULT_PORT = 8408
+SERVE_LOCK_KEY = 408434                   # PostgreSQL session advisory lock: one serve a database
 
 
 @dataclass
@@ -177,20 +179,107 @@ def local_slots(count, gpus):
     return [(f"cpu{i}", None) for i in range(1 if count is None else count)]
 
 
+class ServeLock:
+    """One ``serve`` per database: held for the server's life, released by its end however it
+    ends (kill -9 included). SQLite: an exclusive flock on ``<database>-serve.lock`` beside the
+    file; PostgreSQL: a session advisory lock on a connection of its own (a restart of PostgreSQL
+    ends that session, and with it the lock). ServeError (one line) where another ``serve``
+    holds it."""
+
+    def __init__(self, db):
+        self.db, self.fd, self.conn = db, None, None
+
+    def take(self):
+        if self.db.postgres:
+            self._take_postgres()
+        else:
+            self._take_sqlite()
+        return self
+
+    def _busy(self):
+        return ServeError(f"another serve uses the database {self.db.shown}; stop it first (one serve a database: "
+                          "its local workers' token and the queue's leases are its own)")
+
+    def _take_sqlite(self):
+        path = Path(self.db.url)
+        lock = path.with_name(path.name + "-serve.lock")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise ServeError(f"cannot open {lock}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = None
+            raise self._busy() from None
+
+    def _take_postgres(self):
+        try:
+            import psycopg
+        except ImportError:
+            raise ServeError("$ECE408_DB is a PostgreSQL URL but psycopg is not installed; "
+                             "pip install 'ece408_op[grade]' (or psycopg[binary])") from None
+        try:
+            self.conn = psycopg.connect(self.db.url, connect_timeout=30, autocommit=True)
+            held = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (SERVE_LOCK_KEY,)).fetchone()[0]
+        except psycopg.Error as exc:
+            self.release()
+            raise ServeError(f"the database cannot be used: {first_line(exc)}") from None
+        if not held:
+            self.release()
+            raise self._busy()
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:                           # noqa: BLE001  a connection already gone
+                pass
+            self.conn = None
+
+
 def serve(options):
-    """Run the service until SIGTERM/SIGINT; returns the exit status."""
+    """Run the service until SIGTERM/SIGINT; returns the exit status. The port is bound first
+    and the database's serve lock taken next, so that a second ``serve`` on the same port or the
+    same database stops in one line before it changes anything."""
     import uvicorn
 
     from .runs import gpu_indices
     set_level(options.log_level)
     try:
+        sock = bind(options.host, options.port)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}; "
+                         "choose another --port") from None
+    try:
         db = Database(options.db or os.environ.get("ECE408_DB") or default_db(), connections=options.db_connections)
     except ValueError as exc:
+        sock.close()
         raise ServeError(str(exc)) from None
+    lock = ServeLock(db)
     try:
+        lock.take()
         db.schema_version()                                   # connect and migrate now: errors in one line
     except Unavailable as exc:
+        sock.close()
+        lock.release()
         raise ServeError(f"the database cannot be used: {exc}") from None
+    except BaseException:
+        sock.close()
+        lock.release()
+        raise
+    try:
+        return _serve(options, db, sock, uvicorn, gpu_indices)
+    finally:
+        lock.release()
+
+
+def _serve(options, db, sock, uvicorn, gpu_indices):
     settings = options.settings
     host_name = socket.gethostname()
     slots = local_slots(options.workers, gpu_indices()) if options.slurm is None else []
@@ -222,11 +311,6 @@ def serve(options):
     server.dispatcher = dispatcher
     log("server.starting", url=url, db=db.shown, workers=len(slots), slurm=options.slurm is not None,
         instructor_token=where)
-    try:
-        sock = bind(options.host, options.port)
-    except OSError as exc:
-        raise ServeError(f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}; "
-                         "choose another --port") from None
     if workers is not None:
         workers.start()
     if dispatcher is not None:
