@@ -11,15 +11,16 @@ Messages: a 4-byte big-endian length, then JSON. Sizes are bounded on both sides
 The timing lease: while the team's code runs (its import, plan, warm-up, timed runs and their
 checks), the measuring process holds the machine's timing lock through this channel
 (``{"lease": "acquire"}`` -> ``{"lease": "granted"}``, then ``{"lease": "release"}``): the runner
-takes an exclusive ``flock`` on a lock file shared by every runner on the machine (per GPU for
-GPU milestones, one for the CPU), so that no two teams' code runs at once there, warm-ups
-included. The time spent waiting for it is added to the measuring command's time limit.
+takes an exclusive ``flock`` on a lock file at a fixed machine-wide path (``TimingLock``: per GPU
+for GPU milestones, one for the CPU), shared by every runner on the machine whatever its user,
+TMPDIR or scratch folder, so that no two teams' code runs at once there, warm-ups included. The
+time spent waiting for it is added to the measuring command's time limit.
 """
 import contextlib
 import fcntl
 import os
 import socket
-import tempfile
+import stat
 import threading
 import time
 
@@ -31,6 +32,7 @@ TARGET = "/run/ece408"                 # where the measuring sandbox sees the so
 JOB_LIMIT = 512 << 20
 RESULT_LIMIT = 4 << 20
 LOCK_DIR_ENV = "ECE408_LOCK_DIR"
+LOCK_DIRS = ("/run/lock", "/var/lock", "/tmp")   # machine-wide, never a runner's TMPDIR
 
 
 class ChannelError(Ece408Error):
@@ -50,21 +52,62 @@ def recv(sock, limit):
         raise ChannelError(f"a malformed report ({exc})") from exc
 
 
+def lock_dir():
+    """The machine's folder for timing locks: $ECE408_LOCK_DIR where set (give every runner the
+    same), else the first of LOCK_DIRS that is a folder every user may write in (mode 1777) and
+    is not a link, the same answer for every runner of the machine whatever its TMPDIR or
+    --scratch; /tmp where none is."""
+    chosen = os.environ.get(LOCK_DIR_ENV)
+    if chosen:
+        return chosen
+    for folder in LOCK_DIRS:
+        try:
+            info = os.stat(folder)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o1777 == 0o1777:
+            return folder
+    return "/tmp"
+
+
 class TimingLock:
     """The machine's timing lock for ``key`` (``cpu``, or ``gpu-<uuid>``): an exclusive flock on
-    ``<lock dir>/ece408-timing-<key>.lock`` ($ECE408_LOCK_DIR, else the temporary folder), which
-    every runner on the machine takes while a team's code runs. Released when its holder's
-    descriptor closes, so a killed runner never leaves it held."""
+    ``<lock_dir()>/ece408-timing-<key>.lock``, which every runner on the machine takes while a
+    team's code runs: serve's and remote workers, grade --local and submit, as any user. The
+    file is made readable by all (mode 644: a flock needs only a descriptor open for reading),
+    never followed as a link, and opened without O_CREAT where it exists (a sticky folder
+    refuses O_CREAT on another user's file). Released when its holder's descriptor closes, so a
+    killed runner never leaves it held; a file left behind is harmless."""
 
     def __init__(self, key):
-        folder = os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir()
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-        self.path = os.path.join(folder, f"ece408-timing-{safe}.lock")
+        self.path = os.path.join(lock_dir(), f"ece408-timing-{safe}.lock")
         self.fd = None
+
+    def _open(self):
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        for _ in range(10):
+            try:
+                fd = os.open(self.path, flags)
+            except FileNotFoundError:
+                try:
+                    fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    continue                     # made by another runner meanwhile: open it
+                os.fchmod(fd, 0o644)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(f"{self.path} is not a regular file")
+            return fd
+        raise OSError(f"{self.path} keeps appearing and vanishing")
 
     def acquire(self):
         if self.fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+            try:
+                fd = self._open()
+            except OSError as exc:
+                raise ChannelError(f"cannot open the machine's timing lock {self.path}: {exc.strerror or exc}") \
+                    from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except BaseException:
