@@ -19,13 +19,13 @@ import time
 import pytest
 
 from servicekit import Service
-from teams import team_project
+from teams import rai_yaml, team_project
 
 from ece408_op.service import upload as uploads
 from ece408_op.service.jobs import JOB_COLUMNS
 from ece408_op.service.worker import Slot, WorkerOptions, supervise
 
-CONFIG = b"rai:\n  version: 0.2\n  image: x\ncommands:\n  build:\n    - echo hi\n"
+CONFIG = rai_yaml(["echo hi"]).encode()            # a rai_build.yml the server's own check takes
 
 
 def tar_gz(members, fmt=tarfile.GNU_FORMAT):
@@ -102,6 +102,15 @@ def ended(svc, job_id, timeout=240):
 def test_hostile_and_forged_jobs_end_in_error_and_the_worker_goes_on(tmp_path, svc):
     token = svc.add_teams("mallory")["mallory"]
     worker = svc.worker(svc.worker_token("w1"), "--gpus", "none", "--engine", "bubblewrap", log_name="w1.log")
+    try:
+        check_hostile_and_forged_jobs(tmp_path, svc, token, worker)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def check_hostile_and_forged_jobs(tmp_path, svc, token, worker):
     plain = team_project(tmp_path / "plain", commands=["echo honest-run"])
     with svc.http(token) as http:
         for case, (body, message) in HOSTILE.items():
@@ -149,15 +158,19 @@ def test_a_scratch_folder_the_worker_cannot_use_ends_the_job_not_the_worker(tmp_
     scratch.write_text("a file where the worker's scratch folder should be")
     worker = svc.worker(svc.worker_token("w2"), "--gpus", "none", "--engine", "bubblewrap", "--scratch", scratch,
                         log_name="w2.log")
-    plain = team_project(tmp_path / "plain", commands=["echo second-try"])
-    first = ended(svc, honest(svc, token, plain))
-    assert first["worker"] == "w2/cpu0" and first["status"] == "error" and first["reason"].startswith(
-        f"the worker could not make a folder in {scratch} (Not a directory)"), first
-    scratch.unlink()
-    scratch.mkdir()
-    second = ended(svc, honest(svc, token, plain))
-    assert second["status"] == "ok" and "second-try" in svc.transcript(second["id"]), second
-    assert worker.poll() is None
+    try:
+        plain = team_project(tmp_path / "plain", commands=["echo second-try"])
+        first = ended(svc, honest(svc, token, plain))
+        assert first["worker"] == "w2/cpu0" and first["status"] == "error" and first["reason"].startswith(
+            f"the worker could not make a folder in {scratch} (Not a directory)"), first
+        scratch.unlink()
+        scratch.mkdir()
+        second = ended(svc, honest(svc, token, plain))
+        assert second["status"] == "ok" and "second-try" in svc.transcript(second["id"]), second
+        assert worker.poll() is None
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 @pytest.mark.service
