@@ -87,10 +87,6 @@ class Found:
     def __init__(self, parts, path, info):
         self.parts, self.path, self.info, self.descend = parts, path, info, True
 
-    @property
-    def name(self):
-        return self.parts[-1]
-
 
 def walk_folder(root):
     """Every entry under the folder ``root`` (str or bytes; names come back of the same type), each

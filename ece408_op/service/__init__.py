@@ -18,10 +18,12 @@ One module per job:
     tokens.py   team, worker and instructor tokens: made, hashed, checked in constant time
     jobs.py     the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
     upload.py   the upload format: packed by the client, checked before anything unpacks it
+    archive.py  the upload's tar archive: read by a parser of its own, every entry checked, unpacked
     app.py      the HTTP application (FastAPI): routes, authentication, live streams (SSE)
     server.py   ``serve``: uvicorn, local workers, the lease reaper, a clean SIGTERM
     slurm.py    ``serve --slurm``: one sbatch per queued job, each a ``worker --once``
     worker.py   ``worker``: claim, unpack, run one job in a child process, stream, report
+    calls.py    the worker's HTTP side: its calls (retried), a job's transcript and heartbeat
     jobrun.py   that child: one ranked or development run through grading's runner
     client.py   the HTTP client of every student and instructor command
     logs.py     log lines on stderr (one event a line, key=value)

@@ -5,8 +5,9 @@ on a machine without one a CPU slot (m2 and CPU development runs). Each slot:
 
 1. claims the next job (``POST /api/worker/claim``, waiting up to CLAIM_WAIT s for one), which
    gives it a lease;
-2. downloads the upload, checks it again (``upload.check``: the worker trusts no byte it did not
-   check) and unpacks it into a new folder;
+2. downloads the upload, checks that its bytes are those the server took (SHA-256) and checks
+   it again (``upload.check``: the worker trusts no byte it did not check), then unpacks it
+   into a new folder (``upload.unpack``: exactly the entries the check took);
 3. runs it in a child process (``jobrun.py``: grading's ranked or development path, each team
    command in its sandbox), streaming the child's transcript to the server as it comes (chunks,
    numbered, retried until acknowledged), and sending a heartbeat every few seconds;
@@ -18,7 +19,13 @@ on a machine without one a CPU slot (m2 and CPU development runs). Each slot:
 The worker holds a worker token, never database credentials. Network trouble and a server that
 restarts are waited out (every call retried for ``--patience`` seconds): the job goes on and
 nothing it produced is lost. SIGTERM or Ctrl-C: each slot stops its child and gives its job back
-to the queue (not counted as an attempt), then the worker exits.
+to the queue (not counted as an attempt), then the worker exits 0.
+
+A worker never dies on a job: whatever fails while a slot handles one (the download, the check,
+the scratch folder, the unpack, the child, the server refusing the end, a bug) ends that job with
+status error and a one-line reason naming what failed, and the slot takes the next job. A slot
+thread that ends anyway is logged and started again (``supervise``). The server refusing the
+worker's token stops every slot: the worker exits 2 with the server's line.
 """
 import codecs
 import hashlib
