@@ -193,7 +193,7 @@ def test_hostile_upload_refused_before_anything_is_unpacked(svc, teams, case):
 
 @pytest.mark.service
 def test_compression_bombs_and_broken_streams_are_refused(svc, teams):
-    bomb = gzip.compress(b"\0" * (80 << 20))                            # 80 MiB of zeros in about 80 KB
+    bomb = gzip.compress(b"\0" * (200 << 20))                           # 200 MiB of zeros in about 200 KB
     cases = {
         "a bomb": (bomb, "development", "unpacks to more than"),
         "a small bomb for a ranked run": (gzip.compress(b"\0" * (5 << 20)), "ranked", "unpacks to more than"),
