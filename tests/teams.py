@@ -74,6 +74,17 @@ WRONG = PLAIN.replace("for p in range(K):", "for p in range(K - 1):")          #
 
 FAILS = PLAIN + "\nraise RuntimeError('this team forgot a colon')\n"
 
+# burns both cores for two seconds in every call, warm-up included: what the timing lease keeps apart
+BURNER = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    import threading, time
+    def spin():
+        end = time.time() + 2
+        while time.time() < end:
+            pass
+    threads = [threading.Thread(target=spin) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    B, M, H_out, W_out = y.shape''')
+
 SLOW = PLAIN.replace("    B, M, H_out, W_out = y.shape", "    import time; time.sleep(600)\n    B, M, H_out, W_out = y.shape")
 
 FAKE_LINES = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    print("Op Time: 0.000001")

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, python_command
-from teams import PLAIN, cli, rai_yaml, team_project
+from teams import BURNER, PLAIN, cli, rai_yaml, team_project
 
 from ece408_op.grading.store import open_store
 
@@ -326,17 +326,8 @@ def test_two_teams_timed_sections_never_overlap(tmp_path):
     """grade --local --jobs 2 on two cores: one team burns both cores for two seconds in every call
     (its warm-up included); the windows in which each team's code ran (the timing lease) never
     overlap."""
-    burner = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    import threading, time
-    def spin():
-        end = time.time() + 2
-        while time.time() < end:
-            pass
-    threads = [threading.Thread(target=spin) for _ in range(2)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    B, M, H_out, W_out = y.shape''')
     classroom = tmp_path / "class"
-    team_project(classroom / "burner", cpu=burner)
+    team_project(classroom / "burner", cpu=BURNER)
     team_project(classroom / "honest", cpu=PLAIN)
     env = {"ECE408_LOCK_DIR": str(tmp_path)}
     out = cli("grade", classroom, "--local", "--jobs", 2, "--milestone", "m2", "--size", 200, "--db", tmp_path / "r.db",
