@@ -5,9 +5,10 @@ tarfile as an independent reader), and the client's packing leaving out what the
 refuse, on Linux and with Windows' path module in place of Linux's."""
 import gzip
 import io
-import ntpath
+import json
 import os
 import re
+import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT, python_command
 from ece408_op.service import archive
 from ece408_op.service import upload as uploads
 
@@ -406,18 +408,32 @@ def test_the_client_leaves_out_names_the_service_refuses(tmp_path):
     assert len(checked.entries) == len(entries)
 
 
-def test_on_windows_names_are_slash_separated(tmp_path, monkeypatch):
-    """os.path is ntpath on Windows: the packing must not build names (or paths) with it."""
+WINDOWS = """
+import json, ntpath, os, sys
+for name in ("fcntl", "resource", "termios", "pwd", "grp"):       # POSIX-only modules: absent on Windows
+    sys.modules[name] = None
+for flag in ("O_NOFOLLOW", "O_NONBLOCK", "O_NOCTTY"):
+    delattr(os, flag)
+os.path, os.sep = ntpath, "\\\\"                                  # os.path is ntpath on Windows
+from ece408_op.service import upload
+data, entries, notes = upload.pack_development(sys.argv[1])
+sys.stdout.buffer.write(data)
+print(json.dumps([[e.name for e in entries], notes]), file=sys.stderr)
+"""
+
+
+def test_on_windows_the_client_packs_slash_separated_names(tmp_path):
+    """What Windows lacks, taken away (fcntl and the other POSIX modules, O_NOFOLLOW, O_NONBLOCK)
+    and its path module in place: the client still imports, packs and names with ``/``."""
     team = tmp_path / "team"
     (team / "src" / "sub").mkdir(parents=True)
     (team / "rai_build.yml").write_bytes(CONFIG)
-    (team / "src" / "sub" / "kernel.cu").write_text("// k")
-    with monkeypatch.context() as m:
-        m.setattr(os, "path", ntpath)
-        m.setattr(os, "sep", "\\")
-        data, entries, notes = uploads.pack_development(str(team))
-    assert [e.name for e in entries] == ["rai_build.yml", "src", "src/sub", "src/sub/kernel.cu"] and notes == []
-    assert uploads.check(data, "development").entries[-1].data == b"// k"
+    (team / "src" / "sub" / "kernel.cu").write_bytes(b"// k\r\n")
+    out = subprocess.run([*python_command(), "-c", WINDOWS, str(team)], capture_output=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    names, notes = json.loads(out.stderr.decode().splitlines()[-1])
+    assert names == ["rai_build.yml", "src", "src/sub", "src/sub/kernel.cu"] and notes == []
+    assert uploads.check(out.stdout, "development").entries[-1].data == b"// k\r\n"
 
 
 def test_the_folder_walk_is_shared_by_the_client_and_the_local_run(tmp_path):

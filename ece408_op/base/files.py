@@ -55,7 +55,11 @@ def file_kind(mode):
 def read_regular(path, limit, follow_links=False):
     """The bytes of ``path`` (see the module docstring). Raises IsLink, NotRegular, TooLarge (each a
     Refused), FileNotFoundError, or the OSError of the open or the read."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    # O_NONBLOCK, O_NOCTTY and O_NOFOLLOW are POSIX's: Windows (a client packing a folder) has none,
+    # and there a link is refused by the caller's lstat instead; O_BINARY is Windows' (no newline
+    # translation)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0) | \
+        (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)
     except OSError as exc:

@@ -17,7 +17,6 @@ TMPDIR or scratch folder, so that no two teams' code runs at once there, warm-up
 time spent waiting for it is added to the measuring command's time limit.
 """
 import contextlib
-import fcntl
 import os
 import socket
 import stat
@@ -102,6 +101,7 @@ class TimingLock:
         raise OSError(f"{self.path} keeps appearing and vanishing")
 
     def acquire(self):
+        import fcntl                             # POSIX only: here, so that the client imports on Windows
         if self.fd is None:
             try:
                 fd = self._open()
