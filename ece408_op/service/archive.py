@@ -3,8 +3,9 @@ checked entry by entry, and written back out entry by entry by ``unpack``.
 
 ``read`` takes exactly this, and refuses anything else in one line saying what and where:
 
-* 512-byte headers with a right checksum and the ustar magic (POSIX ``ustar\\0`` ``00``, or
-  GNU's ``ustar  \\0``); sizes and modes in octal digits (a base-256 number is refused, so no
+* 512-byte headers with a right checksum and the ustar magic (POSIX ``ustar\\0`` ``00``, with
+  its name prefix; or GNU's ``ustar  \\0``, whose extra fields, which tar readers read differently,
+  must be empty); sizes and modes in octal digits (a base-256 number is refused, so no
   size is negative or larger than the field says); each entry's data whole, then the end: two
   zero blocks and nothing but zero bytes after them, at most MAX_TRAILER bytes in all.
 * Entries: a regular file (type ``0`` or NUL) or a folder (``5``, no data, no link target).
@@ -15,10 +16,10 @@ checked entry by entry, and written back out entry by entry by ``unpack``.
   devices, FIFOs, contiguous (``7``) and sparse (``S``) files, GNU long link names (``K``),
   PAX global headers (``g``), PAX keys ``path``, ``linkpath``, ``size``, ``GNU.sparse.*`` and
   any other not listed, a long-name or PAX header that is not directly followed by its entry.
-* Names: UTF-8, relative, parts neither empty nor ``.`` nor ``..``; at most MAX_NAME bytes in
-  all, MAX_PART a part, MAX_DEPTH parts; no part a name Windows or macOS cannot store
-  (``name_problem``: control characters, ``\\ : * ? " < > |``, a trailing space or dot, a
-  device name such as ``CON`` or ``com1.txt``).
+* Names: UTF-8, relative, parts neither empty nor ``.`` nor ``..``, a file's not ending in
+  ``/``; at most MAX_NAME bytes in all, MAX_PART a part, MAX_DEPTH parts; no part a name Windows
+  or macOS cannot store (``name_problem``: control characters, ``\\ : * ? " < > |``, a trailing
+  space or dot, a device name such as ``CON`` or ``com1.txt``).
 * One tree: no name twice (exactly, or after case folding and Unicode normalisation, NFC, NFD,
   NFKC: the same name on macOS and Windows), no file where another entry needs a folder (a
   file ``x`` beside ``x/y``, in either order); folders an entry implies count as entries.

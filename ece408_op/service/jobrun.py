@@ -89,10 +89,16 @@ def run_dev(spec, transcript, out):
     out.flush()
 
 
+def one_line(text, limit=500):
+    """``text`` as one line of at most ``limit`` characters (a job's reason, a log field)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def failed(spec, transcript, out, exc):
     """The outcome of a run this process could not carry out (a bug, a job it cannot read): the
     error's type and message as its reason, so that the job ends saying what went wrong."""
-    reason = " ".join(f"the run's process failed ({type(exc).__name__}: {exc})".split())[:500]
+    reason = one_line(f"the run's process failed ({type(exc).__name__}: {exc})")
     transcript.line(f"error: {reason}")
     if spec.get("kind") != "ranked":
         out.write(json.dumps({"development": {"status": "error", "exit_code": None, "reason": reason}}) + "\n")

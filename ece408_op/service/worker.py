@@ -45,7 +45,7 @@ from pathlib import Path
 
 from . import upload as uploads
 from .calls import Api, ChunkSender, Heartbeat, Refusal, Unreachable, WorkerError
-from .jobrun import PARENT_ENV, die_with_parent
+from .jobrun import PARENT_ENV, die_with_parent, one_line
 from .jobs import Lost
 from .logs import log, set_level
 from .runs import device_name, gpu_indices
@@ -103,12 +103,6 @@ def child_env(gpu):
     if gpu not in (None, "visible"):
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return env
-
-
-def one_line(text, limit=500):
-    """``text`` as one line of at most ``limit`` characters (a job's reason, a log field)."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def failure(exc):
