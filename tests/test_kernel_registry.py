@@ -1,9 +1,11 @@
 """A kernel version in one place: the fallback order, the autotuner's candidates and tiles and the choice
 for every layer are read from the Version classes (their ranks and tiles), and equal what the hand-kept
 lists gave before the classes held them (tests/data/kernel_choices.json: choice.PREFERENCE,
-autotune.TUNED and autotune.TILES, and the choices they made, written once from that code); a version
-added as its two files is picked up by the choice, the autotuner and the table with no other edit."""
+autotune.TUNED and autotune.TILES, and the choices they made, written once from that code); every
+version's number is in its file's name and its row in docs/kernels.md; a version added as its two files
+is picked up by the choice, the autotuner and the table with no other edit."""
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 from ece408_op import kernels
 from ece408_op.kernels import autotune, choice
 from ece408_op.kernels.versions import registry
+from conftest import ROOT
 
 EXPECTED = json.loads((Path(__file__).parent / "data" / "kernel_choices.json").read_text())
 S = kernels.ConvShape
@@ -50,6 +53,25 @@ def test_the_registry_refuses_a_rank_it_cannot_place():
         registry.register(type("OptIn", (base,), {"number": 98, "name": "optin", "fallback_rank": None,
                                                   "tune_rank": 99, "defaultable": False}))
     assert 98 not in kernels.VERSIONS
+
+
+def test_every_version_number_is_in_its_file_name():
+    """``ls kernels/versions/`` finds every version: a file holding several names each of their numbers."""
+    for number, version in kernels.VERSIONS.items():
+        stem = Path(sys.modules[type(version).__module__].__file__).stem
+        assert number in [int(n) for n in re.findall(r"v(\d+)", stem)], (version.label, stem)
+
+
+def test_every_version_has_its_row_in_the_docs_table():
+    """docs/kernels.md's table: a row per version, naming the file that defines it."""
+    rows = {}
+    for line in (ROOT / "docs" / "kernels.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| v") and len(cells) >= 3 and re.match(r"v\d+ ", cells[0]):
+            rows[cells[0]] = cells[1]
+    assert set(rows) == {version.label for version in kernels.VERSIONS.values()}
+    for version in kernels.VERSIONS.values():
+        assert Path(sys.modules[type(version).__module__].__file__).stem in rows[version.label], version.label
 
 
 SCRATCH_PY = '''"""v99 scratch: v1's kernel under another name, first in both orders (a test's own version)."""

@@ -1,5 +1,5 @@
 """v4 register and v14 restrict: v3's tiles with compile-time sizes and unrolled loops; v4 with MB
-filters per thread (register blocking), v14 with one (v04_register.cu)."""
+filters per thread (register blocking), v14 with one (v04_v14_register.cu)."""
 import math
 
 import numpy as np

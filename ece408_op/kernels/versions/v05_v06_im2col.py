@@ -1,5 +1,5 @@
 """v5 im2col and v6 implicit: a tiled shared-memory GEMM over the im2col matrix (v5) or gathering
-from x (v6) (v05_im2col.cu); v18_cublas.py runs v5's im2col before cuBLAS's GEMM."""
+from x (v6) (v05_v06_im2col.cu); v18_cublas.py runs v5's im2col before cuBLAS's GEMM."""
 import math
 
 import numpy as np

@@ -1,5 +1,5 @@
 """v2 shared and v3 constant: a TILE x TILE output tile per block, the input tile in shared memory;
-v3 with the weights in constant memory (v02_shared.cu)."""
+v3 with the weights in constant memory (v02_v03_shared.cu)."""
 import math
 
 import numpy as np
