@@ -62,16 +62,30 @@ def test_every_version_number_is_in_its_file_name():
         assert number in [int(n) for n in re.findall(r"v(\d+)", stem)], (version.label, stem)
 
 
+def _unasked(version):
+    """The docs table's ``unasked`` cell for ``version``, from its class."""
+    if not version.defaultable:
+        return "opt-in"
+    ranks = [word for word, rank in (("fallback", version.fallback_rank), ("tuned", version.tune_rank))
+             if rank is not None]
+    return ", ".join(ranks) or "table"
+
+
 def test_every_version_has_its_row_in_the_docs_table():
-    """docs/kernels.md's table: a row per version, naming the file that defines it."""
+    """docs/kernels.md's table: a row per version, naming the file that defines it, its facts as the
+    class says (layers ``any`` where general, arithmetic ``fp32`` where exact, where it runs unasked)."""
     rows = {}
     for line in (ROOT / "docs" / "kernels.md").read_text().splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("| v") and len(cells) >= 3 and re.match(r"v\d+ ", cells[0]):
-            rows[cells[0]] = cells[1]
+        if line.startswith("| v") and len(cells) == 6 and re.match(r"v\d+ ", cells[0]):
+            rows[cells[0]] = cells[1:]
     assert set(rows) == {version.label for version in kernels.VERSIONS.values()}
     for version in kernels.VERSIONS.values():
-        assert Path(sys.modules[type(version).__module__].__file__).stem in rows[version.label], version.label
+        file, layers, arithmetic, unasked, _ = rows[version.label]
+        assert Path(sys.modules[type(version).__module__].__file__).stem in file, version.label
+        assert layers.split(" ")[0] == ("any" if version.general else "course"), version.label
+        assert (arithmetic == "fp32") == version.exact, version.label
+        assert unasked == _unasked(version), version.label
 
 
 SCRATCH_PY = '''"""v99 scratch: v1's kernel under another name, first in both orders (a test's own version)."""
