@@ -4,10 +4,10 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet; torchvision for the w
     python -m ece408_op bench gpu --network [--out DIR] [--repeats N] [--nets resnet18,resnet50,vgg16,mobilenet_v2]
         [--whole resnet50,...] [--batches 64,1] [--no-cold] [--compile resnet18] [--compile-batch 1]
 
-1. The hot path: host microseconds of a call on a layer seen before (the issue's 1x8x8x8 3x3 layer):
-   the look-up alone, the lean call (look-up, checks, the recorded launches replayed), the replay
-   alone, the plan's own launch code (what each call paid before recording), the Conv2d module's
-   forward and nn.Conv2d's (cuDNN) for comparison.
+1. The hot path: host microseconds of a call on a layer seen before (a 1x8x8x8 3x3 layer, where the
+   host's cost is the call's): the look-up alone, the lean call (look-up, checks, the recorded launches
+   replayed), the replay alone, the plan's own launch code (what a call would pay without the
+   recording), the Conv2d module's forward and nn.Conv2d's (cuDNN) for comparison.
 2. Every distinct convolution of ResNet-18 and ResNet-50 (batch 64), VGG-16 (batch 32) and
    MobileNetV2 (batch 64): the Conv2d module's forward (``ece408_op.torch``: the version from
    defaults.json, else autotuned) against nn.Conv2d's (cuDNN fp32, TF32 off), whole call, each
@@ -18,7 +18,7 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet; torchvision for the w
    Each layer's output is checked against the float64 reference (NumPy, conv.reference) on one image.
 3. The autotuner's choice against a re-measurement of every candidate (median of 20, back to back) on
    new layers (``--autotune-check``: also the suite's layers).
-4. The nine networks of issue 35 whole (bench/whole_networks.py): the cold start of each (a fresh process, an
+4. The nine networks of bench/cold.py whole (bench/whole_networks.py): the cold start of each (a fresh process, an
    empty GPU cache folder) beside cuDNN's first forward in a fresh process; the steady state at batch 64
    and 1 of ours (both precisions), cuDNN fp32 and cuDNN TF32, each output against float64; torch.compile
    and CUDA graphs (mode='reduce-overhead') of the swapped network.
@@ -46,7 +46,7 @@ from .precompile import autotune_shapes
 from .timing import Timer, cuda_torch, host_us
 
 def hot_path(torch):
-    """Host microseconds per call on the issue's 1x8x8x8 3x3 layer (seen before)."""
+    """Host microseconds per call on a 1x8x8x8 3x3 layer (seen before)."""
     conv = Conv2d(8, 8, 3, padding=1).cuda().eval()
     ref = torch.nn.Conv2d(8, 8, 3, padding=1).cuda().eval()
     x = torch.rand(1, 8, 8, 8, device="cuda")

@@ -1,5 +1,5 @@
-"""Whole networks for ``bench gpu --network`` (issue 35): the nine torchvision networks (random weights),
-every convolution swapped, as a PyTorch user meets them.
+"""Whole networks for ``bench gpu --network``: the nine torchvision networks of ``bench/cold.py`` (random
+weights), every convolution swapped, as a PyTorch user meets them.
 
 1. Cold start (``cold_starts``): for each network a fresh process with an empty GPU cache folder times
    its first forward at the big batch (compiling the modules it needs, tuning every layer), then a
@@ -30,7 +30,7 @@ from pathlib import Path
 from .cold import NETWORKS, build_network, input_size
 
 BATCHES = (64, 1)
-TARGETS = {"resnet50": 5.0, "densenet121": 10.0}      # cold start, batch 64, seconds (issue 35)
+TARGETS = {"resnet50": 5.0, "densenet121": 10.0}      # cold start, batch 64, seconds (docs/gpu-dropin.md)
 NEW_BATCH_TARGET_S = 1.0
 RATIO_TARGETS = {64: 0.8, 1: 1.0}                     # ours / cuDNN fp32, steady state
 FP32_ERROR_FACTOR = 2.0                               # precision='fp32': error within 2x cuDNN fp32's

@@ -5,7 +5,7 @@ path's ``registered`` mode). PyCUDA keeps the rest (context, memory, events, hos
 Why not PyCUDA's ``Function``: its launch accepts only a PyCUDA ``Stream``, so it cannot queue work
 on another framework's stream (PyTorch's current stream, given as a raw ``CUstream`` handle), and it
 exposes no function or module handle that another launcher could use. Here a kernel is called as
-PyCUDA's were (``kernel(*args, block=, grid=, shared=)``, arguments as NumPy scalars or device
+a PyCUDA ``Function`` is (``kernel(*args, block=, grid=, shared=)``, arguments as NumPy scalars or device
 pointers) and goes to the thread's current stream (``on_stream``; 0, the legacy default stream,
 unless set), so the versions' launch code is the same for both uses.
 """

@@ -237,12 +237,12 @@ def _resolve(dev, x_shape, k_shape, spec, bias, version, precision=None):
     return call
 
 
-# The specialised modules (issue 35). A layer's first plan takes its sizes at run time (v8, v9, v20: one
-# module per tile, built in seconds for a whole network), and measured 4-32% slower than a module built for
-# the layer's shape (bench/sizes.py, H200: v20 median 1.08x, v9 and v8 1.18x); so once a layer is resolved,
+# The specialised modules. A layer's first plan takes its sizes at run time (v8, v9, v20: one module per
+# tile, built in seconds for a whole network), which measured 4-32% slower than a module built for the
+# layer's shape (bench/sizes.py, H200: v20 median 1.08x, v9 and v8 1.18x); so once a layer is resolved,
 # the module of its chosen version and tile with the sizes as #defines is built in the background (daemon
 # threads: NVRTC or nvcc, while the GPU runs the network), and the layer's next call switches to it (a
-# check of one attribute per call until then). A module built before (the cache folder) is used at once.
+# check of one attribute per call until then). A module already in the cache folder is used at once.
 SPECIALISE_ENV = "ECE408_SPECIALISE"          # 0: keep the run-time-size modules
 _jobs = queue.Queue()
 _workers = []

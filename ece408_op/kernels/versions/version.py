@@ -18,7 +18,8 @@ from ...conv.reference import reference_and_bound
 MAX_SHARED = 227 * 1024   # bytes of shared memory a block may opt into on sm_80/sm_90
 CONST_WEIGHTS = 16384     # floats of __constant__ memory for weights (64 KB): v3, v4, v7
 TILE = 16                 # the output tile edge of v2-v4 and v14-v17 (tiles.cuh)
-STATIC_SIZES_ENV = "ECE408_STATIC_SIZES"   # 1: build v8, v9, v13, v20 per layer shape as before (comparisons)
+STATIC_SIZES_ENV = "ECE408_STATIC_SIZES"   # 1: build the ``dynamic`` ones per layer shape from the start
+                                           # (comparisons: bench/sizes.py)
 MAX_RUN = 2**31 - 1       # positions (v8, v9, v20) and threads (v13) of one launch with the sizes at run time
 
 
