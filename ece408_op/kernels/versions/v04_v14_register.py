@@ -36,7 +36,7 @@ class RestrictUnroll(Register):
     its register blocking): the course's "__restrict__ and loop unrolling" as a step of its own."""
     number, name, kernels = 14, "restrict", ("conv_forward_v14",)
     defaultable = False
-    fallback_rank = None
+    fallback_rank = None      # (not its parent's: opt-in)
     MB = 1                    # (its capability check; the module's MB define stays v4's)
 
     def defines(self, inner, tuning_overrides=None):

@@ -15,7 +15,7 @@ class Cublas(Im2col):
     number, name, kernels = 18, "cublas", ("im2col_v5", "add_bias")
     source = "v05_v06_im2col.cu"  # no kernel of its own: v5's im2col, the helpers' add_bias
     defaultable = False
-    fallback_rank = None
+    fallback_rank = None      # (not its parent's: opt-in)
 
     def available(self):
         return libraries.missing("libcublas")
