@@ -139,6 +139,7 @@ def execute(sandbox, step, transcript, timeout, label=None, extra_time=None):
         result.status = "failed"
     result.exit_code = code
     result.output = transcript.text()[start:]
+    transcript.output_ended()
     line = _ending_line(result, sandbox.limits, timeout)
     if line:
         transcript.line(line)

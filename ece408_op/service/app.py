@@ -14,6 +14,7 @@
     GET  /api/deadlines
     POST /api/admin/teams {names, skip_existing}     instructor: tokens shown once
     GET  /api/admin/teams, POST /api/admin/teams/revoke {name}, POST /api/admin/teams/rotate {name}
+    GET  /api/admin/uncounted                        instructor: records kept as not counted (late, cancelled)
     POST /api/admin/workers {name}                   instructor: a worker token
     PUT  /api/admin/deadlines {milestone, deadline}  instructor (ISO 8601 with its zone; null clears)
     POST /api/worker/claim {slot, gpu, device, wait} worker: the next job and its lease, or 204
@@ -537,6 +538,11 @@ def make_app(service):
         token = await service.run(service.tokens.rotate_team, name)
         log("team.rotated", team=name)
         return {"name": name, "token": token}
+
+    @app.get("/api/admin/uncounted")
+    async def list_uncounted(request: Request):
+        await authenticate(request, "instructor")
+        return {"uncounted": await service.run(jobs.uncounted, db)}
 
     @app.post("/api/admin/workers")
     async def add_worker(request: Request):

@@ -101,7 +101,8 @@ def fill(db, teams, runs, seed=408):
                    heartbeat_at=now if state == "running" else None, time_limit=1800.0, attempts=int(k < 4),
                    lease="a" * 32 if state == "running" else None, worker=f"node{k}/gpu0" if k < 4 else None,
                    cancel_requested=0, status=None, exit_code=None, valid=None, reason=None, summary=None,
-                   record_id=f"f{k:031x}", next_seq=1, upload_bytes=5120, upload_sha256="0" * 64, files="[]")
+                   record_id=f"f{k:031x}", next_seq=1, upload_bytes=5120, upload_sha256="0" * 64, files="[]",
+                   idem_key=None)
         jobs.append(tuple(row[c] for c in JOB_COLUMNS))
     with db.transaction() as tx:
         tx.conn.executemany(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}) VALUES "

@@ -27,10 +27,9 @@ LIGHT = ", ".join("'' AS transcript" if c == "transcript" else c for c in RECORD
 
 
 def record_teams(team):
-    """The names a service team's records may carry: its own, and its name as the worker's runner
-    writes it (``team_name`` of the stored name: a name with an escape in it gets its backslash
-    escaped once more), [the name, that one] (two equal items where they agree)."""
-    return [team, team_name(team)]
+    """The names a service team's records carry: exactly its stored name (the worker's record is
+    refused unless its team is the job's), as a list for ``IN (...)`` queries."""
+    return [team]
 
 
 def light_records(db, milestone=None, size=None, team=None, ids=None):
@@ -189,8 +188,9 @@ class Shown:
 
 
 def class_names(roster):
-    """{a record's team: the class's name of that team} where they differ (``record_teams``)."""
-    return {team_name(t): t for t in roster if team_name(t) != t}
+    """{a record's team: the class's name of that team}: records carry the stored names, so none
+    differ (kept for callers that map names)."""
+    return {}
 
 
 def named(rows, viewer=None, pseudonyms=None, names=None):

@@ -11,15 +11,15 @@ from . import jobs
 from .http import check_job_id, read_json
 from .jobs import Lost, Refused
 from .logs import log
-from .runs import Record, printable, record_summary
+from .runs import Record, printable
 
 STATUSES = ("ok", "failed", "timeout", "killed", "error")
 
 
 def end_lines(job, record):
-    if record is not None:
-        return [record_summary(record)]
-    if job["kind"] == "development":
+    """The service's closing lines of a job that ends without a record (a ranked run's are its
+    record's summary, written by ``jobs.finish``)."""
+    if record is None and job["kind"] == "development":
         return ["* Development run: no record is stored (ranked runs: --submit m2|m3|final)"]
     return []
 
@@ -122,19 +122,14 @@ def add_worker_routes(app, service, authenticate):
         reason = data.get("reason")
         reason = None if reason is None else printable(str(reason), 500)
         job = await service.run(jobs.get, db, check_job_id(job_id))
-        if job is None or job["lease"] != lease:
+        if job is None:
             raise Lost(job_id)
         record = check_record(job, data.get("record"))
-        valid = None
-        if record is not None:
-            await service.run(service.with_store, lambda store: store.add(record, retry_seconds=0))
-            valid = record.status == "ok" and record.correct and record.op_time is not None
-            status, reason = record.status, record.reason
+        job = await service.run(jobs.finish, db, job_id, lease, status, exit_code, reason, record,
+                                end_lines(job, record))
+        if record is not None and job["state"] == jobs.DONE:
             service.hub.records_version += 1
-        summary = end_lines(job, record)
-        job = await service.run(jobs.finish, db, job_id, lease, status, exit_code, reason, valid,
-                                summary[0] if summary else None, summary)
-        log("job.ended", job=job_id, team=job["team"], state=job["state"], status=status, valid=valid)
+        log("job.ended", job=job_id, team=job["team"], state=job["state"], status=job["status"], valid=job["valid"])
         service.hub.job_changed(job_id)
         service.hub.queue_changed()
         service.hub.wake_claim(gpu_needed=True)
