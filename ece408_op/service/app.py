@@ -51,7 +51,7 @@ from .db import Unavailable
 from .jobs import ENDED, QUEUED, Lost, Refused, duration, public
 from .http import (DOWN_RETRY, AccessLog, address, check_job_id, error, int_param, parse_deadline, read_body,
                    read_json)
-from .logs import log
+from .logs import flush_repeats, log
 from .pages import add_pages
 from .runs import (ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, StoreError, check_build_config, printable,
                    ranking_report)
@@ -268,6 +268,7 @@ def make_app(service):
             if changed:
                 service.hub.queue_changed()
             service.hub.prune()
+            flush_repeats()
 
     app = FastAPI(title="ece408_op submission service", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
