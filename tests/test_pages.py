@@ -21,7 +21,8 @@ from pagekit import Runs, ranked_upload, record_of                           # n
 
 from ece408_op.service import pages as pages_module                        # noqa: E402
 from ece408_op.service import plots, sessions                              # noqa: E402
-from ece408_op.service.app import Service, Settings, make_app              # noqa: E402
+from ece408_op.service.app import make_app                                  # noqa: E402
+from ece408_op.service.state import Service, Settings                      # noqa: E402
 from ece408_op.service.db import Database                                  # noqa: E402
 from ece408_op.service.jobs import Rules                                   # noqa: E402
 from ece408_op.service.tokens import new_token                             # noqa: E402
@@ -371,7 +372,7 @@ def test_anonymised_names_each_team_sees_its_own(klass):
     with klass.http(klass.instructor) as http:
         assert "beta" in http.get("/api/ranking").text
     instructor.post("/admin/names", data={"csrf": instructor.csrf("/admin"), "names": "shown"})
-    klass.service.web._names = (0.0, None)
+    klass.service.rankings._names = (0.0, None)
     assert "beta" in alpha.get("/").text
 
 
@@ -613,5 +614,16 @@ def test_the_render_benchmark_runs(tmp_path):
 def test_the_pages_docstring_lists_every_page_route(klass):
     documented = {path.replace("{id}", "{job_id}")
                   for path in re.findall(r"(?:GET|POST)\s+(/[^\s,]*)", pages_module.__doc__)}
-    pages = {r.path for r in klass.client.app.routes if not r.path.startswith(("/api/", "/health", "/ready"))}
+    pages = {r.path for router in pages_module.ROUTERS for r in router.routes}
     assert pages - {"/static/{name}"} == documented
+    served = {r.path for r in served_routes(klass.client.app) if not r.path.startswith(("/api/", "/health", "/ready"))}
+    assert served == pages                                                  # no page outside the pages' routers
+
+
+def served_routes(app):
+    """The application's routes, those of included routers among them."""
+    found = []
+    for route in app.routes:
+        inner = getattr(route, "original_router", None)
+        found += served_routes(inner) if inner is not None else [route]
+    return found

@@ -66,6 +66,15 @@ def boards(db):
     return [(m, int(s), int(n)) for m, s, n, _ in rows]
 
 
+def team_boards(db, team):
+    """[(milestone, size, runs)] of the boards where ``team`` has records (under either of its
+    names, ``record_teams``), by milestone and size."""
+    with db.transaction(write=False) as tx:
+        rows = tx.all("SELECT milestone, size, COUNT(*) FROM runs WHERE team IN (?, ?) GROUP BY milestone, size "
+                      "ORDER BY milestone, size", tuple(record_teams(team)))
+    return [(m, int(s), int(n)) for m, s, n in rows]
+
+
 @dataclass
 class Standing:
     """The ranking of one milestone and size: its rows, as ``ranking`` ranks them."""
