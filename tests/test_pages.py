@@ -571,6 +571,75 @@ def test_the_grade_rule():
     assert [grade(t, 0.1, 0.5) for t in (0.05, 0.1, 0.3, 0.5, 0.9, None)] == [100.0, 100.0, 50.0, 0.0, 0.0, 0.0]
 
 
+# ---------------------------------------------------------------------------- what a new student meets
+
+def brand_of(html):
+    """The header's brand line, as text."""
+    return " ".join(text_of(re.search(r'<(\w+)[^>]* class="brand"[^>]*>(.*?)</\1>', html, re.S).group(2)).split())
+
+
+def title_of(html):
+    return " ".join(text_of(re.search(r"<title>(.*?)</title>", html, re.S).group(1)).split())
+
+
+def test_each_page_names_itself_in_its_title_and_brand(klass):
+    job = klass.runs.run(klass.tokens["alpha"], [[0.01], [0.02]])
+    alpha, instructor = klass.browser(klass.tokens["alpha"]), klass.browser(klass.instructor)
+    pages = {"ranking": alpha.get("/").text, "team alpha": alpha.get("/team").text,
+             f"job {job[:8]}": alpha.get(f"/jobs/{job}").text, "instructor": instructor.get("/admin").text,
+             "log in": klass.browser().get("/login").text, "error 404": alpha.get("/jobs/" + "0" * 32).text}
+    for name, html in pages.items():
+        assert brand_of(html) == f"ECE 408 · {name}", name
+        assert title_of(html).startswith(name) and title_of(html).endswith(" · ECE 408"), (name, title_of(html))
+    assert title_of(pages["ranking"]) == "ranking m2, 100 images · ECE 408"
+
+
+def test_an_error_page_s_header_shows_who_is_logged_in(klass):
+    alpha, instructor = klass.browser(klass.tokens["alpha"]), klass.browser(klass.instructor)
+    for browser, path, status, who in ((alpha, "/jobs/" + "0" * 32, 404, 'href="/team">alpha</a>'),
+                                       (alpha, "/team?name=beta", 404, 'href="/team">alpha</a>'),
+                                       (alpha, "/admin", 403, 'href="/team">alpha</a>'),
+                                       (instructor, "/team?name=nobody", 404, 'href="/admin">instructor</a>')):
+        answer = browser.get(path)
+        header = answer.text.split("</header>")[0]
+        assert answer.status_code == status, path
+        assert who in header and "log out" in header and 'href="/login"' not in header, (path, header)
+    anonymous = klass.browser().post("/login", data={"login": "x", "token": "y"}, headers={"content-type": "text/plain"})
+    assert anonymous.status_code == 400 and 'href="/login">log in</a>' in anonymous.text.split("</header>")[0]
+
+
+def test_the_your_team_tag_never_wraps():
+    # at a phone's width the team's cell is narrow; the tag beside the name must stay one line
+    # (test_pages_browser.py looks at it in Chromium at 375 px)
+    css = (pages_module.site.HERE / "static" / "style.css").read_text()
+    rules = {m.group(1).strip(): m.group(2) for m in re.finditer(r"([^{}]+)\{([^}]*)\}", css)}
+    tag = rules[".tag"]
+    assert re.search(r"white-space:\s*nowrap", tag), tag
+
+
+def x_ticks(svg):
+    """The numbers under the x axis of a matplotlib SVG."""
+    axis = svg[svg.index('<g id="matplotlib.axis_1">'):svg.index('<g id="matplotlib.axis_2">')]
+    found = []
+    for text in re.findall(r"<text[^>]*>([^<]*)</text>", axis):
+        try:
+            found.append(float(text.replace("\u2212", "-")))
+        except ValueError:
+            pass                                                            # the axis's label
+    return found
+
+
+@pytest.mark.skipif(not plots.available(), reason="matplotlib is not installed")
+@pytest.mark.parametrize("runs", [1, 2, 7])
+def test_a_team_plot_counts_its_runs_in_whole_numbers(klass, runs):
+    for k in range(runs):
+        klass.runs.run(klass.tokens["alpha"], [[0.01 + k / 1000], [0.02]])
+    svg = klass.browser(klass.tokens["alpha"]).get("/team/plot.svg?milestone=m2&size=100").text
+    ticks = x_ticks(svg)
+    assert ticks and all(t == int(t) and 1 <= t <= runs for t in ticks), ticks
+    assert 1.0 in ticks
+
+
 # ---------------------------------------------------------------------------- on PostgreSQL, and the benchmark
 
 @pytest.mark.slow

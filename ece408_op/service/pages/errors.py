@@ -1,6 +1,6 @@
 """The error page, and the routers of pages whose errors are that page: a refusal
-(jobs.Refused: 400, 403, 404, 413, 429) and a database fault (503) answer as a page; a missing
-session sends the browser to the login form."""
+(jobs.Refused: 400, 403, 404, 413, 429) and a database fault (503) answer as a page whose header
+shows who is logged in; a missing session sends the browser to the login form."""
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from starlette.responses import RedirectResponse
@@ -13,10 +13,11 @@ from .site import HEADERS, LoginNeeded, site_of
 
 
 def error_page(request, status, message, retry_after=None):
-    """The error page."""
+    """The error page, its header for whoever the request's session showed (where it was looked
+    up before the error: every page's dependency does)."""
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
-    return site_of(request).render("error.html", None, status=status, headers=headers, status_code=status,
-                                   message=message)
+    return site_of(request).render("error.html", getattr(request.state, "viewer", None), status=status,
+                                   headers=headers, status_code=status, message=message)
 
 
 class PageRoute(APIRoute):

@@ -89,13 +89,17 @@ def site_of(request):
 # ---------------------------------------------------------------------------- who is looking
 
 async def session(request):
-    """The Viewer of the request's session cookie, or None."""
+    """The Viewer of the request's session cookie, or None; kept on the request for the error
+    page's header (errors.py)."""
     value = request.cookies.get(sessions.COOKIE)
     if not value:
         return None
     service = service_of(request)
     principal = await service.run(sessions.find, service.db, value)
-    return Viewer(principal, value) if principal else None
+    if not principal:
+        return None
+    request.state.viewer = Viewer(principal, value)
+    return request.state.viewer
 
 
 def viewer_of(*kinds, stream=False):
