@@ -167,6 +167,15 @@ def test_the_cookie_is_secure_over_tls(tmp_path):
         assert "secure" in cookie.lower()
 
 
+def test_a_page_answers_head_as_get(klass):
+    anonymous, alpha = klass.browser(), klass.browser(klass.tokens["alpha"])
+    for browser, path, status in ((anonymous, "/login", 200), (anonymous, "/", 303), (alpha, "/", 200),
+                                  (alpha, "/team", 200), (anonymous, "/static/style.css", 200)):
+        answer = browser.request("HEAD", path)
+        assert answer.status_code == status and answer.content == b"", path
+        assert answer.status_code == browser.get(path).status_code, path
+
+
 def test_wrong_tokens_do_not_log_in_and_guessing_is_limited(klass):
     browser = klass.browser()
     assert browser.login("ece408_0123456789abcdef_" + "A" * 43).status_code == 401

@@ -22,7 +22,13 @@ def error_page(request, status, message, retry_after=None):
 
 class PageRoute(APIRoute):
     """A page's route: a refusal and a database fault answer as the error page, a missing
-    session as the login form (an API route answers them as JSON: app.py)."""
+    session as the login form (an API route answers them as JSON: app.py). A page's GET answers
+    HEAD too, as a browser's or a link checker's HEAD expects."""
+
+    def __init__(self, path, endpoint, **kwargs):
+        super().__init__(path, endpoint, **kwargs)
+        if "GET" in self.methods:
+            self.methods.add("HEAD")
 
     def get_route_handler(self):
         handler = super().get_route_handler()
