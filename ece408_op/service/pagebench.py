@@ -89,7 +89,7 @@ def fill(db, teams, runs, seed=408):
                    heartbeat_at=at.timestamp() + 40, time_limit=1800.0, attempts=1, lease=None, worker="node/gpu0",
                    cancel_requested=0, status="ok", exit_code=0, valid=int(ok), reason=records[-1].reason,
                    summary=None, record_id=job_id, next_seq=len(transcript), upload_bytes=5120,
-                   upload_sha256="0" * 64, files=json.dumps(files))
+                   upload_sha256="0" * 64, files=json.dumps(files), idem_key=None)
         jobs.append(tuple(row[c] for c in JOB_COLUMNS))
         chunks += [(job_id, k, text, at.timestamp()) for k, text in enumerate(transcript)]
     now = time.time()

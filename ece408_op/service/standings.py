@@ -67,11 +67,12 @@ def boards(db):
 
 
 def team_boards(db, team):
-    """[(milestone, size, runs)] of the boards where ``team`` has records (under either of its
-    names, ``record_teams``), by milestone and size."""
+    """[(milestone, size, runs)] of the boards where ``team`` has records (under the names
+    ``record_teams`` gives), by milestone and size."""
+    names = record_teams(team)
     with db.transaction(write=False) as tx:
-        rows = tx.all("SELECT milestone, size, COUNT(*) FROM runs WHERE team IN (?, ?) GROUP BY milestone, size "
-                      "ORDER BY milestone, size", tuple(record_teams(team)))
+        rows = tx.all(f"SELECT milestone, size, COUNT(*) FROM runs WHERE team IN ({', '.join('?' * len(names))}) "
+                      "GROUP BY milestone, size ORDER BY milestone, size", tuple(names))
     return [(m, int(s), int(n)) for m, s, n in rows]
 
 
