@@ -18,8 +18,8 @@ count.__name__ = "whole number"
 
 def command(argv):
     from ..grading.sandbox import ENGINES
-    from ..service.app import Settings
     from ..service.guard import HEADER_SECONDS
+    from ..service.state import Settings
     from ..service.jobs import Rules
     from ..service.paths import default_db, default_state_dir
     from ..service.server import DEFAULT_PORT, ServeOptions, serve

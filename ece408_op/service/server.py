@@ -27,13 +27,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .app import Service, Settings, make_app
+from .app import make_app
 from .db import Database, Unavailable
 from .errors import ServeError
 from .guard import HEADER_SECONDS, Guard, protocol_class
 from .jobrun import PARENT_ENV
 from .logs import log, set_level, uvicorn_log_config
 from .paths import default_db, default_state_dir, instructor_token_file
+from .state import Service, Settings
 from .tokens import INSTRUCTOR, looks_like_token, new_token
 
 INSTRUCTOR_ENV = "ECE408_INSTRUCTOR_TOKEN"

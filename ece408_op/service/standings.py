@@ -66,6 +66,16 @@ def boards(db):
     return [(m, int(s), int(n)) for m, s, n, _ in rows]
 
 
+def team_boards(db, team):
+    """[(milestone, size, runs)] of the boards where ``team`` has records (under the names
+    ``record_teams`` gives), by milestone and size."""
+    names = record_teams(team)
+    with db.transaction(write=False) as tx:
+        rows = tx.all(f"SELECT milestone, size, COUNT(*) FROM runs WHERE team IN ({', '.join('?' * len(names))}) "
+                      "GROUP BY milestone, size ORDER BY milestone, size", tuple(names))
+    return [(m, int(s), int(n)) for m, s, n in rows]
+
+
 @dataclass
 class Standing:
     """The ranking of one milestone and size: its rows, as ``ranking`` ranks them."""
