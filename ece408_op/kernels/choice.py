@@ -73,9 +73,13 @@ def allowed(number, precision):
 
 
 def shape_key(shape):
-    """The defaults table's key of a shape class (its bias aside)."""
+    """The defaults table's key of a shape class (its bias aside; the element type and layouts where not
+    float32 NCHW)."""
     s = shape
-    return f"C{s.C} H{s.H} W{s.W} M{s.M} K{s.KH}x{s.KW} S{s.SH}x{s.SW} P{s.PH}x{s.PW} D{s.DH}x{s.DW} G{s.G}"
+    key = f"C{s.C} H{s.H} W{s.W} M{s.M} K{s.KH}x{s.KW} S{s.SH}x{s.SW} P{s.PH}x{s.PW} D{s.DH}x{s.DW} G{s.G}"
+    if s.DTYPE != "float32":
+        key += f" {s.DTYPE}"
+    return key + (f" L{s.XL}{s.WL}" if s.XL or s.WL else "")
 
 
 def load_defaults():

@@ -37,7 +37,7 @@ def fast_div(d):
 
 DIMS_FIELDS = ("C", "H", "W", "M", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "BIAS",
                "HO", "WO", "HW", "HOWO", "CG", "MG", "GKK", "KHKW")
-DIMS_DIVISORS = ("HOWO", "WO", "HO", "M", "MG", "KHKW", "KW")
+DIMS_DIVISORS = ("HOWO", "WO", "HO", "M", "MG", "KHKW", "KW", "CG")
 
 
 def conv_dims(inner):
@@ -98,6 +98,9 @@ class Version(Sourced):
                               # one module per tile (and ``static_dims``) for every layer, not one per shape
     specialise = True         # (dynamic ones) a layer's module with its sizes as #defines is built in the
                               # background and replaces the run-time-size one (kernels/launch.py)
+    dtypes = ("float32",)     # the element types of the data it computes on (ConvShape.DTYPE)
+    channels_last = False     # runs channels-last layers (ConvShape.XL, WL): v21, v22 read NHWC data and pack
+                              # NCHW data first; the others read NCHW float32 only
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -106,6 +109,10 @@ class Version(Sourced):
 
     def unsupported(self, shape, tuning_overrides=None):
         """None if this version runs ``shape``, else a short reason."""
+        if shape.DTYPE not in self.dtypes:
+            return f"it computes on {' or '.join(self.dtypes)} data, not {shape.DTYPE}"
+        if (shape.XL or shape.WL) and not self.channels_last:
+            return "it reads NCHW data only, not channels-last"
         if not self.general:
             reason = shape.course_reason()
             if reason:
