@@ -26,8 +26,7 @@ SAMPLE = 40                            # images checked per large batch
 
 def autotune_tiles(number):
     """The autotuner's tile choices of a version besides its default."""
-    from ece408_op.kernels import autotune
-    return [t for t in autotune.TILES[number] if t]
+    return [t for t in kernels.VERSIONS[number].tune_tiles if t]
 
 
 def _data(shape, seed):
@@ -477,7 +476,7 @@ def test_wgmma_refuses_what_it_cannot_run_in_one_line():
     assert "tile" in v20.unsupported(kernels.ConvShape(64, 8, 8, 64, 3), {"V20_WG": 4})
     assert v20.unsupported(kernels.ConvShape(64, 8, 8, 64, 3), {"V20_BK": 16, "V20_WG": 2}) is None
     # never a fallback (it exists on compute capability 9.0 only): the table or the autotuner choose it
-    assert 20 not in kernels.PREFERENCE
+    assert 20 not in kernels.fallback_order()
 
 
 def test_asking_for_wgmma_where_it_cannot_run_is_one_line():

@@ -26,7 +26,7 @@ ALLOWED = {
 BASE = {"errors", "course", "console", "", "base"}   # leaves every layer may import (base/: small helpers)
 MXNET_FREE = ("base", "conv", "kernels", "team", "data", "grading", "selftest", "bench", "service", "cli")   # these
 # import mx lazily, but for the benchmark modules that import MXNet (cpu, zoo: through mx/) or PyTorch (network):
-IMPORTS_MXNET_OR_TORCH = {"bench/cpu.py", "bench/zoo.py", "bench/network.py"}
+IMPORTS_MXNET_OR_TORCH = {"bench/cpu.py", "bench/zoo.py", "bench/network_layers.py"}
 
 
 TEMPLATE = PACKAGE / "team" / "template"         # a team's files, copied by init: data, not modules

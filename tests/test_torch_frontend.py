@@ -190,7 +190,7 @@ def test_the_front_end_imports_without_mxnet():
     import subprocess
 
     from conftest import ROOT, python_command
-    code = ("import sys; sys.modules['mxnet'] = None\nimport ece408_op.torch, ece408_op.bench.network, "
+    code = ("import sys; sys.modules['mxnet'] = None\nimport ece408_op.torch, ece408_op.bench.network_layers, "
             "ece408_op.torch.nets\nassert sys.modules['mxnet'] is None\n")
     result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr

@@ -261,8 +261,8 @@ def suite_command(args):
 
 
 def network_command(argv):
-    """``bench gpu --network``: real networks' convolutions through ece408_op.torch (bench/network.py)."""
-    from ..bench import network
+    """``bench gpu --network``: real networks' convolutions through ece408_op.torch (bench/network_layers.py)."""
+    from ..bench import network_layers
     from ..bench.cold import NETWORKS as WHOLE
     from ..torch.nets import NETWORKS
     parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=network.__doc__.splitlines()[0])
@@ -301,9 +301,10 @@ def network_command(argv):
         batches = ()
     if not batches or min(batches) < 1:
         raise UsageError(f"--batches {args.batches!r}: give positive batch sizes, e.g. 64,1")
-    return network.run(names, whole, args.repeats, args.autotune_check, not args.no_hot_path, args.out,
-                       "python -m ece408_op bench gpu " + shlex.join(argv), batches=batches, cold=not args.no_cold,
-                       compile_names=compiled, compile_batch=args.compile_batch, profile=args.profile_cold)
+    return network_layers.run(names, whole, args.repeats, args.autotune_check, not args.no_hot_path, args.out,
+                              "python -m ece408_op bench gpu " + shlex.join(argv), batches=batches,
+                              cold=not args.no_cold, compile_names=compiled, compile_batch=args.compile_batch,
+                              profile=args.profile_cold)
 
 
 def precompile_command(argv):

@@ -28,10 +28,6 @@ class CommandResult:
     exit_code: int = None          # None: killed (time limit, output limit, stopped)
     status: str = "ok"             # ok, failed, timeout, output, memory, killed
 
-    @property
-    def timed_out(self):
-        return self.status == "timeout"
-
 
 @contextmanager
 def stop_on_signals():

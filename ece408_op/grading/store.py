@@ -343,11 +343,6 @@ class Store:
         self._end_read()
         return row[0] if row else None
 
-    def set_expected(self, model, size, environment, accuracy):
-        with self._transaction():
-            self._execute("INSERT INTO expected (model, size, environment, accuracy) VALUES (?, ?, ?, ?) "
-                          "ON CONFLICT (model, size, environment) DO NOTHING", (model, size, environment, accuracy))
-
 
 class SqliteStore(Store):
     """A SQLite file in WAL mode; writers take the write lock up front (BEGIN IMMEDIATE) and wait

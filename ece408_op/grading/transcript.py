@@ -81,19 +81,6 @@ class ModelResult:
     def to_dict(self):
         return {**asdict(self), "op_time": self.op_time, "correct": self.correct}
 
-    @classmethod
-    def from_dict(cls, d):
-        return cls(d["model"], list(d.get("op_times", [])), d.get("correctness"), d.get("expected"))
-
-
-def split_commands(transcript):
-    """[(command, output)] of a transcript, in order (text before the first command dropped)."""
-    parts = []
-    for block in re.split(r"^\* Running ", transcript, flags=re.M)[1:]:
-        command, _, output = block.partition("\n")
-        parts.append((command, output))
-    return parts
-
 
 def parse_eval_metric(text):
     """The accuracy an m1 run printed (``EvalMetric: {'accuracy': 0.8673}``), or None: for tools

@@ -5,16 +5,17 @@
     resolve_version(request, shape, device_name, tune, precision) -> (version, tuning overrides)
 
 Precision: 'tf32x3' (the default) lets every version run, the error-compensated TF32 tensor-core ones
-(v9, v11, v20: three TF32 products per pair of operands, each layer inside the float32 bound, but a deep
-network 10-100x further from float64 than cuDNN fp32: docs/gpu-dropin.md); 'fp32' only versions of plain
-float32 arithmetic (``Version.exact``: v1-v8, v10, v13-v16, v18). The table, the autotuner and the
-fallback order skip the others; asking for one explicitly under 'fp32' is an error.
+too (three TF32 products per pair of operands, each layer inside the float32 bound, but a deep network
+10-100x further from float64 than cuDNN fp32: docs/gpu-dropin.md); 'fp32' only versions of plain float32
+arithmetic (``Version.exact``). The table, the autotuner and the fallback order skip the others; asking
+for one explicitly under 'fp32' is an error.
 
 Which version runs a layer by default: the per-device table ``defaults.json`` (written by
 ``python -m ece408_op bench gpu --suite --apply`` from measurements on that device, keyed by the
 device's name and the layer's shape class), else the autotuner's choice where the caller passes one
-(``tune``: ``autotune.choose`` on the network call path), else the first version of PREFERENCE that
-runs the layer and suits it (``suits``: v7 only where every channel's strip fits in registers).
+(``tune``: ``autotune.choose`` on the network call path), else the first version of the fallback order
+(``fallback_order``: the versions' ``fallback_rank``) that runs the layer and suits it (``suits``: v7 only
+where every channel's strip fits in registers).
 """
 import json
 import os
@@ -22,21 +23,13 @@ from pathlib import Path
 
 from ..errors import GpuError, ShapeError
 from .versions import VERSIONS
+from .versions.registry import in_order
 
 KERNEL_ENV = "ECE408_KERNEL"
 PRECISION_ENV = "ECE408_PRECISION"
 PRECISIONS = ("tf32x3", "fp32")
 DEFAULT_PRECISION = "tf32x3"
 DEFAULTS_FILE = Path(__file__).with_name("defaults.json")
-# The fallback order where no table measured on this device names the layer's shape: from the H100
-# benchmark of the course layer (docs/benchmarks.md): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
-# v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
-# course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them;
-# v13 before v8 where it runs (depthwise layers, MobileNetV2 on the H100: docs/gpu-dropin.md).
-# v1, v5, v6, v8 and v9 run every shape. v12 (Winograd) is never a default: only asked for. v20 (wgmma) runs on
-# compute capability 9.0 only, so it is never a fallback: a default where the table or the autotuner chose it.
-PREFERENCE = (7, 10, 13, 8, 4, 6, 5, 1, 3, 2, 9, 11)
-
 FAST = "fast"             # the request "v12 (Winograd) where it runs the layer, else the default"
 
 
@@ -115,15 +108,22 @@ def measured_version(shape, device_name, precision=DEFAULT_PRECISION):
     return None
 
 
+def fallback_order():
+    """The version numbers in fallback order: where no table measured on this device names the layer's
+    shape, the first that runs it and suits it. Each version's ``fallback_rank`` (its Python file says why
+    its place: mostly the course layer's H100 timings, docs/benchmarks.md)."""
+    return in_order("fallback_rank")
+
+
 def fallback_version(shape, precision=DEFAULT_PRECISION):
-    """The first of PREFERENCE that runs ``shape``, is allowed under ``precision`` and suits it."""
-    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None and allowed(n, precision)]
+    """The first of ``fallback_order()`` that runs ``shape``, is allowed under ``precision`` and suits it."""
+    supported = [n for n in fallback_order() if VERSIONS[n].unsupported(shape) is None and allowed(n, precision)]
     return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
 
 
 def default_version(shape, device_name=None, precision=DEFAULT_PRECISION):
-    """The version measured fastest for ``shape`` on this device (defaults.json), else the first of
-    PREFERENCE that runs ``shape`` and suits it (under ``precision``)."""
+    """The version measured fastest for ``shape`` on this device (defaults.json), else the first of the
+    fallback order that runs ``shape`` and suits it (under ``precision``)."""
     return measured_version(shape, device_name, precision) or fallback_version(shape, precision)
 
 

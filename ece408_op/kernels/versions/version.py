@@ -91,7 +91,7 @@ class Version(Sourced):
     general = False           # computes padding, stride, dilation, groups, rectangular kernels, bias itself
     tuning_keys = ()          # the tuning overrides it takes (see plans.module_spec)
     exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
-    defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
+    defaultable = True        # may be a default (measured table, autotuner, fallback); else only when asked for
     own_error_model = False   # checked against its own error model (v17 FP16, v19 FFT), not the float32 bound
     arch_features = False     # built for the device's architecture-specific target (v20: sm_90a's wgmma)
     dynamic = False           # its kernels take the layer's sizes as an argument (common.cuh: CONV_DYNAMIC):
@@ -101,6 +101,12 @@ class Version(Sourced):
     dtypes = ("float32",)     # the element types of the data it computes on (ConvShape.DTYPE)
     channels_last = False     # runs channels-last layers (ConvShape.XL, WL): v21, v22 read NHWC data and pack
                               # NCHW data first; the others read NCHW float32 only
+    # Where it runs unasked (a default-able version with neither rank: only where defaults.json names it).
+    # Lower ranks come first; two versions may not share one, and a subclass sets its own (registry.register).
+    fallback_rank = None      # its place in the fallback order (kernels/choice.py); None: never a fallback
+    tune_rank = None          # its place in the autotuner's timing order (kernels/autotune.py), the most
+                              # often fastest first (the budget may end before the last); None: never timed
+    tune_tiles = ({},)        # the autotuner's tile choices, as tuning overrides ({}: its default tile)
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style

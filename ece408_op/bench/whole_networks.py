@@ -270,7 +270,7 @@ def run(torch, names, timer, log, result, save, batches=BATCHES, cold=True, comp
     """The three parts for ``names`` (module doc), into ``result`` ("cold", "whole", "compile"), saved as
     each part ends (``save()``)."""
     from ..kernels.build import GPU_CACHE_ENV
-    work = Path(os.environ[GPU_CACHE_ENV]).parent / "cold-caches"       # (network.run sets this process's folder)
+    work = Path(os.environ[GPU_CACHE_ENV]).parent / "cold-caches"       # (network_layers.run sets this process's folder)
     if cold:
         result["cold"] = cold_starts(names, batches[0], batches[1:], log, work, profile)
         save()

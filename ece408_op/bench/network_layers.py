@@ -18,7 +18,7 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet; torchvision for the w
    Each layer's output is checked against the float64 reference (NumPy, conv.reference) on one image.
 3. The autotuner's choice against a re-measurement of every candidate (median of 20, back to back) on
    new layers (``--autotune-check``: also the suite's layers).
-4. The nine networks of issue 35 whole (bench/networks.py): the cold start of each (a fresh process, an
+4. The nine networks of issue 35 whole (bench/whole_networks.py): the cold start of each (a fresh process, an
    empty GPU cache folder) beside cuDNN's first forward in a fresh process; the steady state at batch 64
    and 1 of ours (both precisions), cuDNN fp32 and cuDNN TF32, each output against float64; torch.compile
    and CUDA graphs (mode='reduce-overhead') of the swapped network.
@@ -40,7 +40,7 @@ from ..kernels.device import GpuDevice
 from ..kernels.build import GPU_CACHE_ENV
 from ..kernels.launch import conv2d_forward_async, layer_call
 from ..torch import Conv2d
-from . import networks
+from . import whole_networks
 from ..torch.nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
 from .precompile import autotune_shapes
 from .timing import Timer, cuda_torch, host_us
@@ -221,7 +221,7 @@ def markdown(result):
             lines.append(f"| {r['layer']} | {r['batch']} | {r['candidates']} | {r['chosen']} | {r['chosen_ms']:.3f} | "
                          f"{r['best']} | {r['best_ms']:.3f} | {r['ratio']:.3f} |")
         lines.append("")
-    lines.append(networks.markdown(result))
+    lines.append(whole_networks.markdown(result))
     return "\n".join(lines) + "\n"
 
 
@@ -262,9 +262,9 @@ def save(result, out_dir):
 
 
 def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu", command="", log=None,
-        batches=networks.BATCHES, cold=True, compile_names=("resnet18",), compile_batch=1, profile=False):
+        batches=whole_networks.BATCHES, cold=True, compile_names=("resnet18",), compile_batch=1, profile=False):
     """``bench gpu --network``: the hot path (``hot``), every distinct layer of the networks ``names``, the
-    autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` (bench/networks.py:
+    autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` (bench/whole_networks.py:
     cold start, steady state at ``batches``, torch.compile of ``compile_names``); saved to ``out`` as it
     goes. This process's GPU cache folder is ``out``/gpu-cache (emptied first) unless $ECE408_GPU_CACHE is
     set. Returns 1 if any layer's output was invalid, else 0."""
@@ -292,8 +292,8 @@ def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu
         result["autotune"] = autotune_check(torch, autotune_shapes(check_autotune == "suite"), log)
         save(result, out)
     if whole:
-        networks.run(torch, whole, timer, log, result, lambda: save(result, out), batches, cold, compile_names,
-                     compile_batch, profile)
+        whole_networks.run(torch, whole, timer, log, result, lambda: save(result, out), batches, cold,
+                           compile_names, compile_batch, profile)
     met = sum(r["met"] for r in result["layers"])
     log((f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
          if result["layers"] else "whole networks, ours / cuDNN fp32: ")
