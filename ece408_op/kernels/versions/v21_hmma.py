@@ -16,7 +16,17 @@ class Hmma(HalfData):
     channels per group); NCHW data and odd channels packed first (halfdata.py)."""
     number, name, kernels = 21, "hmma", ("conv_forward_v21", "pack_input", "pack_weights")
     prefix = "V21"
+    fallback_rank = 140       # half-precision data only (the float32 versions refuse it); after v22 (depthwise)
+    tune_rank = 12            # half-precision data only: timed where nothing else is, besides v22
     tuning_keys = ("V21_BM", "V21_BN", "V21_WM", "V21_WN", "V21_BK", "V21_STAGES", "V21_MINB")
+    # the autotuner's tiles besides the default: smaller blocks for small planes and batches (a 7x7 plane at
+    # batch 1 fills 49 positions of a block), wider and deeper ones for large layers, registers capped for 2 blocks
+    tune_tiles = ({}, {"V21_BM": 64, "V21_BN": 64, "V21_WM": 2, "V21_WN": 2},
+                  {"V21_BM": 128, "V21_BN": 64, "V21_WM": 2, "V21_WN": 2},
+                  {"V21_BM": 64, "V21_BN": 128, "V21_WM": 2, "V21_WN": 2},
+                  {"V21_BM": 256, "V21_BN": 128, "V21_WM": 4, "V21_WN": 2},
+                  {"V21_BM": 32, "V21_BN": 64, "V21_WM": 1, "V21_WN": 2},
+                  {"V21_BK": 64, "V21_STAGES": 3}, {"V21_MINB": 2})
     MAX_WINDOW = 16               # KH, KW: a row's window rows and columns are bits of one 32-bit mask
 
     def tile(self, inner):
@@ -32,11 +42,11 @@ class Hmma(HalfData):
     @staticmethod
     def vec(inner):
         cg = inner.C // inner.G
-        return next((v for v in (8, 4, 2) if cg % v == 0), 1)
+        return next((v for v in (8, 4, 2) if cg % v == 0), 2)      # (2: a layer it refuses, odd channels per group)
 
     def values(self, inner, tuning_overrides=None):
         values = {**self.tile(inner), "V21_BK": 32, "V21_STAGES": 4, "V21_MINB": 1, **self.own(tuning_overrides)}
-        values["V21_VEC"] = self.vec(inner)
+        values["V21_VEC"] = self.vec(self.inner(inner))
         return {k: int(v) for k, v in values.items()}
 
     def tile_reason(self, values):

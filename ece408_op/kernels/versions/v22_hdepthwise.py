@@ -16,11 +16,15 @@ class HalfDepthwise(HalfData):
     vectors of THREADS / CV positions, its weights staged in shared memory as float32."""
     number, name, kernels = 22, "hdepthwise", ("conv_forward_v22", "pack_input", "pack_weights")
     prefix = "V22"
+    fallback_rank = 130       # half-precision depthwise layers (``suits``)
+    tune_rank = 14
     tuning_keys = ("V22_CV", "V22_THREADS")
+    tune_tiles = ({}, {"V22_THREADS": 128}, {"V22_CV": 4})
 
     def values(self, inner, tuning_overrides=None):
         vec = next(v for v in (8, 4, 2, 1) if inner.C % v == 0)
-        values = {"V22_VEC": vec, "V22_CV": min(8, math.ceil(inner.C / vec)), "V22_THREADS": 256,
+        vectors = min(8, math.ceil(inner.C / vec))          # (a power of two: it divides the block's threads)
+        values = {"V22_VEC": vec, "V22_CV": 1 << (vectors.bit_length() - 1), "V22_THREADS": 256,
                   **self.own(tuning_overrides)}
         return {k: int(v) for k, v in values.items()}
 

@@ -91,6 +91,8 @@ class Version(Sourced):
     general = False           # computes padding, stride, dilation, groups, rectangular kernels, bias itself
     tuning_keys = ()          # the tuning overrides it takes (see plans.module_spec)
     exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
+    tf32 = False              # its products are TF32 tensor-core ones (tf32.cuh): TF32_PASSES 1 (precision 'tf32',
+                              # one product) or 3 (error-compensated 3xTF32, the default), a tuning key
     defaultable = True        # may be a default (measured table, autotuner, fallback); else only when asked for
     own_error_model = False   # checked against its own error model (v17 FP16, v19 FFT), not the float32 bound
     arch_features = False     # built for the device's architecture-specific target (v20: sm_90a's wgmma)
