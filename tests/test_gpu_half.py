@@ -121,6 +121,7 @@ def test_autocast_computes_in_its_type_as_nn_conv2d(cuda, dtype):
     _check(y, ref, _half_bound(dtype, ref, size, _depth(conv)), f"autocast {dtype}")
     with torch.inference_mode():
         conv.weight.mul_(-1)                              # changed in place: the cast is made again
+        conv.bias.mul_(-1)
         with torch.autocast("cuda", dtype=dtype):
             assert torch.equal(conv(x), -y)
 

@@ -265,7 +265,7 @@ def network_command(argv):
     from ..bench import network_layers
     from ..bench.cold import NETWORKS as WHOLE
     from ..torch.nets import NETWORKS
-    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=network.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=network_layers.__doc__.splitlines()[0])
     parser.add_argument("--network", action="store_true")
     parser.add_argument("--nets", default=",".join(NETWORKS),
                         help=f"per-layer tables: comma-separated, of {', '.join(NETWORKS)} ('' for none)")

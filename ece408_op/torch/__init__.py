@@ -260,7 +260,7 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, version,
     x = input.unsqueeze(0) if layer.unbatched else input
     y_format = _CHANNELS_LAST if layer.y_cl else _CONTIGUOUS
     if not layer.out_shape[0]:
-        y = x.new_empty(layer.out_shape, memory_format=y_format)
+        y = torch.empty(layer.out_shape, dtype=x.dtype, device=x.device, memory_format=y_format)
     elif layer.call is None:                                   # CPU tensors
         y = _run_cpu(layer, x, weight, bias).contiguous(memory_format=y_format)
     else:
@@ -343,7 +343,7 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups, kernel,
     batched = input if input.dim() == 4 else input.unsqueeze(0)
     shape = _out_shape(batched, weight, stride, padding, dilation)
     layout = _CHANNELS_LAST if input.dim() == 4 and channels_last(input) or channels_last(weight) else _CONTIGUOUS
-    out = batched.new_empty(shape, dtype=input.dtype, memory_format=layout)       # (x's type and layout, as y's)
+    out = torch.empty(shape, dtype=input.dtype, device=input.device, memory_format=layout)   # (x's type, y's layout)
     return out if input.dim() == 4 else out[0].clone()
 
 
