@@ -1,7 +1,11 @@
 """``bench gpu --network --precision fp16,bf16,tf32 [--channels-last [fp16,bf16]]``: the whole networks in
 the precisions PyTorch users run, ours against cuDNN in the same precision and layout.
 
-Per network and batch and precision: the network converted as a user converts it (``.half()``,
+Per network and batch and precision: the network (random weights, its batch-norm statistics set by one
+float32 forward of random data in training mode, as a trained network's are set by its data: with
+torchvision's initialisation alone, MobileNetV2's activations shrink layer after layer until float16
+flushes them to zero, and every half-precision network's output is then as far from float64 as it can
+be, cuDNN's too) converted as a user converts it (``.half()``,
 ``.bfloat16()``; float32 for 'tf32' and 'fp32'; ``.to(memory_format=torch.channels_last)`` and a
 channels-last input where asked), its convolutions swapped (``ece408_op.torch``: precision 'tf32' or 'fp32'
 for float32 networks, the half-precision versions for the others) against the unswapped network on cuDNN
@@ -31,27 +35,45 @@ def _relative_error(out, want):
     return float((out.double() - want).abs().max() / want.abs().max())
 
 
-def precision_rows(torch, names, batches, precisions, channels_last, timer, log, repeats=10):
-    """[row per (network, batch, precision)] (module doc); ``channels_last``: the precisions run channels-last."""
+def precision_rows(torch, names, batches, precisions, channels_last, timer, log, rows=None, save=None):
+    """[row per (network, batch, precision)] (module doc); ``channels_last``: the precisions run channels-last.
+    Rows go into ``rows`` (a list, returned), ``save()`` called after each network."""
     from ..kernels import wait_for_specialised
     from ..torch import swap_convolutions
-    rows = []
+    rows = [] if rows is None else rows
     saved = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.benchmark = True
     try:
-        for name in names:
-            for precision in precisions:
-                rows += _network_rows(torch, name, batches, precision, precision in channels_last, timer, log, repeats,
+        for precision in precisions:                      # (every network in one precision first: a run cut
+            for name in names:                            # short keeps whole precisions)
+                rows += _network_rows(torch, name, batches, precision, precision in channels_last, timer, log,
                                       swap_convolutions, wait_for_specialised)
+                if save is not None:
+                    save()
     finally:
         torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = saved
     return rows
 
 
-def _network_rows(torch, name, batches, precision, cl, timer, log, repeats, swap_convolutions, wait_for_specialised):
-    dtype, layout = _dtype(torch, precision), torch.channels_last if cl else torch.contiguous_format
+def calibrated(torch, name):
+    """Network ``name`` (random weights, seed 408) on the GPU in float32, its batch-norm statistics those of one
+    training-mode forward of 16 random images (module doc), in eval mode."""
     torch.manual_seed(408)
-    model = build_network(name).cuda().eval().to(dtype).to(memory_format=layout)
+    model = build_network(name).cuda()
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None                              # (a cumulative average: this one batch's statistics)
+    model.train()
+    with torch.no_grad():
+        model(torch.rand(16, 3, input_size(name), input_size(name), device="cuda") * 2 - 1)
+    return model.eval()
+
+
+def _network_rows(torch, name, batches, precision, cl, timer, log, swap_convolutions, wait_for_specialised):
+    dtype, layout = _dtype(torch, precision), torch.channels_last if cl else torch.contiguous_format
+    repeats = max(3, timer.repeats)
+    model = calibrated(torch, name).to(dtype).to(memory_format=layout)
     ours = swap_convolutions(copy.deepcopy(model), precision=precision if precision in ("tf32", "fp32") else None).result
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     rows = []
@@ -74,6 +96,7 @@ def _network_rows(torch, name, batches, precision, cl, timer, log, repeats, swap
                "conv_share": cudnn_convs / cudnn_total, "ours_error": _relative_error(out_ours, want),
                "cudnn_error": _relative_error(out_cudnn, want),
                "argmax_equal": bool((out_ours.argmax(1) == out_cudnn.argmax(1)).all()),
+               "finite": bool(torch.isfinite(out_ours).all() and torch.isfinite(out_cudnn).all()),
                "versions": _versions(ours)}
         row["error_ratio"] = row["ours_error"] / max(row["cudnn_error"], 1e-12)
         row["conv_met"] = row["conv_ratio"] <= CONV_TARGETS.get(batch, CONV_TARGETS[64])

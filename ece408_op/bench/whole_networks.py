@@ -278,7 +278,8 @@ def run(torch, names, timer, log, result, save, batches=BATCHES, cold=True, comp
         merge_caches([r["cache"] for r in result["cold"]], os.environ[GPU_CACHE_ENV])
     if precisions:
         from .precisions import precision_rows
-        result["precisions"] = precision_rows(torch, names, batches, precisions, channels_last, timer, log)
+        result["precisions"] = []
+        precision_rows(torch, names, batches, precisions, channels_last, timer, log, result["precisions"], save)
     else:
         result["whole"] = steady_rows(torch, names, batches, timer, log)
     save()

@@ -21,20 +21,22 @@ class Hmma(HalfData):
     tuning_keys = ("V21_BM", "V21_BN", "V21_WM", "V21_WN", "V21_BK", "V21_STAGES", "V21_MINB")
     # the autotuner's tiles besides the default: smaller blocks for small planes and batches (a 7x7 plane at
     # batch 1 fills 49 positions of a block), wider and deeper ones for large layers, registers capped for 2 blocks
-    tune_tiles = ({}, {"V21_BM": 64, "V21_BN": 64, "V21_WM": 2, "V21_WN": 2},
+    tune_tiles = ({}, {"V21_MINB": 1}, {"V21_BM": 64, "V21_BN": 64, "V21_WM": 2, "V21_WN": 2},
                   {"V21_BM": 128, "V21_BN": 64, "V21_WM": 2, "V21_WN": 2},
                   {"V21_BM": 64, "V21_BN": 128, "V21_WM": 2, "V21_WN": 2},
-                  {"V21_BM": 256, "V21_BN": 128, "V21_WM": 4, "V21_WN": 2},
+                  {"V21_BM": 128, "V21_BN": 128, "V21_WM": 2, "V21_WN": 2, "V21_MINB": 1},
+                  {"V21_BM": 256, "V21_BN": 128, "V21_WM": 4, "V21_WN": 2, "V21_MINB": 1},
                   {"V21_BM": 32, "V21_BN": 64, "V21_WM": 1, "V21_WN": 2},
-                  {"V21_BK": 64, "V21_STAGES": 3}, {"V21_MINB": 2})
+                  {"V21_BK": 64, "V21_STAGES": 3, "V21_MINB": 1})
     MAX_WINDOW = 16               # KH, KW: a row's window rows and columns are bits of one 32-bit mask
 
     def tile(self, inner):
-        """The default tile: 128 x 128 of 8 warps for many filters per group, 128 x 64 for 33-64, and for
-        fewer all of them (a multiple of 8) against 128 positions of 4 warps."""
+        """The default tile: 128 x 128 of 8 warps for many filters per group (registers capped for 2 blocks
+        per SM: 124, no spills), 128 x 64 for 33-64, and for fewer all of them (a multiple of 8) against 128
+        positions of 4 warps."""
         mg = inner.M // inner.G
         if mg > 64:
-            return {"V21_BM": 128, "V21_BN": 128, "V21_WM": 2, "V21_WN": 4}
+            return {"V21_BM": 128, "V21_BN": 128, "V21_WM": 2, "V21_WN": 4, "V21_MINB": 2}
         if mg > 32:
             return {"V21_BM": 128, "V21_BN": 64, "V21_WM": 4, "V21_WN": 2}
         return {"V21_BM": 128, "V21_BN": 8 * math.ceil(mg / 8), "V21_WM": 4, "V21_WN": 1}
@@ -45,7 +47,7 @@ class Hmma(HalfData):
         return next((v for v in (8, 4, 2) if cg % v == 0), 2)      # (2: a layer it refuses, odd channels per group)
 
     def values(self, inner, tuning_overrides=None):
-        values = {**self.tile(inner), "V21_BK": 32, "V21_STAGES": 4, "V21_MINB": 1, **self.own(tuning_overrides)}
+        values = {"V21_MINB": 1, **self.tile(inner), "V21_BK": 32, "V21_STAGES": 4, **self.own(tuning_overrides)}
         values["V21_VEC"] = self.vec(self.inner(inner))
         return {k: int(v) for k, v in values.items()}
 
