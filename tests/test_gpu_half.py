@@ -9,7 +9,9 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+from conftest import allocations_per_calls  # noqa: E402
 from ece408_op.torch import Conv2d, swap_convolutions  # noqa: E402
+from test_torch_compile import _break_count, _model  # noqa: E402  (its network: every kind of layer)
 
 CL = torch.channels_last
 # (input shape, nn.Conv2d arguments): padding, stride, dilation, groups (grouped, depthwise), rectangular
@@ -130,13 +132,8 @@ def test_half_channels_last_reads_in_place_one_allocation_per_call(cuda):
     conv = Conv2d(64, 64, 3, padding=1).to(cuda).eval().half().to(memory_format=CL)
     x = torch.rand(8, 64, 28, 28, device=cuda).half().to(memory_format=CL)
     with torch.inference_mode():
-        conv(x)
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_stats(cuda)["allocation.all.allocated"]
-        for _ in range(10):
-            y = conv(x)
-        after = torch.cuda.memory_stats(cuda)["allocation.all.allocated"]
-    assert after - before == 10                                   # y alone: x, the weight, the bias read in place
+        count, y = allocations_per_calls(torch, cuda, lambda: conv(x))
+    assert count == 10                                            # y alone: x, the weight, the bias read in place
     assert next(iter(conv._layers.values())).queue is not None    # (the hot path)
     ref, size = _float64(conv, x)
     _check(y, ref, _half_bound(torch.float16, ref, size, _depth(conv)), "hot path")
@@ -167,23 +164,6 @@ def test_tf32_precision_runs_one_tf32_product(cuda, layout):
     _check(y, ref, _tf32_bound(ref, size, _depth(conv)), f"tf32 {layout}")
     assert float((exact.double() - ref).abs().max()) < float((y.double() - ref).abs().max())   # 3xTF32: closer
     assert len(conv._layers) == 2
-
-
-def _model(seed=0):
-    torch.manual_seed(seed)
-
-    def block(c, stride):
-        return nn.Sequential(nn.Conv2d(c // stride, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(),
-                             nn.Conv2d(c, c, 3, 1, 1, groups=c, bias=False), nn.Conv2d(c, c, 1), nn.BatchNorm2d(c))
-    return nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3), nn.ReLU(), block(16, 1), block(32, 2), nn.Conv2d(32, 10, 1),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten()).eval()
-
-
-def _break_count(model, x):
-    torch._dynamo.reset()
-    with torch.no_grad():
-        explained = torch._dynamo.explain(model)(x)
-    return explained.graph_count, explained.graph_break_count
 
 
 @pytest.mark.parametrize("how", ["half_channels_last", "autocast_bf16"])
