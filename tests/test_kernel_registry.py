@@ -22,11 +22,16 @@ S = kernels.ConvShape
 COURSE = S(1, 28, 28, 50, 5)
 
 
+def _float32(order):
+    """The versions of ``order`` that compute float32 data (those the lists held; v21 and v22 came after)."""
+    return [n for n in order if "float32" in kernels.VERSIONS[n].dtypes]
+
+
 def test_the_orders_and_tiles_are_the_ones_the_lists_gave():
-    assert list(choice.fallback_order()) == EXPECTED["fallback_order"]
-    assert list(autotune.tune_order()) == EXPECTED["tune_order"]
-    for number, version in kernels.VERSIONS.items():
-        assert [dict(t) for t in version.tune_tiles] == EXPECTED["tiles"].get(str(number), [{}]), version.label
+    assert _float32(choice.fallback_order()) == EXPECTED["fallback_order"]
+    assert _float32(autotune.tune_order()) == EXPECTED["tune_order"]
+    for number in _float32(kernels.VERSIONS):
+        assert [dict(t) for t in kernels.VERSIONS[number].tune_tiles] == EXPECTED["tiles"].get(str(number), [{}]), number
 
 
 @pytest.mark.parametrize("row", EXPECTED["layers"], ids=lambda row: kernels.shape_key(S(**row["shape"])))
@@ -34,13 +39,18 @@ def test_every_layer_gets_the_choices_the_lists_gave(row):
     """The fallback, the default on each device of the committed table and the autotuner's candidates (in
     timing order, with their tiles) for the committed tables' layers and the shared modules' layers."""
     shape = S(**row["shape"])
-    for precision in choice.PRECISIONS:
+    for precision in ("tf32x3", "fp32"):
         assert choice.fallback_version(shape, precision) == row[f"fallback {precision}"]
         assert [choice.default_version(shape, device, precision) for device in EXPECTED["devices"]] == \
             row[f"default {precision}"]
         for arch in ("sm_90", "sm_80"):
             got = [autotune.describe(n, o) for n, o in autotune.candidates(shape, arch, precision)]
             assert got == row[f"candidates {arch} {precision}"], (arch, precision)
+    # 'tf32': tf32x3's choices, the TF32 tensor-core versions' with one product (TF32_PASSES 1)
+    assert choice.fallback_version(shape, "tf32") == row["fallback tf32x3"]
+    want = [(n, {**({"TF32_PASSES": 1} if kernels.VERSIONS[n].tf32 else {}), **o})
+            for n, o in autotune.candidates(shape, "sm_90", "tf32x3")]
+    assert autotune.candidates(shape, "sm_90", "tf32") == want
 
 
 def test_the_registry_refuses_a_rank_it_cannot_place():

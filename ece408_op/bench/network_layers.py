@@ -40,7 +40,7 @@ from ..kernels.device import GpuDevice
 from ..kernels.build import GPU_CACHE_ENV
 from ..kernels.launch import conv2d_forward_async, layer_call
 from ..torch import Conv2d
-from . import whole_networks
+from . import precisions, whole_networks
 from ..torch.nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
 from .precompile import autotune_shapes
 from .timing import Timer, cuda_torch, host_us
@@ -192,12 +192,13 @@ def autotune_check(torch, shapes, log, repeats=20):
 
 def markdown(result):
     lines = [f"Measured on {result['device']}, {result['date']} (`{result['command']}`): PyTorch {result['torch']}, "
-             f"cuDNN {result['cudnn']} fp32 with TF32 off; median of {result['repeats']}. *call*: the whole call a "
+             f"cuDNN {result['cudnn']}, CUDA driver {result.get('driver', '?')}; fp32 with TF32 off unless a table says "
+             f"otherwise; median of {result['repeats']}. *call*: the whole call a "
              "PyTorch user waits for (ece408_op.torch.Conv2d's forward against nn.Conv2d's), *kernel*: our kernels "
              "launched alone; *flushed*: L2 flushed before each repeat; *b2b*: back to back, the mean of 10 "
-             "consecutive calls. Ratios are ours / cuDNN's whole call. Met: both call ratios <= 1.0.", "",
-             "## Hot path (host microseconds per call, a layer seen before)", "",
-             "| what | us |", "| --- | --- |"]
+             "consecutive calls. Ratios are ours / cuDNN's whole call. Met: both call ratios <= 1.0."]
+    if result["hot_path"]:
+        lines += ["", "## Hot path (host microseconds per call, a layer seen before)", "", "| what | us |", "| --- | --- |"]
     for key, value in result["hot_path"].items():
         lines.append(f"| {key} | {value if isinstance(value, str) else round(value, 2)} |")
     if result["layers"]:
@@ -222,6 +223,7 @@ def markdown(result):
                          f"{r['best']} | {r['best_ms']:.3f} | {r['ratio']:.3f} |")
         lines.append("")
     lines.append(whole_networks.markdown(result))
+    lines.append(precisions.markdown(result.get("precisions", [])))
     return "\n".join(lines) + "\n"
 
 
@@ -262,10 +264,12 @@ def save(result, out_dir):
 
 
 def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu", command="", log=None,
-        batches=whole_networks.BATCHES, cold=True, compile_names=("resnet18",), compile_batch=1, profile=False):
+        batches=whole_networks.BATCHES, cold=True, compile_names=("resnet18",), compile_batch=1, profile=False,
+        precisions=(), channels_last=()):
     """``bench gpu --network``: the hot path (``hot``), every distinct layer of the networks ``names``, the
     autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` (bench/whole_networks.py:
-    cold start, steady state at ``batches``, torch.compile of ``compile_names``); saved to ``out`` as it
+    cold start, steady state at ``batches`` (in each of ``precisions`` where given, channels-last for those of
+    ``channels_last``: bench/precisions.py), torch.compile of ``compile_names``); saved to ``out`` as it
     goes. This process's GPU cache folder is ``out``/gpu-cache (emptied first) unless $ECE408_GPU_CACHE is
     set. Returns 1 if any layer's output was invalid, else 0."""
     if not os.environ.get(GPU_CACHE_ENV):
@@ -277,7 +281,8 @@ def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu
     timer = Timer(torch, repeats)
     log = log or (lambda line: print(line, flush=True))
     result = {"device": dev.name, "date": datetime.date.today().isoformat(), "repeats": repeats,
-              "command": command, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "layers": [],
+              "command": command, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+              "driver": cudadrv.driver_version(), "layers": [],
               "autotune": []}
     if hot:
         result["hot_path"] = hot_path(torch)
@@ -293,7 +298,7 @@ def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu
         save(result, out)
     if whole:
         whole_networks.run(torch, whole, timer, log, result, lambda: save(result, out), batches, cold,
-                           compile_names, compile_batch, profile)
+                           compile_names, compile_batch, profile, precisions, channels_last)
     met = sum(r["met"] for r in result["layers"])
     log((f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
          if result["layers"] else "whole networks, ours / cuDNN fp32: ")

@@ -266,16 +266,22 @@ def markdown(result):
 
 
 def run(torch, names, timer, log, result, save, batches=BATCHES, cold=True, compile_names=("resnet18",),
-        compile_batch=1, profile=False):
+        compile_batch=1, profile=False, precisions=(), channels_last=()):
     """The three parts for ``names`` (module doc), into ``result`` ("cold", "whole", "compile"), saved as
-    each part ends (``save()``)."""
+    each part ends (``save()``); with ``precisions``, the steady state is bench/precisions.py's instead
+    (ours against cuDNN in each precision, channels-last for those of ``channels_last``: "precisions")."""
     from ..kernels.build import GPU_CACHE_ENV
     work = Path(os.environ[GPU_CACHE_ENV]).parent / "cold-caches"       # (network_layers.run sets this process's folder)
     if cold:
         result["cold"] = cold_starts(names, batches[0], batches[1:], log, work, profile)
         save()
         merge_caches([r["cache"] for r in result["cold"]], os.environ[GPU_CACHE_ENV])
-    result["whole"] = steady_rows(torch, names, batches, timer, log)
+    if precisions:
+        from .precisions import precision_rows
+        result["precisions"] = []
+        precision_rows(torch, names, batches, precisions, channels_last, timer, log, result["precisions"], save)
+    else:
+        result["whole"] = steady_rows(torch, names, batches, timer, log)
     save()
     if compile_names:
         result["compile"] = compile_rows(torch, [n for n in compile_names if n in NETWORKS], compile_batch, timer, log)

@@ -27,7 +27,7 @@ from ..base.files import atomic_write
 from ..errors import GpuError
 from . import cudadrv
 from .build import gpu_cache_dir, precompile, sources_digest
-from .choice import DEFAULT_PRECISION, allowed, parse_precision, shape_key
+from .choice import DEFAULT_PRECISION, allowed, parse_precision, precision_overrides, shape_key
 from .plans import module_spec, plan_for
 from .versions import VERSIONS
 from .versions.registry import in_order
@@ -144,7 +144,8 @@ def candidates(shape, arch=None, precision=DEFAULT_PRECISION):
         missing = version.available() if arch is None else version.arch_reason(arch)
         if missing is not None or not allowed(number, precision) or not worth_timing(version, shape):
             continue
-        for overrides in version.tune_tiles:
+        for tile in version.tune_tiles:
+            overrides = {**precision_overrides(number, precision), **tile}
             try:
                 if version.unsupported(shape, overrides):
                     continue
@@ -165,13 +166,14 @@ _SHARED_LAYERS = [dict(C=64, H=h, W=h, M=m, KH=k, SH=s, SW=s, PH=k // 2, PW=k //
                   for c in (32, 96) for k, s in ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1))]
 
 
-def shared_modules(arch, precision=DEFAULT_PRECISION):
+def shared_modules(arch, precision=DEFAULT_PRECISION, dtype="float32", layouts=(0, 0)):
     """The modules that the candidates of most layers load (those whose modules take the sizes at run time:
-    one per tile, and per window for v13), for a device of ``arch``: what ``warmup --gpu`` builds ahead."""
+    one per tile, and per window for v13), for a device of ``arch`` and data of element type ``dtype`` and
+    layouts (x, weights; 1: channels-last): what ``warmup --gpu`` builds ahead."""
     from .shape import ConvShape
     specs = []
     for values in _SHARED_LAYERS:
-        shape = ConvShape(**values)
+        shape = ConvShape(**values, DTYPE=dtype, XL=layouts[0], WL=layouts[1])
         specs += [module_spec(n, VERSIONS[n].inner(shape), o) for n, o in candidates(shape, arch, precision)
                   if VERSIONS[n].dynamic]
     return sorted(set(specs), key=lambda spec: (str(spec.source), spec.defines))
@@ -180,13 +182,15 @@ def shared_modules(arch, precision=DEFAULT_PRECISION):
 _shared_built = set()
 
 
-def _shared_once(arch, precision):
-    """``shared_modules`` the first time a process builds modules for (arch, precision), else []: one
-    parallel build of what most layers load, instead of a few modules at each layer that needs one."""
-    if (arch, precision) in _shared_built:
+def _shared_once(arch, precision, shape):
+    """``shared_modules`` the first time a process builds modules for (arch, precision) and data like
+    ``shape``'s (element type, layouts), else []: one parallel build of what most layers load, instead of a
+    few modules at each layer that needs one."""
+    key = (arch, precision, shape.DTYPE, shape.XL, shape.WL)
+    if key in _shared_built:
         return []
-    _shared_built.add((arch, precision))
-    return shared_modules(arch, precision)
+    _shared_built.add(key)
+    return shared_modules(arch, precision, shape.DTYPE, (shape.XL, shape.WL))
 
 
 def describe(number, overrides):
@@ -374,8 +378,9 @@ def measure_on_device(dev, shape, batch, options, budget):
     try:
         missing = [m for m in modules if not dev.has_module(m)]
         if missing:                  # nvcc in parallel, before any timing; the first time, with the modules most
-            precision = "fp32" if all(VERSIONS[n].exact for n, _ in options) else DEFAULT_PRECISION    # layers
-            precompile(missing + _shared_once(dev.arch, precision), dev.arch)                          # share
+            precision = "fp32" if all(VERSIONS[n].exact for n, _ in options) else "tf32" if any(      # layers
+                o.get("TF32_PASSES") == 1 for _, o in options) else DEFAULT_PRECISION                  # share
+            precompile(missing + _shared_once(dev.arch, precision, shape), dev.arch)
     except GpuError:                                         # one that does not build (v20 with an nvcc
         built = []                                           # without sm_90a): the others are timed
         for option, module in zip(options, modules):

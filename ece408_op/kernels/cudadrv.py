@@ -66,6 +66,7 @@ def lib():
                 "cuMemHostRegister_v2": (p, s, u),
                 "cuMemHostUnregister": (p,),
                 "cuStreamIsCapturing": (p, ctypes.POINTER(ctypes.c_int)),
+                "cuDriverGetVersion": (ctypes.POINTER(ctypes.c_int),),
             }
             declare(cu, protos)
             _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
@@ -85,6 +86,13 @@ def check(result, call):
         name = ctypes.c_char_p()
         lib().cuGetErrorName(result, ctypes.byref(name))
         raise DriverError(f"{call} failed: {(name.value or b'CUDA error %d' % result).decode()}", result)
+
+
+def driver_version():
+    """The CUDA driver's version as 'major.minor' (what it supports: 13.0 for 13000)."""
+    value = ctypes.c_int()
+    check(lib().cuDriverGetVersion(ctypes.byref(value)), "cuDriverGetVersion")
+    return f"{value.value // 1000}.{value.value % 1000 // 10}"
 
 
 def current_context():

@@ -11,6 +11,7 @@ class Tensor(ImplicitGemm):
     number, name, kernels = 9, "tensor", ("conv_forward_v9",)
     prefix = "V9"
     exact = False
+    tf32 = True
     fallback_rank = 110       # after v1 (every layer, exact): in practice the table's or the autotuner's
     tune_rank = 30
     # Besides its default tile, the tile sweeps' winners (docs/bench/tiles*.md) on ResNet-18's layers and the
@@ -20,7 +21,7 @@ class Tensor(ImplicitGemm):
     tune_tiles = ({}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}, {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
              {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
              {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 2}, {"V9_WP": 4, "V9_WF": 4, "V9_MI": 4, "V9_NI": 4})
-    tuning_keys = ("V9_MI", "V9_NI", "V9_WP", "V9_WF", "V9_BK", "V9_STAGES", "V9_ACOLS")
+    tuning_keys = ("V9_MI", "V9_NI", "V9_WP", "V9_WF", "V9_BK", "V9_STAGES", "V9_ACOLS", "TF32_PASSES")
     BK_MIN, BK_MULTIPLE = 16, 8
 
     def tile(self, inner):
