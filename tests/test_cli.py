@@ -53,6 +53,19 @@ def test_bench_needs_one_of_its_benchmarks():
     assert help_.returncode == 0 and help_.stdout.splitlines() == usage
 
 
+def test_bench_gpu_network_precisions_and_layouts():
+    from ece408_op.cli.bench import _precisions
+    assert _precisions("fp16,bf16,tf32", "fp16,bf16") == (("fp16", "bf16", "tf32"), ("fp16", "bf16"))
+    assert _precisions("FP16, tf32", "all") == (("fp16", "tf32"), ("fp16", "tf32"))      # --channels-last alone
+    assert _precisions("", "") == ((), ())
+    # bad input: a precision that is none of the four, channels-last for a precision not asked for, or alone
+    for text, layouts, match in [("fp8", "", "unknown precision\\(s\\) fp8; choose from fp32, tf32, fp16, bf16"),
+                                 ("fp16", "bf16", "names precisions that --precision does not list"),
+                                 ("", "all", "names precisions that --precision does not list")]:
+        with pytest.raises(UsageError, match=match):
+            _precisions(text, layouts)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
 def test_bench_gpu_without_pytorch_is_one_line():
     # bad input: the GPU benchmark where PyTorch (its cuDNN baseline) is not installed

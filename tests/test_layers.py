@@ -26,7 +26,7 @@ ALLOWED = {
 BASE = {"errors", "course", "console", "", "base"}   # leaves every layer may import (base/: small helpers)
 MXNET_FREE = ("base", "conv", "kernels", "team", "data", "grading", "selftest", "bench", "service", "cli")   # these
 # import mx lazily, but for the benchmark modules that import MXNet (cpu, zoo: through mx/) or PyTorch (network):
-IMPORTS_MXNET_OR_TORCH = {"bench/cpu.py", "bench/zoo.py", "bench/network.py"}
+IMPORTS_MXNET_OR_TORCH = {"bench/cpu.py", "bench/zoo.py", "bench/network_layers.py"}
 
 
 TEMPLATE = PACKAGE / "team" / "template"         # a team's files, copied by init: data, not modules
@@ -135,6 +135,21 @@ def test_fetch_and_gpu_bench_commands_need_no_mxnet():
     result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "--source" in result.stdout, result.stderr
     assert result.returncode == 0, result.stderr
+
+
+def test_the_clients_import_nothing_heavy():
+    # the team's and the instructor's clients run on a laptop: no NumPy, MXNet, Numba, PyCUDA or
+    # PyTorch, and none of the server's packages (FastAPI, Starlette, Jinja2, matplotlib...)
+    heavy = ("numpy", "mxnet", "numba", "pycuda", "torch", "fastapi", "starlette", "jinja2", "matplotlib", "anyio",
+             "uvicorn", "sse_starlette")
+    code = ("import sys\n"
+            "import ece408_op.service.client, ece408_op.service.instructor_client, ece408_op.service.roster\n"
+            "import ece408_op.cli.remote, ece408_op.cli.jobs, ece408_op.cli.login, ece408_op.cli.teams\n"
+            "import ece408_op.cli.deadlines\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n")
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
 
 
 def test_the_service_reaches_grading_through_one_module():

@@ -150,6 +150,16 @@ class Record:
         return json.dumps(asdict(self))
 
 
+INSERT_RUN = (f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+              "ON CONFLICT (id) DO NOTHING")
+
+
+def insert_statement(record):
+    """(SQL with ``?`` placeholders, parameters) inserting ``record`` unless its id is stored: for
+    a writer that puts the record in a transaction of its own (the service ends a job with it)."""
+    return INSERT_RUN, record.row()
+
+
 def default_sqlite_path():
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "ece408_op" / "submissions.db"
@@ -231,10 +241,8 @@ class Store:
 
     # ------------------------------------------------------------ records
     def _insert(self, record):
-        marks = ", ".join("?" * len(COLUMNS))
         with self._transaction():
-            cur = self._execute(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({marks}) "
-                                "ON CONFLICT (id) DO NOTHING", record.row())
+            cur = self._execute(*insert_statement(record))
             return cur.rowcount == 1
 
     def add(self, record, retry_seconds=None):
@@ -342,11 +350,6 @@ class Store:
                             (model, size, environment)).fetchone()
         self._end_read()
         return row[0] if row else None
-
-    def set_expected(self, model, size, environment, accuracy):
-        with self._transaction():
-            self._execute("INSERT INTO expected (model, size, environment, accuracy) VALUES (?, ?, ?, ?) "
-                          "ON CONFLICT (model, size, environment) DO NOTHING", (model, size, environment, accuracy))
 
 
 class SqliteStore(Store):

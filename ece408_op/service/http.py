@@ -58,6 +58,15 @@ def check_job_id(job_id):
     return job_id
 
 
+def after_param(request):
+    """The chunk a live stream resumes after: ``Last-Event-ID`` or ``?after=`` (-1: from the start)."""
+    after = request.headers.get("last-event-id") or request.query_params.get("after") or "-1"
+    try:
+        return int(after)
+    except ValueError:
+        raise Refused(400, "after (or Last-Event-ID) is a chunk number") from None
+
+
 def int_param(params, name, low, high, default=None):
     text = params.get(name)
     if text is None:

@@ -1,5 +1,5 @@
 """v5 im2col and v6 implicit: a tiled shared-memory GEMM over the im2col matrix (v5) or gathering
-from x (v6) (v05_im2col.cu); v18_cublas.py runs v5's im2col before cuBLAS's GEMM."""
+from x (v6) (v05_v06_im2col.cu); v18_cublas.py runs v5's im2col before cuBLAS's GEMM."""
 import math
 
 import numpy as np
@@ -17,6 +17,7 @@ def _gemm_grid(s, tile, images):
 class Im2col(Version):
     number, name, kernels = 5, "im2col", ("im2col_v5", "gemm_v5")
     general = True
+    fallback_rank = 70        # runs every layer; the course layer in 3.70 ms (H100, docs/benchmarks.md)
     GEMM_TILE = 16            # GEMM tile edge, shared with v6
     WORKSPACE_BYTES = 256 << 20   # im2col of as many images as fit
 
@@ -45,6 +46,7 @@ class Im2col(Version):
 class Implicit(Version):
     number, name, kernels = 6, "implicit", ("conv_forward_v6",)
     general = True
+    fallback_rank = 60        # runs every layer; the course layer in 3.04 ms (H100)
 
     def defines(self, inner, tuning_overrides=None):
         return {"GEMM_TILE": Im2col.GEMM_TILE}

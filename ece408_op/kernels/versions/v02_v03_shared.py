@@ -1,5 +1,5 @@
 """v2 shared and v3 constant: a TILE x TILE output tile per block, the input tile in shared memory;
-v3 with the weights in constant memory (v02_shared.cu)."""
+v3 with the weights in constant memory (v02_v03_shared.cu)."""
 import math
 
 import numpy as np
@@ -12,6 +12,7 @@ from .version import Version, const_weights_reason, ints
 @register
 class Shared(Version):
     number, name, kernels = 2, "shared", ("conv_forward_v2",)
+    fallback_rank = 100       # the course layer in 7.61 ms (H100, docs/benchmarks.md)
     TILE = version.TILE       # output tile edge, shared by v2-v4 and v14-v17 (tiles.cuh)
 
     def defines(self, inner, tuning_overrides=None):
@@ -29,6 +30,7 @@ class Shared(Version):
 class Constant(Shared):
     number, name, kernels = 3, "constant", ("conv_forward_v3",)
     constant_weights = True
+    fallback_rank = 90        # the course layer in 7.33 ms (H100)
 
     def limits(self, inner, tuning_overrides=None):
         return const_weights_reason(inner.M * inner.CKK)

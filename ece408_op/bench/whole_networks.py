@@ -1,5 +1,5 @@
-"""Whole networks for ``bench gpu --network`` (issue 35): the nine torchvision networks (random weights),
-every convolution swapped, as a PyTorch user meets them.
+"""Whole networks for ``bench gpu --network``: the nine torchvision networks of ``bench/cold.py`` (random
+weights), every convolution swapped, as a PyTorch user meets them.
 
 1. Cold start (``cold_starts``): for each network a fresh process with an empty GPU cache folder times
    its first forward at the big batch (compiling the modules it needs, tuning every layer), then a
@@ -30,7 +30,7 @@ from pathlib import Path
 from .cold import NETWORKS, build_network, input_size
 
 BATCHES = (64, 1)
-TARGETS = {"resnet50": 5.0, "densenet121": 10.0}      # cold start, batch 64, seconds (issue 35)
+TARGETS = {"resnet50": 5.0, "densenet121": 10.0}      # cold start, batch 64, seconds (docs/gpu-dropin.md)
 NEW_BATCH_TARGET_S = 1.0
 RATIO_TARGETS = {64: 0.8, 1: 1.0}                     # ours / cuDNN fp32, steady state
 FP32_ERROR_FACTOR = 2.0                               # precision='fp32': error within 2x cuDNN fp32's
@@ -266,16 +266,22 @@ def markdown(result):
 
 
 def run(torch, names, timer, log, result, save, batches=BATCHES, cold=True, compile_names=("resnet18",),
-        compile_batch=1, profile=False):
+        compile_batch=1, profile=False, precisions=(), channels_last=()):
     """The three parts for ``names`` (module doc), into ``result`` ("cold", "whole", "compile"), saved as
-    each part ends (``save()``)."""
+    each part ends (``save()``); with ``precisions``, the steady state is bench/precisions.py's instead
+    (ours against cuDNN in each precision, channels-last for those of ``channels_last``: "precisions")."""
     from ..kernels.build import GPU_CACHE_ENV
-    work = Path(os.environ[GPU_CACHE_ENV]).parent / "cold-caches"       # (network.run sets this process's folder)
+    work = Path(os.environ[GPU_CACHE_ENV]).parent / "cold-caches"       # (network_layers.run sets this process's folder)
     if cold:
         result["cold"] = cold_starts(names, batches[0], batches[1:], log, work, profile)
         save()
         merge_caches([r["cache"] for r in result["cold"]], os.environ[GPU_CACHE_ENV])
-    result["whole"] = steady_rows(torch, names, batches, timer, log)
+    if precisions:
+        from .precisions import precision_rows
+        result["precisions"] = []
+        precision_rows(torch, names, batches, precisions, channels_last, timer, log, result["precisions"], save)
+    else:
+        result["whole"] = steady_rows(torch, names, batches, timer, log)
     save()
     if compile_names:
         result["compile"] = compile_rows(torch, [n for n in compile_names if n in NETWORKS], compile_batch, timer, log)

@@ -1,5 +1,5 @@
 """v4 register and v14 restrict: v3's tiles with compile-time sizes and unrolled loops; v4 with MB
-filters per thread (register blocking), v14 with one (v04_register.cu)."""
+filters per thread (register blocking), v14 with one (v04_v14_register.cu)."""
 import math
 
 import numpy as np
@@ -12,6 +12,8 @@ from .version import TILE, Version, const_weights_reason, plane_grid
 class Register(Version):
     number, name, kernels = 4, "register", ("conv_forward_v4",)
     constant_weights = True
+    fallback_rank = 50        # the course layer in 1.74 ms (H100, docs/benchmarks.md); after v8, which runs
+                              # every layer
     MB = 4                    # filters per thread
 
     def limits(self, inner, tuning_overrides=None):
@@ -34,6 +36,7 @@ class RestrictUnroll(Register):
     its register blocking): the course's "__restrict__ and loop unrolling" as a step of its own."""
     number, name, kernels = 14, "restrict", ("conv_forward_v14",)
     defaultable = False
+    fallback_rank = None      # (not its parent's: opt-in)
     MB = 1                    # (its capability check; the module's MB define stays v4's)
 
     def defines(self, inner, tuning_overrides=None):

@@ -4,10 +4,10 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet; torchvision for the w
     python -m ece408_op bench gpu --network [--out DIR] [--repeats N] [--nets resnet18,resnet50,vgg16,mobilenet_v2]
         [--whole resnet50,...] [--batches 64,1] [--no-cold] [--compile resnet18] [--compile-batch 1]
 
-1. The hot path: host microseconds of a call on a layer seen before (the issue's 1x8x8x8 3x3 layer):
-   the look-up alone, the lean call (look-up, checks, the recorded launches replayed), the replay
-   alone, the plan's own launch code (what each call paid before recording), the Conv2d module's
-   forward and nn.Conv2d's (cuDNN) for comparison.
+1. The hot path: host microseconds of a call on a layer seen before (a 1x8x8x8 3x3 layer, where the
+   host's cost is the call's): the look-up alone, the lean call (look-up, checks, the recorded launches
+   replayed), the replay alone, the plan's own launch code (what a call would pay without the
+   recording), the Conv2d module's forward and nn.Conv2d's (cuDNN) for comparison.
 2. Every distinct convolution of ResNet-18 and ResNet-50 (batch 64), VGG-16 (batch 32) and
    MobileNetV2 (batch 64): the Conv2d module's forward (``ece408_op.torch``: the version from
    defaults.json, else autotuned) against nn.Conv2d's (cuDNN fp32, TF32 off), whole call, each
@@ -18,7 +18,7 @@ a PyTorch user waits for them (PyTorch + PyCUDA, no MXNet; torchvision for the w
    Each layer's output is checked against the float64 reference (NumPy, conv.reference) on one image.
 3. The autotuner's choice against a re-measurement of every candidate (median of 20, back to back) on
    new layers (``--autotune-check``: also the suite's layers).
-4. The nine networks of issue 35 whole (bench/networks.py): the cold start of each (a fresh process, an
+4. The nine networks of bench/cold.py whole (bench/whole_networks.py): the cold start of each (a fresh process, an
    empty GPU cache folder) beside cuDNN's first forward in a fresh process; the steady state at batch 64
    and 1 of ours (both precisions), cuDNN fp32 and cuDNN TF32, each output against float64; torch.compile
    and CUDA graphs (mode='reduce-overhead') of the swapped network.
@@ -40,13 +40,13 @@ from ..kernels.device import GpuDevice
 from ..kernels.build import GPU_CACHE_ENV
 from ..kernels.launch import conv2d_forward_async, layer_call
 from ..torch import Conv2d
-from . import networks
+from . import precisions, whole_networks
 from ..torch.nets import NETWORK_BATCH, NETWORKS, conv_layers, describe
 from .precompile import autotune_shapes
 from .timing import Timer, cuda_torch, host_us
 
 def hot_path(torch):
-    """Host microseconds per call on the issue's 1x8x8x8 3x3 layer (seen before)."""
+    """Host microseconds per call on a 1x8x8x8 3x3 layer (seen before)."""
     conv = Conv2d(8, 8, 3, padding=1).cuda().eval()
     ref = torch.nn.Conv2d(8, 8, 3, padding=1).cuda().eval()
     x = torch.rand(1, 8, 8, 8, device="cuda")
@@ -192,12 +192,13 @@ def autotune_check(torch, shapes, log, repeats=20):
 
 def markdown(result):
     lines = [f"Measured on {result['device']}, {result['date']} (`{result['command']}`): PyTorch {result['torch']}, "
-             f"cuDNN {result['cudnn']} fp32 with TF32 off; median of {result['repeats']}. *call*: the whole call a "
+             f"cuDNN {result['cudnn']}, CUDA driver {result.get('driver', '?')}; fp32 with TF32 off unless a table says "
+             f"otherwise; median of {result['repeats']}. *call*: the whole call a "
              "PyTorch user waits for (ece408_op.torch.Conv2d's forward against nn.Conv2d's), *kernel*: our kernels "
              "launched alone; *flushed*: L2 flushed before each repeat; *b2b*: back to back, the mean of 10 "
-             "consecutive calls. Ratios are ours / cuDNN's whole call. Met: both call ratios <= 1.0.", "",
-             "## Hot path (host microseconds per call, a layer seen before)", "",
-             "| what | us |", "| --- | --- |"]
+             "consecutive calls. Ratios are ours / cuDNN's whole call. Met: both call ratios <= 1.0."]
+    if result["hot_path"]:
+        lines += ["", "## Hot path (host microseconds per call, a layer seen before)", "", "| what | us |", "| --- | --- |"]
     for key, value in result["hot_path"].items():
         lines.append(f"| {key} | {value if isinstance(value, str) else round(value, 2)} |")
     if result["layers"]:
@@ -221,7 +222,8 @@ def markdown(result):
             lines.append(f"| {r['layer']} | {r['batch']} | {r['candidates']} | {r['chosen']} | {r['chosen_ms']:.3f} | "
                          f"{r['best']} | {r['best_ms']:.3f} | {r['ratio']:.3f} |")
         lines.append("")
-    lines.append(networks.markdown(result))
+    lines.append(whole_networks.markdown(result))
+    lines.append(precisions.markdown(result.get("precisions", [])))
     return "\n".join(lines) + "\n"
 
 
@@ -262,10 +264,12 @@ def save(result, out_dir):
 
 
 def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu", command="", log=None,
-        batches=networks.BATCHES, cold=True, compile_names=("resnet18",), compile_batch=1, profile=False):
+        batches=whole_networks.BATCHES, cold=True, compile_names=("resnet18",), compile_batch=1, profile=False,
+        precisions=(), channels_last=()):
     """``bench gpu --network``: the hot path (``hot``), every distinct layer of the networks ``names``, the
-    autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` (bench/networks.py:
-    cold start, steady state at ``batches``, torch.compile of ``compile_names``); saved to ``out`` as it
+    autotuner's check (``check_autotune``: 'none', 'new' or 'suite'), the networks ``whole`` (bench/whole_networks.py:
+    cold start, steady state at ``batches`` (in each of ``precisions`` where given, channels-last for those of
+    ``channels_last``: bench/precisions.py), torch.compile of ``compile_names``); saved to ``out`` as it
     goes. This process's GPU cache folder is ``out``/gpu-cache (emptied first) unless $ECE408_GPU_CACHE is
     set. Returns 1 if any layer's output was invalid, else 0."""
     if not os.environ.get(GPU_CACHE_ENV):
@@ -277,7 +281,8 @@ def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu
     timer = Timer(torch, repeats)
     log = log or (lambda line: print(line, flush=True))
     result = {"device": dev.name, "date": datetime.date.today().isoformat(), "repeats": repeats,
-              "command": command, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "layers": [],
+              "command": command, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+              "driver": cudadrv.driver_version(), "layers": [],
               "autotune": []}
     if hot:
         result["hot_path"] = hot_path(torch)
@@ -292,8 +297,8 @@ def run(names, whole, repeats=20, check_autotune="new", hot=True, out="bench-gpu
         result["autotune"] = autotune_check(torch, autotune_shapes(check_autotune == "suite"), log)
         save(result, out)
     if whole:
-        networks.run(torch, whole, timer, log, result, lambda: save(result, out), batches, cold, compile_names,
-                     compile_batch, profile)
+        whole_networks.run(torch, whole, timer, log, result, lambda: save(result, out), batches, cold,
+                           compile_names, compile_batch, profile, precisions, channels_last)
     met = sum(r["met"] for r in result["layers"])
     log((f"{met} of {len(result['layers'])} distinct layers at <= 1.0x cuDNN (whole call, flushed and back to back); "
          if result["layers"] else "whole networks, ours / cuDNN fp32: ")

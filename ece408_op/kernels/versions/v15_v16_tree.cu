@@ -1,4 +1,4 @@
-// v15_tree.cu: v15 and v16, one template (channel_slices) adding the channels' partial sums by a tree
+// v15_v16_tree.cu: v15 and v16, one template (channel_slices) adding the channels' partial sums by a tree
 // or by atomics.
 //
 //   v15 tree     like v14, but the input channels split among the block's z-slices, their partial sums
@@ -12,7 +12,7 @@
 // (2021-2025) gave points for and the ladder does not show as a step of its own; docs/course-map.md
 // maps every item of that list to a version.
 //
-// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v15_tree.cu (its defaults are the
+// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v15_v16_tree.cu (its defaults are the
 // course layer's, as the launcher passes them: a test checks it).
 #include "common.cuh"
 #include "tiles.cuh"

@@ -1,4 +1,4 @@
-// v05_im2col.cu: v5 and v6, one template (gemm_tile) reading the im2col matrix or x itself; v18 runs
+// v05_v06_im2col.cu: v5 and v6, one template (gemm_tile) reading the im2col matrix or x itself; v18 runs
 // im2col_v5 from here before cuBLAS's GEMM (v18_cublas.py).
 //
 //   v5 im2col    unlike v4: unroll x into an im2col matrix (C/G*KH*KW x HO*WO per image and group,
@@ -11,7 +11,7 @@
 //                refused in one line where libcublas is not found; never a default
 //                x v5's time: 0.45, 0.74, 0.73, 0.75, 0.54 (course map of 2026-11-24)
 //
-// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v05_im2col.cu (its defaults are the
+// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v05_v06_im2col.cu (its defaults are the
 // course layer's, as the launcher passes them: a test checks it).
 #include "common.cuh"
 

@@ -1,4 +1,4 @@
-// v04_register.cu: v4 and v14, one template (register_tiles) with MB or one filter per thread.
+// v04_v14_register.cu: v4 and v14, one template (register_tiles) with MB or one filter per thread.
 //
 //   v14 restrict like v3, but the layer's sizes compile-time constants: `#pragma unroll` flattens the
 //                K x K loop (weights at fixed constant-bank offsets), x through the read-only path
@@ -10,7 +10,7 @@
 //                x v14's time: 0.39, 0.58, 0.89, 0.34, 0.89 (same run); H100, the course layer:
 //                1.774 ms, 4.3x over v3 (docs/kernel-notes.md)
 //
-// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v04_register.cu (its defaults are the
+// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v04_v14_register.cu (its defaults are the
 // course layer's, as the launcher passes them: a test checks it).
 #include "common.cuh"
 #include "tiles.cuh"

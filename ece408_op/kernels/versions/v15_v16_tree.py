@@ -1,5 +1,5 @@
 """v15 tree and v16 atomics: v14 with the input channels split among a block's z-slices, their
-partial sums added by a shared-memory tree (v15) or atomicAdd (v16) (v15_tree.cu)."""
+partial sums added by a shared-memory tree (v15) or atomicAdd (v16) (v15_v16_tree.cu)."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-// v02_shared.cu: v2 and v3, one template (tiled_plane) with the weights from global or constant memory.
+// v02_v03_shared.cu: v2 and v3, one template (tiled_plane) with the weights from global or constant memory.
 //
 //   v2 shared    like v1, but a block computes a TILE x TILE output tile of one (b, m) from an
 //                input tile staged in shared memory, one channel at a time
@@ -7,7 +7,7 @@
 //   v3 constant  like v2, weights in constant memory (one broadcast read per warp)
 //                x v2's time: 0.97, 0.94, 0.95, 0.96, 0.92 (same run)
 //
-// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v02_shared.cu (its defaults are the
+// Build it alone: nvcc -arch=sm_90 -cubin ece408_op/kernels/versions/v02_v03_shared.cu (its defaults are the
 // course layer's, as the launcher passes them: a test checks it).
 #include "common.cuh"
 #include "tiles.cuh"
