@@ -4,6 +4,7 @@ must do with it (rank it, refuse it, kill it), and each is run as a team and gra
 The CPU ones here, as one class graded with ``grade --local`` in bubblewrap (m2, 100 images, two
 fresh runs a layer); the GPU ones in tests/test_gpu_solutions.py."""
 import json
+import os
 import shutil
 
 import pytest
@@ -108,3 +109,49 @@ def test_every_cpu_solution_is_graded_as_its_readme_says(tmp_path):
     ranking = cli("ranking", "--db", db, "--milestone", "m2", "--size", SIZE, "--json")
     ranked = sorted(r["team"] for r in json.loads(ranking.stdout)["ranking"])
     assert ranked == sorted(f.name for f in folders.values() if verdict(f).action == "rank")
+
+
+def test_the_verdict_check_fails_a_record_the_grader_got_wrong():
+    """``graded_as_said`` is what the graded tests assert on: it must name every way a grader can
+    get a folder wrong (a ranked run refused, a refused one ranked, another error line, a fake time)."""
+    from ece408_op.grading.record import Record
+
+    def record(status, correct, op_times, transcript=""):
+        models = [{"model": "ece408-high", "op_times": op_times}]
+        return Record("r", "2026-01-01T00:00:00", "t", "m2", SIZE, status, op_time=sum(op_times) if correct else None,
+                      correct=correct, models=models, transcript=transcript)
+
+    ranked = record("ok", True, [0.01])
+    refused = record("failed", False, [], "error: layer 1: may not start processes or programs\n")
+    killed = record("timeout", False, [], "* The command ran past its time limit of 90 s and was killed\n")
+    rank, refuse, kill = Verdict("rank"), Verdict("refuse", "may not start processes"), Verdict("kill")
+    assert graded_as_said(ranked, rank) == [] and graded_as_said(refused, refuse) == []
+    assert graded_as_said(killed, kill) == []
+    assert graded_as_said(refused, rank) and graded_as_said(killed, rank)
+    assert graded_as_said(ranked, refuse) and graded_as_said(ranked, kill)
+    assert graded_as_said(refused, Verdict("refuse", "differs from the reference"))
+    assert graded_as_said(killed, refuse) and graded_as_said(refused, kill)
+    assert graded_as_said(record("ok", True, [1e-7]), rank)                # a time no layer can take
+    assert graded_as_said(record("failed", False, [], "error: one\nerror: two may not start processes\n"), refuse)
+
+
+@pytest.mark.slow
+def test_a_wheel_carries_the_whole_task_folder(tmp_path):
+    """The README, reference, template and every solution file are in the built wheel (package
+    data), so that ``init`` and the solutions work from an installed package."""
+    import subprocess
+    import sys
+    import zipfile
+    from conftest import ROOT
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "ece408_op", src / "ece408_op", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "setup.py", src)
+    shutil.copy(ROOT / "README.md", src)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                            "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True,
+                           env={**os.environ, "PIP_FIND_LINKS": ""})
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (tmp_path / "dist").glob("ece408_op-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {p.relative_to(src).as_posix() for p in (src / "ece408_op" / "tasks").rglob("*") if p.is_file()}
+    assert len(wanted) > 50 and not wanted - names, sorted(wanted - names)
