@@ -128,3 +128,25 @@ def graded_as_said(record, said):
             [f"not killed past the time limit: {record.status}, {errors}"]
     return [] if record.status == "failed" and len(errors) == 1 and said.phrase in errors[0] else \
         [f"not refused in one line naming {said.phrase!r}: {record.status}, {errors}"]
+
+
+def grade_as_said(folders, work, milestone, size, *options):
+    """Grade copies of the solution ``folders`` ({"kind/name": folder}) as one class with ``grade
+    --local`` (``options`` added) in ``work``; asserts that every record and the ranking are as each
+    folder's README says: each rank-verdict team ranked, no other."""
+    import shutil
+    from ece408_op.grading.store import open_store
+    classroom, db = Path(work) / "class", Path(work) / "g.db"
+    for folder in folders.values():
+        shutil.copytree(folder, classroom / folder.name, ignore=shutil.ignore_patterns("__pycache__"))
+    out = cli("grade", classroom, "--milestone", milestone, "--size", size, "--local", "--db", db,
+              "--workdir", Path(work) / "w", *options, timeout=1100)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open_store(str(db)) as store:
+        records = {r.team: r for r in store.records()}
+    assert sorted(records) == sorted(f.name for f in folders.values())
+    problems = {rel: graded_as_said(records[f.name], verdict(f)) for rel, f in folders.items()}
+    assert not any(problems.values()), {rel: p for rel, p in problems.items() if p}
+    ranking = cli("ranking", "--db", db, "--milestone", milestone, "--size", size, "--json")
+    ranked = sorted(r["team"] for r in json.loads(ranking.stdout)["ranking"])
+    assert ranked == sorted(f.name for f in folders.values() if verdict(f).action == "rank")

@@ -4,15 +4,13 @@ is and judged as its one-line README.md says, skipped without a GPU: through the
 README's phrase, or passing), and, where MXNet runs too, one class of copies of them through
 ``grade --local`` (m3, 100 images, two fresh runs a layer; engine bubblewrap where it runs there,
 else host). The CPU folders are tests/test_solutions.py's."""
-import json
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 from conftest import python_command, ranked_engine
-from teams import cli, graded_as_said, verdict
+from teams import grade_as_said, verdict
 from test_solutions import FOLDERS, kind
 
 from ece408_op.grading.machine import gpu_name
@@ -54,19 +52,4 @@ def test_every_gpu_solution_is_graded_as_its_readme_says(tmp_path):
                            capture_output=True, text=True)
     if found.stdout.strip() != "None":
         pytest.skip(f"MXNet unusable here: {found.stdout.strip() or found.stderr.strip()}")
-    classroom = tmp_path / "class"
-    for folder in GPU_FOLDERS.values():
-        shutil.copytree(folder, classroom / folder.name, ignore=shutil.ignore_patterns("__pycache__"))
-    db = tmp_path / "g.db"
-    out = cli("grade", classroom, "--milestone", "m3", "--size", SIZE, "--engine", ranked_engine(), "--local",
-              "--jobs", 1, "--repeats", 2, "--db", db, "--workdir", tmp_path / "w", timeout=1100)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    from ece408_op.grading.store import open_store
-    with open_store(str(db)) as store:
-        records = {r.team: r for r in store.records()}
-    assert sorted(records) == sorted(f.name for f in GPU_FOLDERS.values())
-    problems = {rel: graded_as_said(records[f.name], verdict(f)) for rel, f in GPU_FOLDERS.items()}
-    assert not any(problems.values()), {rel: p for rel, p in problems.items() if p}
-    ranking = cli("ranking", "--db", db, "--milestone", "m3", "--size", SIZE, "--json")
-    ranked = sorted(r["team"] for r in json.loads(ranking.stdout)["ranking"])
-    assert ranked == sorted(f.name for f in GPU_FOLDERS.values() if verdict(f).action == "rank")
+    grade_as_said(GPU_FOLDERS, tmp_path, "m3", SIZE, "--engine", ranked_engine(), "--jobs", 1, "--repeats", 2)
