@@ -18,6 +18,7 @@ following detaches: the job goes on, and the line printed says how to follow it 
 import ipaddress
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,8 @@ SERVER_ENV = "ECE408_SERVER"
 TOKEN_ENV = "ECE408_TOKEN"
 TOKEN_FILE_ENV = "ECE408_TOKEN_FILE"
 PATIENCE = 600.0                   # seconds a follow waits for a service that went away
-SUBMIT_PATIENCE = 60.0             # seconds a submission is retried while the service answers 503
+SUBMIT_PATIENCE = 60.0             # seconds a request is retried while the service answers 503
+SUBMIT_SLOW_PATIENCE = 600.0       # seconds a submission waits for a slow service (sent again under its key)
 
 
 class ClientError(Ece408Error):
@@ -139,18 +141,35 @@ class Client:
         self.err.write(text + "\n")
         self.err.flush()
 
-    def request(self, method, path, patience=SUBMIT_PATIENCE, **kwargs):
+    def request(self, method, path, patience=SUBMIT_PATIENCE, again=False, **kwargs):
         """The response of a 2xx; ClientError otherwise. 503 (the service's database away) is
-        retried for ``patience`` seconds, as its Retry-After says."""
+        retried for ``patience`` seconds, as its Retry-After says. ``again``: the request may be
+        sent again safely (a submission under its idempotency key): a service that is slow to
+        answer (no answer in time, a dropped connection, 502/504) is waited for too, saying so."""
         deadline = time.monotonic() + patience
-        said = False
+        said, reached = False, False
         while True:
             try:
                 response = self.http.request(method, path, **kwargs)
             except self.httpx.TransportError as exc:
-                raise ClientError(f"cannot reach the service at {self.url} ({type(exc).__name__}: "
-                                  f"{exc or 'no answer'}); check --server / ${SERVER_ENV}") from None
-            if response.status_code == 503:
+                why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                first_connect = not reached and isinstance(exc, (self.httpx.ConnectError, self.httpx.ConnectTimeout))
+                if not again or first_connect or time.monotonic() + 5 > deadline:
+                    if again and reached:
+                        raise ClientError(f"the service at {self.url} did not answer in {patience / 60:g} min "
+                                          f"({why}); the submission may be queued: 'python -m ece408_op jobs list' "
+                                          "shows it") from None
+                    raise ClientError(f"cannot reach the service at {self.url} ({why}); check --server / "
+                                      f"${SERVER_ENV}") from None
+                reached = True
+                if not said:
+                    self.note(f"* The service is slow to answer ({why}); sending the same submission again under "
+                              f"its key (it is queued once however often it is sent), for up to {patience / 60:g} min")
+                    said = True
+                time.sleep(5)
+                continue
+            reached = True
+            if response.status_code == 503 or (again and response.status_code in (502, 504)):
                 wait = retry_after(response)
                 if time.monotonic() + wait < deadline:
                     if not said:
@@ -295,9 +314,12 @@ def submit(client, folder, milestone=None, size=None, detach=False):
         what = f"development run: {files} file(s), {sum(len(e.data) for e in entries if e.data is not None)} bytes"
         params = {"kind": "development"}
     client.note(f"* Uploading to {client.url}: {what}")
-    job = client.request("POST", "/api/jobs", params=params, content=data,
-                         headers={"Content-Type": "application/gzip"}).json()
-    client.note(f"* Job {job['id']} accepted (team {job['team']})")
+    key = secrets.token_hex(16)                        # one submission: sent again under the same key, queued once
+    answer = client.request("POST", "/api/jobs", patience=SUBMIT_SLOW_PATIENCE, again=True, params=params,
+                            content=data, headers={"Content-Type": "application/gzip", "Idempotency-Key": key})
+    job = answer.json()
+    again = " (an earlier try of this submission had reached it)" if answer.status_code == 200 else ""
+    client.note(f"* Job {job['id']} accepted (team {job['team']}){again}")
     if detach:
         client.note(f"* Follow it with: python -m ece408_op jobs show {job['id']} --follow")
         return 0

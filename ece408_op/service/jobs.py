@@ -46,6 +46,7 @@ PUBLIC = ("id", "team", "kind", "milestone", "size", "gpu", "state", "submitted_
           "cancel_requested", "time_limit")
 MAX_CHUNK = 64 << 10                       # characters of one transcript chunk
 MAX_CHUNKS = 1000                          # chunks in one post
+MAX_SEQ = 2 ** 31 - 1                      # chunk numbers fit PostgreSQL's INTEGER column
 WORKER_SEEN = 120.0                        # a worker that asked for work this recently counts as present
 
 

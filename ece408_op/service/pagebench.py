@@ -1,4 +1,4 @@
-"""The pages' render benchmark (issue 34: each page within 100 ms with 300 teams and 10,000 runs
+"""The pages' render benchmark (the target: each page within 100 ms with 300 teams and 10,000 runs
 in the database). Not a timed test: it fills a SQLite database of its own, starts the application
 in this process (no network: the time is the server's, from the request to the last byte of the
 page), asks each page ``repeats`` times and reports the first answer (caches empty, templates not

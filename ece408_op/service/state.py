@@ -11,6 +11,7 @@ import anyio
 from . import jobs
 from . import upload as uploads
 from .db import Unavailable
+from .limits import Streams, Uploads
 from .logs import log
 from .rankings import Rankings
 from .runs import StoreError
@@ -28,6 +29,9 @@ class Settings:
     local_workers: tuple = ()                    # names of this server's own workers (serve --workers)
     ranking_seconds: float = 10.0                # a ranking is computed again at least this often (new
                                                  # records through this server: within a second)
+    upload_seconds: float = 120.0                # an upload's body arrives within this, or 408
+    upload_reads: int = 16                       # bodies read at once on the whole server
+    upload_checks: int = 2                       # uploads checked (unpacked, hashed) at once
 
 
 class Service:
@@ -46,6 +50,8 @@ class Service:
         self._down_logged = 0.0
         self.tasks = []
         self.rankings = Rankings(self)            # the ranking as the API and the pages show it
+        self.streams = Streams()                  # live streams per team, session and address
+        self.uploads = Uploads(settings.upload_reads, settings.upload_checks)
 
     def started(self, hub):
         """Bind to the running event loop (the application's start)."""

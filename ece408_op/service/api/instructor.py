@@ -4,7 +4,7 @@ from fastapi import APIRouter, Depends, Request
 
 from .. import jobs
 from ..auth import instructor
-from ..http import parse_deadline, read_json
+from ..http import parse_deadline, read_json, text_field
 from ..jobs import Refused
 from ..logs import log
 from ..runs import MILESTONES
@@ -37,20 +37,23 @@ async def list_uncounted(request: Request):
     return {"uncounted": await service.run(jobs.uncounted, service.db)}
 
 
-def by_name(path, method, event, key, answer):
+def by_name(path, method, event, key, answer, ends_streams=False):
     """``POST path``: reads ``{"name": ...}``, calls the Tokens method ``method`` with it, logs
-    ``event`` (the name under ``key``) and answers the name and ``answer(what the method returned)``."""
+    ``event`` (the name under ``key``) and answers the name and ``answer(what the method returned)``;
+    ``ends_streams``: the team's live streams end at once (its old token no longer holds)."""
     async def route(request: Request):
         service = service_of(request)
-        name = (await read_json(request)).get("name")
+        name = text_field(await read_json(request), "name", f"the {key}'s name")
         result = await service.run(getattr(service.tokens, method), name)
+        if ends_streams:
+            service.streams.end_team(name, f"the team's token was {event.split('.')[-1]}")
         log(event, **{key: name})
         return {"name": name, **answer(result)}
     router.add_api_route(path, route, methods=["POST"], name=method)
 
 
-by_name("/teams/revoke", "revoke_team", "team.revoked", "team", lambda _: {"active": False})
-by_name("/teams/rotate", "rotate_team", "team.rotated", "team", lambda token: {"token": token})
+by_name("/teams/revoke", "revoke_team", "team.revoked", "team", lambda _: {"active": False}, ends_streams=True)
+by_name("/teams/rotate", "rotate_team", "team.rotated", "team", lambda token: {"token": token}, ends_streams=True)
 by_name("/workers", "worker_token", "worker.token", "worker", lambda token: {"token": token})
 
 

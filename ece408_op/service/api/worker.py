@@ -2,6 +2,7 @@
 chunks and heartbeats under the job's lease (``X-Lease``), give it back, finish it with its
 record. Every route of this router takes a worker's token only (the router's dependency)."""
 import asyncio
+import json
 import re
 import time
 
@@ -89,9 +90,10 @@ async def job_chunks(request: Request, job_id: str):
     data = await read_json(request)
     chunks = data.get("chunks")
     if not isinstance(chunks, list) or len(chunks) > jobs.MAX_CHUNKS or not all(
-            isinstance(c, list) and len(c) == 2 and isinstance(c[0], int) and c[0] >= 0
-            and isinstance(c[1], str) and len(c[1]) <= jobs.MAX_CHUNK for c in chunks):
-        raise Refused(400, f"chunks is a list of at most {jobs.MAX_CHUNKS} [seq, text] pairs")
+            isinstance(c, list) and len(c) == 2 and type(c[0]) is int and 0 <= c[0] < jobs.MAX_SEQ
+            and isinstance(c[1], str) and len(c[1]) <= jobs.MAX_CHUNK and "\0" not in c[1] for c in chunks):
+        raise Refused(400, f"chunks is a list of at most {jobs.MAX_CHUNKS} [seq, text] pairs (seq from 0 to "
+                           f"{jobs.MAX_SEQ - 1}, text without NUL)")
     chunks = [(c[0], c[1]) for c in chunks]
     cancel = await service.run(jobs.add_chunks, service.db, check_job_id(job_id), lease_of(request), chunks)
     service.hub.chunks_posted(job_id, chunks)
@@ -152,6 +154,8 @@ def check_record(job, data):
         return None
     if job["kind"] != "ranked" or not isinstance(data, dict):
         raise Refused(400, "only a ranked job has a record (a JSON object)")
+    if "\\u0000" in json.dumps(data):
+        raise Refused(400, "the record holds a NUL character, which no text column stores")
     try:
         record = Record(**data)
     except TypeError as exc:

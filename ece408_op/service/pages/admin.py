@@ -87,6 +87,7 @@ async def admin_revoke(request: Request, viewer=Depends(instructor)):
     fields = await read_form(request, viewer.value)
     name = fields.get("name") or ""
     await service.run(service.tokens.revoke_team, name)
+    service.streams.end_team(name, "the team's token was revoked")
     log("team.revoked", team=name, via="page")
     return RedirectResponse("/admin?done=revoked", status_code=303)
 

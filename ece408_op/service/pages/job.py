@@ -6,11 +6,12 @@ import json
 
 from fastapi import Depends, Request
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 from starlette.responses import PlainTextResponse, RedirectResponse
 
-from .. import jobs, overview, standings
+from .. import jobs, limits, overview, standings
 from ..filters import as_text, place_text
-from ..http import JOB_ID, after_param
+from ..http import JOB_ID, address, after_param
 from ..jobs import ENDED, QUEUED, Refused
 from ..live import follow, with_place
 from ..runs import printable
@@ -88,7 +89,10 @@ async def job_events(request: Request, job_id: str, viewer=Depends(member_stream
                 yield {"event": "verdict", "data": json.dumps(html)}
                 yield {"event": "end", "data": json.dumps(ended["state"])}
                 return
-    return EventSourceResponse(stream(), ping=15, send_timeout=30, headers={"Cache-Control": "no-store"})
+    ticket = service.streams.open(viewer.principal, address(request), viewer.value)
+    return EventSourceResponse(limits.stream(service.streams, ticket, stream()), ping=15, send_timeout=30,
+                               headers={"Cache-Control": "no-store"},
+                               background=BackgroundTask(service.streams.close, ticket))
 
 
 @router.get("/jobs/{job_id}/transcript")

@@ -7,10 +7,11 @@ import time
 
 from fastapi import Depends, Request
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 
-from .. import sessions, standings
+from .. import limits, sessions, standings
 from ..db import Unavailable
-from ..http import DOWN_RETRY
+from ..http import DOWN_RETRY, address
 from ..state import service_of
 from .errors import page_router
 from .site import board_params, member, member_stream, site_of
@@ -72,4 +73,7 @@ async def ranking_events(request: Request, viewer=Depends(member_stream)):
                 await asyncio.sleep(DOWN_RETRY)
                 continue
             await asyncio.sleep(1.0)
-    return EventSourceResponse(stream(), ping=15, send_timeout=30, headers={"Cache-Control": "no-store"})
+    ticket = service.streams.open(viewer.principal, address(request), viewer.value)
+    return EventSourceResponse(limits.stream(service.streams, ticket, stream()), ping=15, send_timeout=30,
+                               headers={"Cache-Control": "no-store"},
+                               background=BackgroundTask(service.streams.close, ticket))
