@@ -414,8 +414,8 @@ for name in ("fcntl", "resource", "termios", "pwd", "grp"):       # POSIX-only m
     sys.modules[name] = None
 for flag in ("O_NOFOLLOW", "O_NONBLOCK", "O_NOCTTY"):
     delattr(os, flag)
-os.path, os.sep = ntpath, "\\\\"                                  # os.path is ntpath on Windows
 from ece408_op.service import upload
+os.path, os.sep = ntpath, "\\\\"                                  # os.path is ntpath on Windows
 data, entries, notes = upload.pack_development(sys.argv[1])
 sys.stdout.buffer.write(data)
 print(json.dumps([[e.name for e in entries], notes]), file=sys.stderr)
@@ -423,8 +423,8 @@ print(json.dumps([[e.name for e in entries], notes]), file=sys.stderr)
 
 
 def test_on_windows_the_client_packs_slash_separated_names(tmp_path):
-    """What Windows lacks, taken away (fcntl and the other POSIX modules, O_NOFOLLOW, O_NONBLOCK)
-    and its path module in place: the client still imports, packs and names with ``/``."""
+    """What Windows lacks, taken away (fcntl and the other POSIX modules, O_NOFOLLOW, O_NONBLOCK):
+    the client still imports; with Windows' path module in place, it packs and names with ``/``."""
     team = tmp_path / "team"
     (team / "src" / "sub").mkdir(parents=True)
     (team / "rai_build.yml").write_bytes(CONFIG)
