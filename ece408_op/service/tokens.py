@@ -30,6 +30,7 @@ INSTRUCTOR = "instructor"
 DUMMY_HASH = hashlib.sha256(b"no such token").hexdigest()
 CACHE_SECONDS = 10.0                 # a verified token is trusted this long without a database read
 MAX_TEAM_NAME = 100
+ESCAPE = re.compile(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")      # names.printable's escapes
 
 
 @dataclass(frozen=True)
@@ -247,10 +248,13 @@ def name_key(stored):
     as exported (a CSV cell: a formula's leading character quoted), in Unicode's compatibility
     form (NFKC: composed and decomposed accents, full-width letters, ligatures alike), every run of
     backslashes as one (a name and its escaped form, ``a\\b`` and ``a\\\\b``, or a control character
-    and its escape typed out, alike), its runs of white space as one space, case folded (two names
-    differing in case only would write one token file on macOS and Windows). ``stored`` is the
-    escaped name (``check_team_name``)."""
+    and its escape typed out, alike), without the escapes of the characters nobody sees (zero-width
+    spaces, joiners, byte order marks, soft hyphens, controls, bidi marks: ``printable`` escapes
+    exactly those), its runs of white space as one space, case folded (two names differing in case
+    only would write one token file on macOS and Windows). ``stored`` is the escaped name
+    (``check_team_name``)."""
     text = re.sub(r"\\+", r"\\", unicodedata.normalize("NFKC", csv_cell(stored)))
+    text = ESCAPE.sub("", text)
     return " ".join(text.split()).casefold()
 
 
