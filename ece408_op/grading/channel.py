@@ -16,7 +16,6 @@ GPU milestones, one for the CPU), so that no two teams' code runs at once there,
 included. The time spent waiting for it is added to the measuring command's time limit.
 """
 import contextlib
-import fcntl
 import os
 import socket
 import tempfile
@@ -63,6 +62,7 @@ class TimingLock:
         self.fd = None
 
     def acquire(self):
+        import fcntl                     # POSIX only: imported here, so that the client imports this on Windows
         if self.fd is None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
             try:

@@ -29,6 +29,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..base.extras import install_hint
+from ..base.files import user_folder
 from ..errors import Ece408Error
 
 DB_ENV = "ECE408_DB"
@@ -151,16 +153,14 @@ class Record:
 
 
 def default_sqlite_path():
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "ece408_op" / "submissions.db"
+    return user_folder("data", "submissions.db")
 
 
 def spool_dir():
     """Where records wait that the database refused ($ECE408_SPOOL, else the user's state folder)."""
     if os.environ.get(SPOOL_ENV):
         return Path(os.environ[SPOOL_ENV])
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "ece408_op" / "spool"
+    return user_folder("state", "spool")
 
 
 def warn(text):
@@ -407,8 +407,8 @@ class PostgresStore(Store):
         try:
             import psycopg
         except ImportError as exc:
-            raise StoreError(f"{DB_ENV} is a PostgreSQL URL but psycopg is not installed; "
-                             "pip install 'ece408_op[grade]' (or psycopg[binary])") from exc
+            raise StoreError(f"{DB_ENV} is a PostgreSQL URL but psycopg is not installed: "
+                             f"{install_hint('grade')}") from exc
         self.psycopg = psycopg
         try:
             return psycopg.connect(self.url, connect_timeout=30)
