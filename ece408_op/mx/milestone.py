@@ -13,6 +13,7 @@ arguments, usage, --ncu) and by a ranked run's measuring process (``grading/meas
 Importing it imports no MXNet (the run does): the command line parses its arguments first.
 """
 import contextlib
+import sys
 from dataclasses import dataclass
 
 from ..console import Console
@@ -20,6 +21,8 @@ from ..errors import UsageError
 
 DEFAULT_MODEL = "ece408-high"
 MAX_SIZE = 10000
+NO_TEAM = ("* No team project here: running the course's reference forward (your own: python -m ece408_op init "
+           "DIR, then run this in DIR or give --team DIR)")
 
 
 class _NoClock:
@@ -54,12 +57,16 @@ def team_runtime(milestone, args, device=None):
     """The TeamRuntime of the team project to run (``--team DIR``, else this folder where it is
     one), its kernels compiled for ``device``; None where the milestone runs our own forward
     (m1, ``--kernel N``: the staff's reference versions, or no team project here)."""
-    from ..team.project import find_team
+    from ..team.project import find_team, require_files
     if not milestone.custom or args.kernel is not None or args.fuse:
         return None
     team_dir = find_team(args.team)
     if team_dir is None:
+        # said, as the transcript looks the same either way; on stderr, so that the course's
+        # transcript on stdout stays as the course printed it
+        print(NO_TEAM, file=sys.stderr, flush=True)
         return None
+    require_files(team_dir, milestone.files)            # one line before any output where one is missing
     from ..team.client import numba_cache_dir, time_limit_from_env
     from ..team.runtime import TeamRuntime
     image = None
