@@ -306,7 +306,9 @@ def test_serve_detach_returns_once_it_answers_or_says_in_one_line_why_not(tmp_pa
     assert twice.returncode == 1 and "already runs on port" in twice.stderr
     stopped = serve("--port", port, "--stop")
     assert stopped.returncode == 0 and stopped.stdout.startswith(f"Stopped the service on port {port}"), stopped
-    with socket.socket() as free:                          # the port is free again once --stop returns
+    with socket.socket() as free:       # no one listens on the port once --stop returns (as serve binds it)
+        free.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         free.bind(("127.0.0.1", port))
+        free.listen()
     none = serve("--port", port, "--stop")
     assert none.returncode == 1 and none.stderr.startswith(f"error: no service started with --detach on port {port}")

@@ -13,21 +13,16 @@ def positive(text):
 positive.__name__ = "finite positive number"
 
 
-def whole(text):
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
+def _integer_from(low, kind):
+    """The type of whole numbers from ``low`` up, named ``kind`` in argparse's error."""
+    def parse(text):
+        value = int(text)
+        if value < low:
+            raise ValueError(text)
+        return value
+    parse.__name__ = kind
+    return parse
 
 
-whole.__name__ = "positive whole number"
-
-
-def count(text):
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-count.__name__ = "whole number"
+whole = _integer_from(1, "positive whole number")
+count = _integer_from(0, "whole number")

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from ..base.files import atomic_write
+from ..base.processes import pid_alive
 from ..errors import Ece408Error
 
 READY_WITHIN = 120.0          # seconds a detached service has to answer /ready (a database to migrate)
@@ -48,7 +49,7 @@ def detach(argv, host, port, state_dir, stop_hint, bind):
     tried first: a port in use is said before anything starts."""
     pid_file, log_file = files(state_dir, port)
     running = read_pid(pid_file)
-    if running is not None and alive(running):
+    if running is not None and pid_alive(running):
         raise BackgroundError(f"a service started with --detach already runs on port {port} (pid {running}); "
                               f"stop it first: {stop_hint}")
     try:
@@ -86,13 +87,13 @@ def stop(port, state_dir):
     pid = read_pid(pid_file)
     if pid is None:
         raise BackgroundError(f"no service started with --detach on port {port} (no {pid_file})")
-    if not alive(pid) or not ours(pid):
+    if not pid_alive(pid) or not ours(pid):
         _forget(pid_file)
         print(f"The service on port {port} (pid {pid}) had already stopped")
         return 0
     os.kill(pid, signal.SIGTERM)
     start, second = time.monotonic(), False
-    while alive(pid):
+    while pid_alive(pid):
         waited = time.monotonic() - start
         if waited > SECOND_SIGNAL_AFTER and not second:
             os.kill(pid, signal.SIGTERM)
@@ -127,20 +128,6 @@ def read_pid(path):
     except (OSError, UnicodeDecodeError):
         return None
     return int(text) if text.isdigit() else None
-
-
-def alive(pid):
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def ours(pid):
