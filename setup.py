@@ -62,7 +62,8 @@ setup(
     license="MIT",
     python_requires=">=3.9",
     packages=find_packages(include=["ece408_op", "ece408_op.*"]),
-    package_data={"ece408_op": ["kernels/*.cu", "kernels/*.json", "team/template/*",
+    package_data={"ece408_op": ["kernels/*.cu", "kernels/*.json",
+                                "tasks/conv/README.md", "tasks/conv/template/*", "tasks/conv/solutions/*/*/*",   # the task
                                 "service/templates/*.html", "service/static/*"]},       # the service's pages
     data_files=[("share/ece408_op/models", sorted(glob("models/*-symbol.json") + glob("models/*.params")))],
     # the base install is the class's client (pure Python, any system); each extra one part's needs

@@ -156,6 +156,16 @@ def cuda(gpu):
     return torch.device("cuda", gpu.index)
 
 
+def allocations_per_calls(torch, device, call, calls=10):
+    """(PyTorch's CUDA allocations made by ``calls`` calls of ``call`` after a first one, the last result)."""
+    call()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats(device)["allocation.all.allocated"]
+    for _ in range(calls):
+        out = call()
+    return torch.cuda.memory_stats(device)["allocation.all.allocated"] - before, out
+
+
 @pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(408)

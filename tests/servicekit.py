@@ -41,6 +41,7 @@ class Service:
         self.args = list(args)
         self.env = service_env(self.root, env)
         self.proc = None
+        self.wrap = []                                    # a command the server runs under (prlimit ...)
         self.starts = 0
         self.others = []                                  # workers and clients started here
 
@@ -48,7 +49,7 @@ class Service:
     def start(self, timeout=90):
         self.starts += 1
         self.log_path = self.root / f"serve-{self.starts}.log"
-        argv = [*python_command(), "-m", "ece408_op", "serve", "--port", str(self.port),
+        argv = [*self.wrap, *python_command(), "-m", "ece408_op", "serve", "--port", str(self.port),
                 "--workers", str(self.workers), *self.args]
         self.log_file = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT,

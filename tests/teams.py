@@ -1,13 +1,19 @@
 """Team projects for the tests: the template from ``init``, with its files replaced where a test
-needs a team that is wrong, slow, or hostile. Every attack here is something a team could hand
-in; the tests expect each to fail, be refused in one line, or have no effect on the record."""
+needs a team that is wrong, slow, or hostile. The teams are the task's solution folders
+(``ece408_op/tasks/conv/solutions/{correct,wrong,hostile}/NAME/``), each with a one-line README.md
+saying what the grader must do with it (``verdict``); the names below are their files' text.
+Every attack is something a team could hand in; the tests expect each to fail, be refused in one
+line, or have no effect on the record."""
 import json
 import os
+import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from conftest import ROOT, python_command
 
+from ece408_op.tasks.conv import SOLUTIONS
 from ece408_op.team import project
 
 
@@ -54,102 +60,93 @@ def reference_accuracies(size, models=("ece408-high", "ece408-low")):
     return found
 
 
+# ---------------------------------------------------------------------------- the solution folders
+
+VERDICT = re.compile(r"Grader: (rank|refuse|kill) it\b[^\"]*(?:\"([^\"]+)\")?")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the grader must do with a solution folder, as its README.md says: ``rank`` it (a ranked
+    record, its Correctness MXNet's, its Op Time the harness's), ``refuse`` it (not ranked; the run's
+    one error line holds ``phrase``) or ``kill`` it past the time limit (not ranked)."""
+    action: str
+    phrase: str = None
+
+
+def solution_folders():
+    """{"kind/name": folder} of every solution folder (kind: correct, wrong, hostile), sorted."""
+    return {f"{folder.parent.name}/{folder.name}": folder
+            for folder in sorted(SOLUTIONS.glob("*/*")) if folder.is_dir()}
+
+
+def verdict(folder):
+    """The Verdict a solution folder's README.md states; ValueError where it states none or more
+    than one line."""
+    lines = (Path(folder) / "README.md").read_text().splitlines()
+    match = VERDICT.search(lines[0]) if len(lines) == 1 else None
+    if match is None:
+        raise ValueError(f"{folder}/README.md: not one line ending 'Grader: rank|refuse|kill it ...'")
+    return Verdict(*match.groups())
+
+
+def solution(rel, name="new-forward.py"):
+    """The text of a solution folder's file: ``rel`` is "kind/name" (correct/cpu-numpy)."""
+    return (SOLUTIONS / rel / name).read_text()
+
+
 # ---------------------------------------------------------------------------- CPU forwards
 
 HONEST = (project.TEMPLATE / "new-forward.py").read_text()
-
-PLAIN = '''
-import numpy as np
-
-def forward(y, x, k):
-    B, M, H_out, W_out = y.shape
-    K = k.shape[2]
-    for p in range(K):
-        for q in range(K):
-            y += np.einsum("bchw,mc->bmhw", x[:, :, p:p + H_out, q:q + W_out], k[:, :, p, q])
-'''
+PLAIN = solution("correct/cpu-numpy")
 """A correct forward without Numba: quick to start, for tests that time many runs."""
+WRONG = solution("wrong/cpu-wrong-result")        # misses a row of taps
+FAILS = solution("wrong/cpu-crash")
+SLOW = solution("wrong/cpu-slow")
+FAKE_LINES = solution("hostile/cpu-fake-lines")
+CLOCK = solution("hostile/cpu-clock")
+FORKS = solution("hostile/cpu-forks")
+EARLY_THREAD = solution("hostile/cpu-early-thread")
+EXECS = solution("hostile/cpu-execs")
+REPLAY = solution("hostile/cpu-replay")
+WRITES_PTH = solution("hostile/cpu-writes-pth")
+SNOOPS = solution("hostile/cpu-snoops")
 
-WRONG = PLAIN.replace("for p in range(K):", "for p in range(K - 1):")          # misses a row of taps
 
-FAILS = PLAIN + "\nraise RuntimeError('this team forgot a colon')\n"
+def graded_as_said(record, said):
+    """What is wrong with ``record`` (a ranked run's record) for the Verdict ``said``: [] where the
+    grader did what the folder's README asks."""
+    errors = [line for line in record.transcript.splitlines() if line.startswith("error: ")]
+    if said.action == "rank":
+        times = [t for m in record.models for t in m["op_times"]]
+        problems = [] if record.status == "ok" and record.correct else [f"not ranked: {record.status}, {errors}"]
+        return problems + ([] if times and min(times) > 1e-6 else [f"Op Times {times}: not the harness's"])
+    if record.correct or record.op_time is not None:
+        return [f"ranked ({record.status}, Op Time {record.op_time})"]
+    if said.action == "kill":
+        return [] if record.status == "timeout" and "ran past its time limit" in record.transcript else \
+            [f"not killed past the time limit: {record.status}, {errors}"]
+    return [] if record.status == "failed" and len(errors) == 1 and said.phrase in errors[0] else \
+        [f"not refused in one line naming {said.phrase!r}: {record.status}, {errors}"]
 
-SLOW = PLAIN.replace("    B, M, H_out, W_out = y.shape", "    import time; time.sleep(600)\n    B, M, H_out, W_out = y.shape")
 
-FAKE_LINES = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    print("Op Time: 0.000001")
-    print("Correctness: 0.99 Model: ece408-high", flush=True)
-    B, M, H_out, W_out = y.shape''')
-
-CLOCK = '''
-import time
-time.perf_counter = lambda: 0.0
-time.monotonic = lambda: 0.0
-time.time = lambda: 0.0
-''' + PLAIN
-
-FORKS = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    import os
-    if os.fork() == 0:          # a child to finish the work after forward "returns"
-        os._exit(0)
-    return''')
-
-EARLY_THREAD = '''
-import threading, time
-import numpy as np
-
-def _work(y, x, k):
-    time.sleep(0.2)
-    B, M, H_out, W_out = y.shape
-    K = k.shape[2]
-    for p in range(K):
-        for q in range(K):
-            y += np.einsum("bchw,mc->bmhw", x[:, :, p:p + H_out, q:q + W_out], k[:, :, p, q])
-
-def forward(y, x, k):
-    threading.Thread(target=_work, args=(y, x, k)).start()    # returns at once; a thread keeps going
-'''
-
-EXECS = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    import os, subprocess
-    os.environ["LD_PRELOAD"] = "/tmp/fakeclock.so"
-    subprocess.run(["/bin/true"])         # any new process, any exec
-    B, M, H_out, W_out = y.shape''')
-
-REPLAY = '''
-import numpy as np
-_kept = {}
-
-def forward(y, x, k):
-    if y.shape in _kept:              # a result kept from an earlier call of this shape
-        y[...] = _kept[y.shape]
-        return
-    B, M, H_out, W_out = y.shape
-    K = k.shape[2]
-    for p in range(K):
-        for q in range(K):
-            y += np.einsum("bchw,mc->bmhw", x[:, :, p:p + H_out, q:q + W_out], k[:, :, p, q])
-    _kept[y.shape] = y.copy()
-'''
-
-WRITES_PTH = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    import site, sys, os
-    for folder in site.getsitepackages() + sys.path:
-        try:
-            with open(os.path.join(folder or ".", "zz_ece408_attack.pth"), "w") as f:
-                f.write("import time; time.perf_counter = lambda: 0.0\\n")
-            print("WROTE", folder)
-        except OSError:
-            pass
-    B, M, H_out, W_out = y.shape''')
-
-SNOOPS = PLAIN.replace("    B, M, H_out, W_out = y.shape", '''    import os, glob
-    found = [f"ENV {k}={v}" for k, v in os.environ.items()]
-    for path in glob.glob("/proc/[0-9]*/cmdline") + glob.glob("/proc/[0-9]*/environ"):
-        try:
-            found.append(path + " " + open(path, "rb").read().replace(b"\\0", b" ").decode(errors="replace"))
-        except OSError:
-            pass
-    for path in ("/root", "/etc/shadow", os.environ.get("SNOOP_TARGET", "/nonexistent")):
-        try:
-            found.append(path + " " + (" ".join(os.listdir(path)) if os.path.isdir(path) else open(path).read()))
-        except OSError as exc:
-            found.append(path + " " + type(exc).__name__)
-    print("SNOOP", " | ".join(found), flush=True)
-    B, M, H_out, W_out = y.shape''')
+def grade_as_said(folders, work, milestone, size, *options):
+    """Grade copies of the solution ``folders`` ({"kind/name": folder}) as one class with ``grade
+    --local`` (``options`` added) in ``work``; asserts that every record and the ranking are as each
+    folder's README says: each rank-verdict team ranked, no other."""
+    import shutil
+    from ece408_op.grading.store import open_store
+    classroom, db = Path(work) / "class", Path(work) / "g.db"
+    for folder in folders.values():
+        shutil.copytree(folder, classroom / folder.name, ignore=shutil.ignore_patterns("__pycache__"))
+    out = cli("grade", classroom, "--milestone", milestone, "--size", size, "--local", "--db", db,
+              "--workdir", Path(work) / "w", *options, timeout=1100)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open_store(str(db)) as store:
+        records = {r.team: r for r in store.records()}
+    assert sorted(records) == sorted(f.name for f in folders.values())
+    problems = {rel: graded_as_said(records[f.name], verdict(f)) for rel, f in folders.items()}
+    assert not any(problems.values()), {rel: p for rel, p in problems.items() if p}
+    ranking = cli("ranking", "--db", db, "--milestone", milestone, "--size", size, "--json")
+    ranked = sorted(r["team"] for r in json.loads(ranking.stdout)["ranking"])
+    assert ranked == sorted(f.name for f in folders.values() if verdict(f).action == "rank")

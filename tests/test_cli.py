@@ -111,6 +111,19 @@ def test_bench_needs_one_of_its_benchmarks():
     assert help_.returncode == 0 and help_.stdout.splitlines() == usage
 
 
+def test_bench_gpu_network_precisions_and_layouts():
+    from ece408_op.cli.bench import _precisions
+    assert _precisions("fp16,bf16,tf32", "fp16,bf16") == (("fp16", "bf16", "tf32"), ("fp16", "bf16"))
+    assert _precisions("FP16, tf32", "all") == (("fp16", "tf32"), ("fp16", "tf32"))      # --channels-last alone
+    assert _precisions("", "") == ((), ())
+    # bad input: a precision that is none of the four, channels-last for a precision not asked for, or alone
+    for text, layouts, match in [("fp8", "", "unknown precision\\(s\\) fp8; choose from fp32, tf32, fp16, bf16"),
+                                 ("fp16", "bf16", "names precisions that --precision does not list"),
+                                 ("", "all", "names precisions that --precision does not list")]:
+        with pytest.raises(UsageError, match=match):
+            _precisions(text, layouts)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
 def test_bench_gpu_without_pytorch_is_one_line():
     # bad input: the GPU benchmark where PyTorch (its cuDNN baseline) is not installed
@@ -266,8 +279,8 @@ def test_init_restores_a_deleted_file_and_keeps_the_others(tmp_path):
     assert again.returncode == 1 and again.stderr.strip().endswith(f"init {tmp_path / 'team'} --restore)")
     restored = _module("init", tmp_path / "team", "--restore")
     assert restored.returncode == 0 and restored.stdout.strip() == f"Restored in {tmp_path / 'team'}: new-forward.py"
-    assert (tmp_path / "team" / "new-forward.py").read_bytes() == \
-        (ROOT / "ece408_op" / "team" / "template" / "new-forward.py").read_bytes()
+    from ece408_op.team.project import TEMPLATE
+    assert (tmp_path / "team" / "new-forward.py").read_bytes() == (TEMPLATE / "new-forward.py").read_bytes()
     assert (tmp_path / "team" / "launch.py").read_bytes() == mine
 
 

@@ -23,7 +23,7 @@ NEW = (14, 15, 16, 17, 18, 19)
 def test_new_versions_are_never_defaults_and_parse_by_name():
     for number in NEW:
         version = kernels.VERSIONS[number]
-        assert not version.defaultable and number not in choice.PREFERENCE
+        assert not version.defaultable and number not in choice.fallback_order()
         assert kernels.parse_version(version.name) == number == kernels.parse_version(f"v{number}")
     for shape in COURSE:
         assert kernels.default_version(shape) not in NEW

@@ -7,7 +7,6 @@ import subprocess
 import pytest
 
 from ece408_op import kernels
-from ece408_op.kernels import autotune
 from ece408_op.kernels.build import source_files
 from ece408_op.kernels.versions import version as version_module
 from conftest import ROOT as ROOT_DIR
@@ -249,7 +248,7 @@ def _ptxas(defines, arch, tmp_path):
 
 @pytest.mark.slow
 @needs_nvcc
-@pytest.mark.parametrize("case", [(0, {})] + [(0, o) for o in autotune.TILES[20][1:]] +
+@pytest.mark.parametrize("case", [(0, {})] + [(0, o) for o in kernels.VERSIONS[20].tune_tiles[1:]] +
                          [(i, {}) for i in range(1, len(V20_LAYERS))], ids=str)
 def test_v20_builds_its_wgmma_kernel_for_sm_90a_without_spills_or_serialisation(case, tmp_path):
     from ece408_op.kernels.build import feature_arch

@@ -26,8 +26,7 @@ SAMPLE = 40                            # images checked per large batch
 
 def autotune_tiles(number):
     """The autotuner's tile choices of a version besides its default."""
-    from ece408_op.kernels import autotune
-    return [t for t in autotune.TILES[number] if t]
+    return [t for t in kernels.VERSIONS[number].tune_tiles if t]
 
 
 def _data(shape, seed):
@@ -48,6 +47,8 @@ def test_every_version_runs_on_at_least_25_of_the_shapes():
     for number in kernels.VERSIONS:
         if number in (12, 13):        # 3x3 stride-1 layers of 16 channels or more only: WINOGRAD below;
             continue                  # depthwise (and one-channel) layers only: DEPTHWISE below
+        if "float32" not in kernels.VERSIONS[number].dtypes:
+            continue                  # half-precision data (v21, v22): tests/test_gpu_half.py
         runs = [s for s in SHAPES if kernels.VERSIONS[number].unsupported(kernels.ConvShape(*s[1:])) is None]
         assert len(runs) >= 25, f"v{number} supports only {len(runs)} test shapes"
 
@@ -477,7 +478,7 @@ def test_wgmma_refuses_what_it_cannot_run_in_one_line():
     assert "tile" in v20.unsupported(kernels.ConvShape(64, 8, 8, 64, 3), {"V20_WG": 4})
     assert v20.unsupported(kernels.ConvShape(64, 8, 8, 64, 3), {"V20_BK": 16, "V20_WG": 2}) is None
     # never a fallback (it exists on compute capability 9.0 only): the table or the autotuner choose it
-    assert 20 not in kernels.PREFERENCE
+    assert 20 not in kernels.fallback_order()
 
 
 def test_asking_for_wgmma_where_it_cannot_run_is_one_line():

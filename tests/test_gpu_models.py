@@ -12,7 +12,7 @@ require_mxnet("ece408_op.mx.inference")
 from ece408_op import kernels  # noqa: E402
 from ece408_op.conv import conv2d_forward_cpu  # noqa: E402
 from ece408_op.conv.fused import fused_reference_and_bound, pooled_shape  # noqa: E402
-from ece408_op.kernels.hostcopy import engine, records, pages  # noqa: E402
+from ece408_op.kernels.hostcopy import engine, host_memory, records  # noqa: E402
 
 MODES = engine.MODES
 # (B, C, H, W, M, K): y of 230 MB (the ring of 4 x 16 MB wraps), a C=12 course layer, one smaller than a page
@@ -28,7 +28,7 @@ def _misaligned(shape, offset=4, guard=4096):
     bytes, (start, end) of the array in them)."""
     nbytes = int(np.prod(shape)) * 4
     raw = np.empty(2 * guard + 4096 + nbytes, np.uint8)
-    start = guard + (offset - (pages.address(raw) + guard)) % 4096
+    start = guard + (offset - (host_memory.address(raw) + guard)) % 4096
     raw[:start] = 0xAB
     raw[start + nbytes:] = 0xAB
     return raw[start:start + nbytes].view(np.float32).reshape(shape), raw, (start, start + nbytes)

@@ -7,9 +7,8 @@ test_gpu_team_mx.py."""
 import numpy as np
 import pytest
 
-from conftest import ROOT
-from gpu_sources import (NO_SUCH_KERNEL, ONE_IMAGE_CU, REPLAY_CU, REPLAY_LAUNCH, TAMPER_CU, TAMPER_LAUNCH, TOO_BIG_GRID,
-                         TOO_MANY_THREADS, TOO_MUCH_SHARED)
+from gpu_sources import (BOUNDED_CU, NO_SUCH_KERNEL, ONE_IMAGE_CU, REPLAY_CU, REPLAY_LAUNCH, TAMPER_CU, TAMPER_LAUNCH,
+                         TOO_BIG_GRID, TOO_MANY_THREADS, TOO_MUCH_SHARED)
 from teams import team_project
 
 from ece408_op.team import checks
@@ -85,11 +84,7 @@ def test_plans_past_the_device_are_refused_in_one_line(gpu, tmp_path, launch, me
 
 
 def test_block_past_the_kernel_s_own_limit_is_refused(gpu, tmp_path):
-    team = team_project(tmp_path / "team", launch=TOO_MANY_THREADS,
-                        gpu=(ROOT / "ece408_op/team/template/new-forward.cu").read_text()
-                        .replace("#define TILE_WIDTH 16", "#define TILE_WIDTH 32").replace(
-                            'extern "C" __global__ void forward_kernel',
-                            'extern "C" __global__ void __launch_bounds__(256) forward_kernel'))
+    team = team_project(tmp_path / "team", launch=TOO_MANY_THREADS, gpu=BOUNDED_CU)
     with pytest.raises(Exception, match=r"has 1024 threads; this kernel allows at most 256"):
         _runtime_forward(gpu, team)
 

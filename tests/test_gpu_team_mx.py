@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, ranked_engine as engine, require_mxnet
+from conftest import ranked_engine as engine, require_mxnet
 
 require_mxnet()
 
@@ -17,9 +17,10 @@ from gpu_sources import ONE_IMAGE_CU, PRINTF_CU, REPLAY_CU, REPLAY_LAUNCH, TAMPE
 from teams import cli, reference_accuracies, team_project  # noqa: E402
 
 from ece408_op.grading.machine import gpu_name  # noqa: E402
+from ece408_op.tasks.conv import SOLUTIONS  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_name() is None, reason="no GPU (nvidia-smi lists none)")
-EXAMPLES = ROOT / "docs" / "team-examples"
+EXAMPLES = {p.name: p for p in sorted(SOLUTIONS.glob("correct/gpu-*"))}   # the task's correct GPU teams
 COURSE = re.compile(r"Loading fashion-mnist data\.\.\. done\nLoading model\.\.\. done\nNew Inference\n"
                     r"Op Time: \d+\.\d{6}\nCorrectness: (\S+) Model: (\S+)\n\Z")
 
@@ -41,12 +42,10 @@ def test_template_m3_final_and_profile(expected, tmp_path):
     assert profile.returncode == 0 and re.search(r"\sforward_kernel$", profile.stdout, re.M), profile.stdout
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir()))
-def test_worked_examples_are_correct_on_both_models(expected, tmp_path, example):
-    team = team_project(tmp_path / "team", gpu=(EXAMPLES / example / "new-forward.cu").read_text(),
-                        launch=(EXAMPLES / example / "launch.py").read_text())
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_worked_examples_are_correct_on_both_models(expected, example):
     for model in ("ece408-high", "ece408-low"):
-        out = cli("m3", model, 1000, "--team", team)
+        out = cli("m3", model, 1000, "--team", EXAMPLES[example])          # the solution folder, as it is
         assert out.returncode == 0, out.stderr
         match = COURSE.match(out.stdout)
         assert match and float(match[1]) == expected[model], out.stdout

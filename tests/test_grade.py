@@ -26,7 +26,7 @@ from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, 
                    cli, team_project)
 from test_sandbox import bubblewrap_missing, gone, processes_with
 
-from ece408_op.grading import grade, store as store_module
+from ece408_op.grading import grade, slurm_array, store as store_module
 from ece408_op.grading.store import Record, open_store
 
 SIZE = 100
@@ -640,23 +640,24 @@ def test_schema_is_migrated_on_first_use(backend, tmp_path, monkeypatch, request
 
 def test_sbatch_command_passes_gres_time_partition_account(tmp_path):
     plan = grade.Plan("final", 10000, tasks=[grade.Task(i, f"t{i}", "/x", "r", "h") for i in range(12)])
-    slurm = grade.SlurmOptions(partition="gpu", account="ece408", gres="gpu:1", time="00:20:00", max_parallel=4,
-                               extra=["--qos=class"])
-    argv = grade.sbatch_command(plan, tmp_path, slurm, "/usr/bin/python3")
+    slurm = slurm_array.SlurmOptions(partition="gpu", account="ece408", gres="gpu:1", time="00:20:00", max_parallel=4,
+                                     extra=["--qos=class"])
+    argv = slurm_array.sbatch_command(plan, tmp_path, slurm, "/usr/bin/python3")
     assert argv[:2] == ["sbatch", "--parsable"] and argv[-1] == str(tmp_path / "job.sh")
     assert {"--array=0-11%4", "--gres=gpu:1", "--time=00:20:00", "--partition=gpu", "--account=ece408",
             "--qos=class", f"--output={tmp_path}/logs/%a.out"} <= set(argv)
-    none = grade.sbatch_command(plan, tmp_path, grade.SlurmOptions(gres=None), "python")
+    none = slurm_array.sbatch_command(plan, tmp_path, slurm_array.SlurmOptions(gres=None), "python")
     assert not any(a.startswith("--gres") for a in none) and "--exclusive" not in argv
-    exclusive = grade.sbatch_command(plan, tmp_path, grade.SlurmOptions(gres=None, exclusive=True), "python")
+    exclusive = slurm_array.sbatch_command(plan, tmp_path, slurm_array.SlurmOptions(gres=None, exclusive=True),
+                                           "python")
     assert "--exclusive" in exclusive
-    script = grade.write_job_script(tmp_path, "/usr/bin/python3").read_text()
+    script = slurm_array.write_job_script(tmp_path, "/usr/bin/python3").read_text()
     assert f"export ECE408_SPOOL={tmp_path / 'spool'}\n" in script          # the work folder: shared with the nodes
 
 
 def test_slurm_time_format():
-    assert grade.slurm_seconds("00:30:00") == 1800 and grade.slurm_seconds("1-00:00:00") == 86400
-    assert grade.slurm_seconds("45") == 2700 and grade.slurm_seconds("2:30") == 150
+    assert slurm_array.slurm_seconds("00:30:00") == 1800 and slurm_array.slurm_seconds("1-00:00:00") == 86400
+    assert slurm_array.slurm_seconds("45") == 2700 and slurm_array.slurm_seconds("2:30") == 150
 
 
 def test_grade_bad_input_is_one_line(tmp_path):

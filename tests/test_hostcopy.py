@@ -12,14 +12,14 @@ from conftest import resident_pages
 from ece408_op.errors import GpuError
 from ece408_op.bench import memory
 from ece408_op.kernels.hostcopy import engine
-from ece408_op.kernels.hostcopy import pages
+from ece408_op.kernels.hostcopy import host_memory
 
 PAGE = mmap.PAGESIZE
 
 
 def fresh_mapping(nbytes):
     """Anonymous memory that was never touched (as MXNet's fresh output is)."""
-    area = pages.fresh_area(nbytes)
+    area = host_memory.fresh_area(nbytes)
     return area, ctypes.addressof(ctypes.c_char.from_buffer(area))
 
 
@@ -30,11 +30,11 @@ def fresh_mapping(nbytes):
     (5, 10, (PAGE, PAGE)),
 ])
 def test_inner_pages(addr, nbytes, want):
-    assert pages.inner_pages(addr, nbytes) == want
+    assert host_memory.inner_pages(addr, nbytes) == want
 
 
 def test_pieces_cover_the_range_once():
-    parts = pages.pieces(100, 100 + 10 * 7 + 3, 10)
+    parts = host_memory.pieces(100, 100 + 10 * 7 + 3, 10)
     assert parts[0] == (100, 10) and parts[-1] == (170, 3)
     assert sum(n for _, n in parts) == 73 and all(a + n == b for (a, n), (b, _) in zip(parts, parts[1:]))
 
@@ -44,12 +44,12 @@ def test_populate_faults_pages_in_and_keeps_contents():
     area, addr = fresh_mapping(nbytes)
     try:
         assert resident_pages(addr, nbytes) == 0
-        pages.populate(addr + 8 * PAGE, 16 * PAGE)
+        host_memory.populate(addr + 8 * PAGE, 16 * PAGE)
         assert resident_pages(addr + 8 * PAGE, 16 * PAGE) == 16
         assert resident_pages(addr + 24 * PAGE, 40 * PAGE) == 0     # nothing outside the range
-        view = pages.byte_view(addr, nbytes)
+        view = host_memory.byte_view(addr, nbytes)
         view[:] = np.arange(nbytes) % 251
-        pages.populate(addr, nbytes)                              # already there: contents kept
+        host_memory.populate(addr, nbytes)                              # already there: contents kept
         assert np.array_equal(view, np.arange(nbytes) % 251)
     finally:
         area.close()
@@ -57,12 +57,12 @@ def test_populate_faults_pages_in_and_keeps_contents():
 
 def test_populate_fallback_touch_keeps_contents(monkeypatch):
     # the path for kernels before 5.14 (no MADV_POPULATE_WRITE): one read-write per page
-    monkeypatch.setattr(pages, "populate_supported", [False])
+    monkeypatch.setattr(host_memory, "populate_supported", [False])
     area, addr = fresh_mapping(32 * PAGE)
     try:
-        view = pages.byte_view(addr, 32 * PAGE)
+        view = host_memory.byte_view(addr, 32 * PAGE)
         view[: 4 * PAGE] = 7
-        pages.populate(addr, 32 * PAGE)
+        host_memory.populate(addr, 32 * PAGE)
         assert resident_pages(addr, 32 * PAGE) == 32
         assert np.all(view[: 4 * PAGE] == 7) and not view[4 * PAGE:].any()
     finally:
@@ -72,8 +72,8 @@ def test_populate_fallback_touch_keeps_contents(monkeypatch):
 def test_advise_huge_accepts_aligned_ranges_and_skips_small_ones():
     area, addr = fresh_mapping(8 << 20)
     try:
-        assert pages.advise_huge(addr + 1, 100) is False          # no 2 MB-aligned inside: nothing asked
-        pages.advise_huge(addr, 8 << 20)                          # accepted or refused (no THP): never raises
+        assert host_memory.advise_huge(addr + 1, 100) is False          # no 2 MB-aligned inside: nothing asked
+        host_memory.advise_huge(addr, 8 << 20)                          # accepted or refused (no THP): never raises
     finally:
         area.close()
 
@@ -101,16 +101,16 @@ def test_fault_in_measures_private_memory_and_its_huge_pages():
 
 
 def test_copy_bytes_on_the_pool_is_exact_across_pieces(rng):
-    nbytes = 3 * pages.HOST_PIECE + 12345
+    nbytes = 3 * host_memory.HOST_PIECE + 12345
     src = rng.integers(0, 256, nbytes, dtype=np.uint8)
     area, addr = fresh_mapping(nbytes + PAGE)
     try:
         dst = addr + 3                                              # not page-aligned, like MXNet's arrays
-        futures = pages.copy_bytes(dst, pages.address(src), nbytes, fault_first=True)
+        futures = host_memory.copy_bytes(dst, host_memory.address(src), nbytes, fault_first=True)
         assert len(futures) == 4
-        pages.wait_all(futures)
-        assert np.array_equal(pages.byte_view(dst, nbytes), src)
-        assert pages.byte_view(addr, 3).tolist() == [0, 0, 0]    # nothing written before dst
+        host_memory.wait_all(futures)
+        assert np.array_equal(host_memory.byte_view(dst, nbytes), src)
+        assert host_memory.byte_view(addr, 3).tolist() == [0, 0, 0]    # nothing written before dst
     finally:
         area.close()
 

@@ -280,7 +280,8 @@ def test_the_client_reads_files_where_the_system_has_no_nofollow_or_nonblock(tmp
 WINDOWS_LACKS = "import sys\nfor m in ('fcntl', 'termios', 'resource', 'pwd', 'grp', 'pty', 'tty', 'syslog'):\n" \
                 "    sys.modules[m] = None\n"
 CLIENT_MODULES = ("ece408_op.cli", "ece408_op.cli.remote", "ece408_op.cli.login", "ece408_op.cli.jobs",
-                  "ece408_op.cli.teams", "ece408_op.cli.deadlines", "ece408_op.cli.init", "ece408_op.service.client")
+                  "ece408_op.cli.teams", "ece408_op.cli.deadlines", "ece408_op.cli.init", "ece408_op.service.client",
+                  "ece408_op.service.instructor_client", "ece408_op.service.roster")
 
 
 def test_the_client_imports_without_the_modules_windows_lacks():

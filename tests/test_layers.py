@@ -12,8 +12,9 @@ PACKAGE = ROOT / "ece408_op"
 ALLOWED = {
     "base": set(),                             # small helpers every layer may use (see BASE)
     "conv": {"conv"},
+    "tasks": {"conv", "tasks"},                # the course's task as a folder: its reference is conv's
     "kernels": {"conv", "kernels"},
-    "team": {"conv", "kernels", "team"},       # a team's forward: its process, plans, checks (no MXNet)
+    "team": {"conv", "tasks", "kernels", "team"},   # a team's forward: its process, plans, checks (no MXNet)
     "data": {"data"},
     "mx": {"conv", "kernels", "data", "team", "mx"},
     "torch": {"conv", "kernels", "torch"},      # the PyTorch front-end: no MXNet (needs PyTorch)
@@ -24,18 +25,21 @@ ALLOWED = {
     "cli": {"conv", "kernels", "data", "team", "mx", "grading", "selftest", "torch", "bench", "service", "cli"},
 }
 BASE = {"errors", "course", "console", "", "base"}   # leaves every layer may import (base/: small helpers)
-MXNET_FREE = ("base", "conv", "kernels", "team", "data", "grading", "selftest", "bench", "service", "cli")   # these
+MXNET_FREE = ("base", "conv", "tasks", "kernels", "team", "data", "grading", "selftest", "bench", "service", "cli")   # these
 # import mx lazily, but for the benchmark modules that import MXNet (cpu, zoo: through mx/) or PyTorch (network):
-IMPORTS_MXNET_OR_TORCH = {"bench/cpu.py", "bench/zoo.py", "bench/network.py"}
+IMPORTS_MXNET_OR_TORCH = {"bench/cpu.py", "bench/zoo.py", "bench/network_layers.py"}
 
 
-TEMPLATE = PACKAGE / "team" / "template"         # a team's files, copied by init: data, not modules
+def is_module(path):
+    """Whether the .py file ``path`` is a module of the package: its folder is a package (has an
+    __init__.py). A team's files (the task's template, its solutions) are data the harness reads."""
+    return (path.parent / "__init__.py").is_file()
 
 
 def _modules():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if len(rel.parts) > 1 and TEMPLATE not in path.parents:
+        if len(rel.parts) > 1 and is_module(path):
             yield rel.parts[0], path
 
 
@@ -138,6 +142,21 @@ def test_fetch_and_gpu_bench_commands_need_no_mxnet():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_clients_import_nothing_heavy():
+    # the team's and the instructor's clients run on a laptop: no NumPy, MXNet, Numba, PyCUDA or
+    # PyTorch, and none of the server's packages (FastAPI, Starlette, Jinja2, matplotlib...)
+    heavy = ("numpy", "mxnet", "numba", "pycuda", "torch", "fastapi", "starlette", "jinja2", "matplotlib", "anyio",
+             "uvicorn", "sse_starlette")
+    code = ("import sys\n"
+            "import ece408_op.service.client, ece408_op.service.instructor_client, ece408_op.service.roster\n"
+            "import ece408_op.cli.remote, ece408_op.cli.jobs, ece408_op.cli.login, ece408_op.cli.teams\n"
+            "import ece408_op.cli.deadlines\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n")
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
+
+
 def test_the_service_reaches_grading_through_one_module():
     # service/runs.py is the service's one door into grading/ and team/: a move of their modules
     # (the architecture step) then touches one file of the service
@@ -164,7 +183,7 @@ def _module_graph(package=PACKAGE):
 
     graph = {}
     for path in sorted(package.rglob("*.py")):
-        if TEMPLATE in path.parents:
+        if not is_module(path):
             continue
         edges = graph.setdefault(path, set())
         for node in ast.walk(ast.parse(path.read_text())):

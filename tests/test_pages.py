@@ -21,7 +21,8 @@ from pagekit import Runs, ranked_upload, record_of                           # n
 
 from ece408_op.service import pages as pages_module                        # noqa: E402
 from ece408_op.service import plots, sessions                              # noqa: E402
-from ece408_op.service.app import Service, Settings, make_app              # noqa: E402
+from ece408_op.service.app import make_app                                  # noqa: E402
+from ece408_op.service.state import Service, Settings                      # noqa: E402
 from ece408_op.service.db import Database                                  # noqa: E402
 from ece408_op.service.jobs import Rules                                   # noqa: E402
 from ece408_op.service.tokens import new_token                             # noqa: E402
@@ -164,6 +165,15 @@ def test_the_cookie_is_secure_over_tls(tmp_path):
         answer = k.browser().login(k.tokens["alpha"])
         cookie = [c for c in answer.headers.get_list("set-cookie") if c.startswith(sessions.COOKIE + "=")][0]
         assert "secure" in cookie.lower()
+
+
+def test_a_page_answers_head_as_get(klass):
+    anonymous, alpha = klass.browser(), klass.browser(klass.tokens["alpha"])
+    for browser, path, status in ((anonymous, "/login", 200), (anonymous, "/", 303), (alpha, "/", 200),
+                                  (alpha, "/team", 200), (anonymous, "/static/style.css", 200)):
+        answer = browser.request("HEAD", path)
+        assert answer.status_code == status and answer.content == b"", path
+        assert answer.status_code == browser.get(path).status_code, path
 
 
 def test_wrong_tokens_do_not_log_in_and_guessing_is_limited(klass):
@@ -371,7 +381,7 @@ def test_anonymised_names_each_team_sees_its_own(klass):
     with klass.http(klass.instructor) as http:
         assert "beta" in http.get("/api/ranking").text
     instructor.post("/admin/names", data={"csrf": instructor.csrf("/admin"), "names": "shown"})
-    klass.service.web._names = (0.0, None)
+    klass.service.rankings._names = (0.0, None)
     assert "beta" in alpha.get("/").text
 
 
@@ -570,6 +580,75 @@ def test_the_grade_rule():
     assert [grade(t, 0.1, 0.5) for t in (0.05, 0.1, 0.3, 0.5, 0.9, None)] == [100.0, 100.0, 50.0, 0.0, 0.0, 0.0]
 
 
+# ---------------------------------------------------------------------------- what a new student meets
+
+def brand_of(html):
+    """The header's brand line, as text."""
+    return " ".join(text_of(re.search(r'<(\w+)[^>]* class="brand"[^>]*>(.*?)</\1>', html, re.S).group(2)).split())
+
+
+def title_of(html):
+    return " ".join(text_of(re.search(r"<title>(.*?)</title>", html, re.S).group(1)).split())
+
+
+def test_each_page_names_itself_in_its_title_and_brand(klass):
+    job = klass.runs.run(klass.tokens["alpha"], [[0.01], [0.02]])
+    alpha, instructor = klass.browser(klass.tokens["alpha"]), klass.browser(klass.instructor)
+    pages = {"ranking": alpha.get("/").text, "team alpha": alpha.get("/team").text,
+             f"job {job[:8]}": alpha.get(f"/jobs/{job}").text, "instructor": instructor.get("/admin").text,
+             "log in": klass.browser().get("/login").text, "error 404": alpha.get("/jobs/" + "0" * 32).text}
+    for name, html in pages.items():
+        assert brand_of(html) == f"ECE 408 · {name}", name
+        assert title_of(html).startswith(name) and title_of(html).endswith(" · ECE 408"), (name, title_of(html))
+    assert title_of(pages["ranking"]) == "ranking m2, 100 images · ECE 408"
+
+
+def test_an_error_page_s_header_shows_who_is_logged_in(klass):
+    alpha, instructor = klass.browser(klass.tokens["alpha"]), klass.browser(klass.instructor)
+    for browser, path, status, who in ((alpha, "/jobs/" + "0" * 32, 404, 'href="/team">alpha</a>'),
+                                       (alpha, "/team?name=beta", 404, 'href="/team">alpha</a>'),
+                                       (alpha, "/admin", 403, 'href="/team">alpha</a>'),
+                                       (instructor, "/team?name=nobody", 404, 'href="/admin">instructor</a>')):
+        answer = browser.get(path)
+        header = answer.text.split("</header>")[0]
+        assert answer.status_code == status, path
+        assert who in header and "log out" in header and 'href="/login"' not in header, (path, header)
+    anonymous = klass.browser().post("/login", data={"login": "x", "token": "y"}, headers={"content-type": "text/plain"})
+    assert anonymous.status_code == 400 and 'href="/login">log in</a>' in anonymous.text.split("</header>")[0]
+
+
+def test_the_your_team_tag_never_wraps():
+    # at a phone's width the team's cell is narrow; the tag beside the name must stay one line
+    # (test_pages_browser.py looks at it in Chromium at 375 px)
+    css = (pages_module.site.HERE / "static" / "style.css").read_text()
+    rules = {m.group(1).strip(): m.group(2) for m in re.finditer(r"([^{}]+)\{([^}]*)\}", css)}
+    tag = rules[".tag"]
+    assert re.search(r"white-space:\s*nowrap", tag), tag
+
+
+def x_ticks(svg):
+    """The numbers under the x axis of a matplotlib SVG."""
+    axis = svg[svg.index('<g id="matplotlib.axis_1">'):svg.index('<g id="matplotlib.axis_2">')]
+    found = []
+    for text in re.findall(r"<text[^>]*>([^<]*)</text>", axis):
+        try:
+            found.append(float(text.replace("\u2212", "-")))
+        except ValueError:
+            pass                                                            # the axis's label
+    return found
+
+
+@pytest.mark.skipif(not plots.available(), reason="matplotlib is not installed")
+@pytest.mark.parametrize("runs", [1, 2, 7])
+def test_a_team_plot_counts_its_runs_in_whole_numbers(klass, runs):
+    for k in range(runs):
+        klass.runs.run(klass.tokens["alpha"], [[0.01 + k / 1000], [0.02]])
+    svg = klass.browser(klass.tokens["alpha"]).get("/team/plot.svg?milestone=m2&size=100").text
+    ticks = x_ticks(svg)
+    assert ticks and all(t == int(t) and 1 <= t <= runs for t in ticks), ticks
+    assert 1.0 in ticks
+
+
 # ---------------------------------------------------------------------------- on PostgreSQL, and the benchmark
 
 @pytest.mark.slow
@@ -613,5 +692,16 @@ def test_the_render_benchmark_runs(tmp_path):
 def test_the_pages_docstring_lists_every_page_route(klass):
     documented = {path.replace("{id}", "{job_id}")
                   for path in re.findall(r"(?:GET|POST)\s+(/[^\s,]*)", pages_module.__doc__)}
-    pages = {r.path for r in klass.client.app.routes if not r.path.startswith(("/api/", "/health", "/ready"))}
+    pages = {r.path for router in pages_module.ROUTERS for r in router.routes}
     assert pages - {"/static/{name}"} == documented
+    served = {r.path for r in served_routes(klass.client.app) if not r.path.startswith(("/api/", "/health", "/ready"))}
+    assert served == pages                                                  # no page outside the pages' routers
+
+
+def served_routes(app):
+    """The application's routes, those of included routers among them."""
+    found = []
+    for route in app.routes:
+        inner = getattr(route, "original_router", None)
+        found += served_routes(inner) if inner is not None else [route]
+    return found

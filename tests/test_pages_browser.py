@@ -298,6 +298,27 @@ def test_the_pages_work_without_javascript_and_on_a_phone(server, chromium):
         phone.close()
 
 
+def test_the_your_team_tag_stays_on_one_line_on_a_phone(server, chromium, tmp_path):
+    runs = runs_of(server)
+    long = "a-team-with-a-rather-long-name-for-a-phone"
+    tokens = server.add_teams(long, "beta")
+    runs.run(tokens[long], [[0.01], [0.02]])
+    runs.run(tokens["beta"], [[0.03], [0.04]])
+    phone = Watched(chromium, viewport={"width": 375, "height": 812}, is_mobile=True, has_touch=True)
+    try:
+        page = phone.login(server.url, tokens[long])
+        page.goto(server.url + "/")
+        page.wait_for_selector("#live-status:has-text('updated')")            # the live table in place
+        text, height, font = page.evaluate("() => { const e = document.querySelector('tr.own td.team .tag'); "
+                                           "return [e.textContent, e.getBoundingClientRect().height, "
+                                           "parseFloat(getComputedStyle(e).fontSize)]; }")
+        assert text == "your team"
+        page.locator("tr.own").screenshot(path=str(tmp_path / "own-row-375.png"))
+        assert height < 2 * font, f"the tag is {height} px high at 375 px: it wraps (font {font} px)"
+    finally:
+        phone.close()
+
+
 def test_the_service_runs_without_matplotlib(tmp_path):
     """serve where matplotlib cannot be imported (a finder refuses it, as on the GPU machine's kit):
     the pages work, the team page says there is no plot, the plot's address answers 404."""

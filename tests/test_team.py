@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, require_mxnet
+from conftest import require_mxnet
 from teams import EARLY_THREAD, FAKE_LINES, FORKS, PLAIN, REPLAY, cli, reference_accuracies, team_project
 
+from ece408_op.tasks.conv import SOLUTIONS
 from ece408_op.team import checks, lockdown, plan as team_plan, project
 from ece408_op.team.checks import CheckError, Layer
 from ece408_op.team.client import TeamError, TeamWorker
@@ -443,7 +444,7 @@ def test_template_kernels_compile_for_hopper(tmp_path):
         compile_kernels(broken, "sm_90")
 
 
-EXAMPLES = ROOT / "docs" / "team-examples"
+EXAMPLES = {p.name: p for p in sorted(SOLUTIONS.glob("correct/gpu-*"))}   # the task's correct GPU teams
 COURSE_LAYERS = [{"B": 10000, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5},      # 2017
                  {"B": 10000, "M": 16, "C": 6, "H": 30, "W": 30, "K": 5},      # 2018 conv2
                  {"B": 10000, "M": 24, "C": 12, "H": 33, "W": 33, "K": 5}]     # 2019 conv2
@@ -469,19 +470,18 @@ def test_grader_kernels_and_the_gpu_attack_kernels_compile_for_hopper(tmp_path):
 
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.iterdir()))
-def test_worked_examples_compile_and_plan_the_course_layers(tmp_path, example):
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_worked_examples_compile_and_plan_the_course_layers(example):
     import shutil
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
     from ece408_op.team.build import compile_kernels
-    team = team_project(tmp_path / "team", gpu=(EXAMPLES / example / "new-forward.cu").read_text(),
-                        launch=(EXAMPLES / example / "launch.py").read_text())
+    team = EXAMPLES[example]                 # the solution folder itself, as a team
     image = compile_kernels(team, "sm_90")
     with TeamWorker(team, "gpu") as worker:
         plans = [worker.plan(layer) for layer in COURSE_LAYERS]
     for plan in plans:
         assert all(step.name.encode() in image for step in plan.kernels)
     kinds = {type(s).__name__ for p in plans for s in p.steps}
-    assert ("ConstantStep" in kinds) == (example == "constant")
-    assert bool(plans[0].workspaces) == (example == "unroll")
+    assert ("ConstantStep" in kinds) == (example == "gpu-constant")
+    assert bool(plans[0].workspaces) == (example == "gpu-unroll")

@@ -162,11 +162,28 @@ def test_attributes_changed_after_a_call_take_effect():
     _changed_after_a_call("cpu")
 
 
-def test_only_float32():
+def test_only_float32_on_the_cpu():
     # bad input: a float64 module and input
     conv = Conv2d(3, 5, 3).double().eval()
     with torch.no_grad(), pytest.raises(TypeError, match="float32 only"):
         conv(torch.rand(1, 3, 9, 9, dtype=torch.float64))
+    # bad input: half precision on the CPU (the CUDA path's), one line naming what runs where
+    for dtype in (torch.float16, torch.bfloat16):
+        with torch.no_grad(), pytest.raises(TypeError, match=r"^ece408_op computes float32 only on the CPU, got "):
+            Conv2d(3, 5, 3).eval().to(dtype)(torch.rand(1, 3, 9, 9, dtype=dtype))
+    # bad input: a half-precision input for a float32 module (PyTorch's RuntimeError and wording)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="should be the same"):
+        Conv2d(3, 5, 3).eval()(torch.rand(1, 3, 9, 9, dtype=torch.float16))
+
+
+def test_channels_last_on_the_cpu_returns_channels_last():
+    original, ours, x = _pair((2, 8, 10, 10), dict(in_channels=8, out_channels=6, kernel_size=3, padding=1))
+    cl = x.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        y = ours(cl)
+        want = original(cl)
+    assert y.is_contiguous(memory_format=torch.channels_last) and y.stride() == want.stride()
+    _check(y, *_reference(original, x), what="CPU channels-last")
 
 
 def test_forward_only():
@@ -190,7 +207,7 @@ def test_the_front_end_imports_without_mxnet():
     import subprocess
 
     from conftest import ROOT, python_command
-    code = ("import sys; sys.modules['mxnet'] = None\nimport ece408_op.torch, ece408_op.bench.network, "
+    code = ("import sys; sys.modules['mxnet'] = None\nimport ece408_op.torch, ece408_op.bench.network_layers, "
             "ece408_op.torch.nets\nassert sys.modules['mxnet'] is None\n")
     result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
@@ -249,14 +266,10 @@ def test_cuda_empty_batch(cuda):
 def test_no_copies_one_allocation_per_call(cuda):
     conv = Conv2d(64, 64, 3, padding=1).to(cuda).eval()
     x = torch.rand(8, 64, 28, 28, device=cuda)
+    from conftest import allocations_per_calls
     with torch.inference_mode():
-        conv(x)
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_stats(cuda)["allocation.all.allocated"]
-        for _ in range(10):
-            y = conv(x)
-        after = torch.cuda.memory_stats(cuda)["allocation.all.allocated"]
-    assert after - before == 10                                   # y alone: x, the weight, the bias read in place
+        count, y = allocations_per_calls(torch, cuda, lambda: conv(x))
+    assert count == 10                                            # y alone: x, the weight, the bias read in place
     want = F.conv2d(x.double(), conv.weight.double(), conv.bias.double(), padding=1)
     assert torch.allclose(y.double(), want, rtol=1e-4, atol=1e-4)
 

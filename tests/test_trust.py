@@ -57,7 +57,7 @@ def probe_source(paths):
     """The template's own forward, and at import a scan of everything the team process can reach:
     the ``paths`` named (each opened), and a walk of the whole file system for test images,
     models, databases and other teams' files. Prints one line: PROBE <json>."""
-    return (ROOT / "ece408_op/team/template/new-forward.py").read_text() + f'''
+    return (ROOT / "ece408_op/tasks/conv/template/new-forward.py").read_text() + f'''
 
 def _probe():
     import json, os
@@ -407,7 +407,7 @@ def test_team_is_a_folder_and_the_record_is_named_after_it(tmp_path):
 
 
 def test_a_numba_error_names_numba_s_reason_and_the_team_s_line(tmp_path):
-    source = (ROOT / "ece408_op/team/template/new-forward.py").read_text()
+    source = (ROOT / "ece408_op/tasks/conv/template/new-forward.py").read_text()
     first = next(i for i, line in enumerate(source.splitlines(), 1) if line.strip().startswith("weight = "))
     team = team_project(tmp_path / "team", cpu=source.replace("weight = k[", "weight = undefined_name + k[", 1))
     out = cli("m2", SIZE, "--team", team)
@@ -435,7 +435,8 @@ def test_ctrl_c_stops_a_local_milestone_in_one_line(tmp_path):
                             env={**os.environ, "ECE408_MODEL_DIR": str(ROOT / "models")})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:                      # until the team process runs the forward
-        kids = subprocess.run(["pgrep", "-f", "ece408_op.team.worker"], capture_output=True, text=True).stdout.split()
+        kids = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "ece408_op.team.worker"],   # this run's own
+                              capture_output=True, text=True).stdout.split()
         if any(_running(int(pid)) for pid in kids):
             break
         time.sleep(0.2)

@@ -7,13 +7,15 @@
     suite.py       every layer and batch, ratio tables, plots -> defaults.json  (bench gpu --suite)
     tiles.py       the versions' tile sweep                                     (bench gpu --suite --tiles)
     coursemap.py   the course's optimisation list: v14-v19, ECE408_STREAMS      (bench gpu --course-map)
-    network.py     real networks' convolutions through ece408_op.torch          (bench gpu --network)
+    network_layers.py  real networks' convolutions through ece408_op.torch, layer by layer; the hot path,
+                   the autotuner's check                                        (bench gpu --network)
+    whole_networks.py  whole networks: cold start, steady state, torch.compile  (bench gpu --network)
     precompile.py  every module they load, built without a GPU                  (bench gpu --precompile)
     ncu.py         Nsight Compute over a command                                (m3 --ncu)
     memory.py      the host link and fresh host memory                          (bench memory, --profile)
     cpu.py         ece408_conv (CPU) against MXNet's built-in; a call's fixed cost (bench cpu, overhead)
     zoo.py         the model zoo, original against swapped                      (bench zoo)
 
-cpu.py and zoo.py import MXNet, network.py PyTorch, when they are imported; the others import neither
+cpu.py and zoo.py import MXNet, network_layers.py PyTorch, when they are imported; the others import neither
 until they run.
 """

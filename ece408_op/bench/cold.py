@@ -1,5 +1,5 @@
 """A first forward in a fresh process: the child ``bench gpu --network`` starts for each network's cold
-start (issue 35), with the GPU cache folder it is given (empty for a cold start, filled for a warm one).
+start, with the GPU cache folder it is given (empty for a cold start, filled for a warm one).
 
     python -m ece408_op.bench.cold --net resnet50 --batch 64 --then 1 --mode ours --cache DIR [--profile]
 
@@ -10,7 +10,8 @@ cudnn``: the same network unswapped, cuDNN in benchmark mode with TF32 off (its 
 ``--profile``: where the ours-mode first forward went (cProfile on this thread: nvcc builds, in
 parallel threads, count as the wall time this thread waited for them), by the kernel layer's functions.
 Runs as a plain script too (``python ece408_op/bench/cold.py ...``) against another checkout's package on
-PYTHONPATH: it imports nothing of the package that the commit before issue 35 lacked.
+PYTHONPATH (an older one, whose cold start it measures the same way): it imports only ``ece408_op.torch``
+(``swap_convolutions``, ``nets``), what such a checkout has too.
 """
 import argparse
 import json
@@ -18,7 +19,7 @@ import os
 import sys
 import time
 
-# The nine networks of issue 35 (torchvision's, random weights): name -> (torchvision builder, input size)
+# The networks whose first forward is timed (torchvision's, random weights): name -> (torchvision builder, input size)
 NETWORKS = {"resnet50": ("resnet50", 224), "mobilenet_v2": ("mobilenet_v2", 224), "efficientnet_b0": ("efficientnet_b0", 224),
             "convnext_tiny": ("convnext_tiny", 224), "resnext50": ("resnext50_32x4d", 224),
             "densenet121": ("densenet121", 224), "inception_v3": ("inception_v3", 299), "resnet18": ("resnet18", 224),

@@ -2,7 +2,7 @@
 
     python -m ece408_op.bench.convshare [--nets convnext_tiny:64,densenet121:64,resnet18:1] [--repeats 20]
 
-For each network of issue 35 (``bench/cold.py``'s NETWORKS, random weights, seed 408) at its batch: the
+For each network of ``bench/cold.py``'s NETWORKS (random weights, seed 408) at its batch: the
 network unswapped with cuDNN fp32 (TF32 off, benchmark mode) and swapped (``ece408_op.torch``), CUDA
 events recorded before and after every ``nn.Conv2d`` (their sum: the convolutions' milliseconds) and the
 network's milliseconds per forward timed again without the events. One line per network: the

@@ -120,10 +120,6 @@ def cpu_row(name, r):
             f"{r['ratio_call']:.2f} | {r['ratio_op_time']:.2f} | {r['ratio_fresh_output']:.2f} |")
 
 
-def cpu_table(result):
-    return "\n".join(CPU_TABLE_HEAD + [cpu_row(name, r) for name, r in result["layers"].items()])
-
-
 def cpu_png(result, path):
     """Each layer's whole call and Op Time over the built-in's (a bar chart, the targets as lines)."""
     import matplotlib

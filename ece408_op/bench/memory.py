@@ -12,7 +12,7 @@ import numpy as np
 
 from ..kernels.device import GpuDevice
 from ..kernels.hostcopy.engine import HUGEPAGES_ENV
-from ..kernels.hostcopy.pages import SLOT_BYTES, address, advise_huge, copy_bytes, fresh_area, pieces, pool, populate, wait_all
+from ..kernels.hostcopy.host_memory import SLOT_BYTES, address, advise_huge, copy_bytes, fresh_area, pieces, pool, populate, wait_all
 
 
 def measure_link(device=None, nbytes=256 << 20, repeats=5):

@@ -1,6 +1,6 @@
-"""The layer's sizes as a kernel argument against sizes as #defines (issue 35): kernel time of v8, v9, v13 and
-v20 (their default tile for the layer) built three ways, on the distinct layers of a network: per shape
-(``$ECE408_STATIC_SIZES=1``, nvcc: the modules before issue 35), one module per tile built by NVRTC, and
+"""The layer's sizes as a kernel argument against sizes as #defines: kernel time of v8, v9, v13 and v20
+(their default tile for the layer) built three ways, on the distinct layers of a network: per shape
+(``$ECE408_STATIC_SIZES=1``, nvcc: a module per layer shape), one module per tile built by NVRTC, and
 the same by nvcc. Back to back (a network's way), the three taking turns within each repeat; median.
 
     python -m ece408_op.bench.sizes [--nets resnet50,mobilenet_v2] [--batch 64] [--repeats 15] [--json FILE]

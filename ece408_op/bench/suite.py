@@ -1,5 +1,5 @@
-"""The GPU benchmark suite: every layer of the course models and of the real networks named in the
-issue, at several batch sizes, every relevant version against cuDNN (fp32, TF32 off, through
+"""The GPU benchmark suite: every layer of the course models and of the real networks it names
+(``LAYERS``), at several batch sizes, every relevant version against cuDNN (fp32, TF32 off, through
 PyTorch) in the same run; ratios to cuDNN and to the limit that binds (the memory floor or the
 FP32 compute peak); JSON/CSV, three plots; and the table of default versions per shape class,
 recorded with the device's name (``defaults.json``, read by ``kernels.choice.default_version``).

@@ -263,12 +263,12 @@ def suite_command(args):
 
 
 def network_command(argv):
-    """``bench gpu --network``: real networks' convolutions through ece408_op.torch (bench/network.py)."""
-    from ..bench import network
+    """``bench gpu --network``: real networks' convolutions through ece408_op.torch (bench/network_layers.py)."""
+    from ..bench import network_layers
     from ..bench.cold import NETWORKS as WHOLE
     from ..torch.nets import NETWORKS
-    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=network.__doc__.splitlines()[0],
-                                     allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network",
+                                     description=network_layers.__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--network", action="store_true")
     parser.add_argument("--nets", default=",".join(NETWORKS),
                         help=f"per-layer tables: comma-separated, of {', '.join(NETWORKS)} ('' for none)")
@@ -282,6 +282,11 @@ def network_command(argv):
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--autotune-check", choices=("none", "new", "suite"), default="new",
                         help="re-measure the autotuner's candidates on new layers (and the suite's: 'suite')")
+    parser.add_argument("--precision", default="",
+                        help="the whole networks in these precisions, ours against cuDNN in the same (comma-separated "
+                             "of fp32, tf32, fp16, bf16; default: the fp32/TF32 steady state)")
+    parser.add_argument("--channels-last", nargs="?", const="all", default="",
+                        help="channels-last networks and inputs: for every --precision, or those listed")
     parser.add_argument("--no-hot-path", action="store_true")
     parser.add_argument("--out", default="bench-gpu")
     args = parser.parse_args(argv)
@@ -304,9 +309,26 @@ def network_command(argv):
         batches = ()
     if not batches or min(batches) < 1:
         raise UsageError(f"--batches {args.batches!r}: give positive batch sizes, e.g. 64,1")
-    return network.run(names, whole, args.repeats, args.autotune_check, not args.no_hot_path, args.out,
-                       "python -m ece408_op bench gpu " + shlex.join(argv), batches=batches, cold=not args.no_cold,
-                       compile_names=compiled, compile_batch=args.compile_batch, profile=args.profile_cold)
+    precisions, channels_last = _precisions(args.precision, args.channels_last)
+    return network_layers.run(names, whole, args.repeats, args.autotune_check, not args.no_hot_path, args.out,
+                              "python -m ece408_op bench gpu " + shlex.join(argv), batches=batches,
+                              cold=not args.no_cold, compile_names=compiled, compile_batch=args.compile_batch,
+                              profile=args.profile_cold, precisions=precisions, channels_last=channels_last)
+
+
+def _precisions(text, channels_last):
+    """(precisions, those run channels-last) from --precision and --channels-last; UsageError for a name
+    that is none of bench/precisions.py's, or channels-last without a precision."""
+    from ..bench.precisions import PRECISIONS
+    precisions = tuple(dict.fromkeys(p.strip().lower() for p in text.split(",") if p.strip()))
+    layouts = precisions if channels_last == "all" else tuple(p.strip().lower() for p in channels_last.split(",")
+                                                             if p.strip())
+    unknown = sorted(set(precisions + layouts) - set(PRECISIONS))
+    if unknown:
+        raise UsageError(f"unknown precision(s) {', '.join(unknown)}; choose from {', '.join(PRECISIONS)}")
+    if set(layouts) - set(precisions) or channels_last and not precisions:
+        raise UsageError("--channels-last names precisions that --precision does not list")
+    return precisions, layouts
 
 
 def precompile_command(argv):

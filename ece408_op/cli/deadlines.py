@@ -19,13 +19,13 @@ def command(argv):
     for p in sub.choices.values():
         add_client_options(p)
     args = parser.parse_args(argv)
-    from ..service import client
+    from ..service import instructor_client
     c = instructor_connect(args)
     if args.action == "set":
-        return client.set_deadline(c, args.milestone, args.time)
+        return instructor_client.set_deadline(c, args.milestone, args.time)
     if args.action == "clear":
-        return client.set_deadline(c, args.milestone, None)
-    return client.list_deadlines(c)
+        return instructor_client.set_deadline(c, args.milestone, None)
+    return instructor_client.list_deadlines(c)
 
 
 def main(argv):

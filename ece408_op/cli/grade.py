@@ -3,7 +3,7 @@ Slurm job array (or ``--local``: a pool of local processes), then print the rank
 import os
 from dataclasses import asdict
 
-from ..grading import grade
+from ..grading import grade, slurm_array
 from ..grading.names import printable, shown
 from ..grading.ranking import ranking_report
 from ..course import GPU_RANKED as GPU_MILESTONES, RANKED as MILESTONES
@@ -55,10 +55,10 @@ def command(argv):
     check_size(parser, args.size)
     check_repeats(parser, args.repeats)
     try:
-        time_limit = grade.slurm_seconds(args.time)
+        time_limit = slurm_array.slurm_seconds(args.time)
     except ValueError:
         parser.error(f"--time {args.time!r}: use [days-]hours:minutes:seconds, e.g. 00:30:00")
-    if not args.local and not grade.has_slurm():
+    if not args.local and not slurm_array.has_slurm():
         parser.error("sbatch/squeue not found: grading through Slurm needs Slurm's commands; use --local to grade here")
     if args.local and args.milestone in GPU_MILESTONES:
         _check_gpu(args.milestone)                  # before any record or work folder
@@ -88,11 +88,11 @@ def command(argv):
             if args.local:
                 settled = grade.run_local(plan, workdir, store, args.jobs, time_limit, args.python)
             else:
-                slurm = grade.SlurmOptions(args.partition, args.account,
+                slurm = slurm_array.SlurmOptions(args.partition, args.account,
                                            None if args.gres.lower() in ("", "none") else args.gres,
                                            args.time, args.cpus_per_task, args.max_parallel, args.sbatch_arg,
                                            exclusive=args.milestone == "m2" and not args.share_nodes)
-                _, settled = grade.run_slurm(plan, workdir, store, slurm, args.python)
+                _, settled = slurm_array.run_slurm(plan, workdir, store, slurm, args.python)
             if settled.waiting:
                 print(f"{len(settled.waiting)} record(s) of this grade wait in the spool {settled.folder}; the next "
                       f"command that opens {describe(store.url)} stores them (python -m ece408_op ranking)")

@@ -1,4 +1,4 @@
-"""``python -m ece408_op init DIR``: a team project from the template (team/template/)."""
+"""``python -m ece408_op init DIR``: a team project from the task's template (tasks/conv/template/)."""
 from ..team import project
 from .errors import ArgumentParser, run
 

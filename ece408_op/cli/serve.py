@@ -8,7 +8,8 @@ from .errors import ArgumentParser, run
 
 def command(argv):
     from ..grading.sandbox import ENGINES
-    from ..service.app import Settings
+    from ..service.guard import HEADER_SECONDS
+    from ..service.state import Settings
     from ..service.jobs import Rules
     from ..service.paths import default_db, default_state_dir
     from ..service.server import DEFAULT_PORT, ServeOptions, serve
@@ -61,6 +62,9 @@ def command(argv):
     parser.add_argument("--slurm-time", default="01:00:00", metavar="D-HH:MM:SS", help="--slurm: each job's limit")
     parser.add_argument("--slurm-max-jobs", type=count, default=8, metavar="N",
                         help="--slurm: this service's worker jobs in Slurm at once (default 8)")
+    parser.add_argument("--header-timeout", type=positive, default=HEADER_SECONDS, metavar="SECONDS",
+                        help=f"close a connection whose request headers have not all arrived in this time (default "
+                             f"{HEADER_SECONDS:g})")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     background = parser.add_mutually_exclusive_group()
     background.add_argument("--detach", action="store_true",
@@ -99,7 +103,7 @@ def command(argv):
                            state_dir=args.state_dir,
                            instructor_token_file=args.instructor_token_file, workers=args.workers,
                            worker_args=worker_args, settings=settings, forwarded_allow_ips=args.forwarded_allow_ips,
-                           log_level=args.log_level, slurm=slurm)
+                           header_seconds=args.header_timeout, log_level=args.log_level, slurm=slurm)
     return serve(options)
 
 

@@ -43,19 +43,20 @@ def command(argv):
     for p in sub.choices.values():
         add_client_options(p)
     args = parser.parse_args(argv)
-    from ..service import client
+    from ..service import instructor_client
+    from ..service.roster import roster_names
     c = instructor_connect(args)
     if args.action == "add":
-        return client.add_teams(c, args.names, token_dir=args.token_dir)
+        return instructor_client.add_teams(c, args.names, token_dir=args.token_dir)
     if args.action == "import":
-        return client.add_teams(c, client.roster_names(args.roster), skip_existing=True, token_dir=args.token_dir)
+        return instructor_client.add_teams(c, roster_names(args.roster), skip_existing=True, token_dir=args.token_dir)
     if args.action == "list":
-        return client.list_teams(c)
+        return instructor_client.list_teams(c)
     if args.action == "revoke":
-        return client.revoke_team(c, args.name)
+        return instructor_client.revoke_team(c, args.name)
     if args.action == "rotate":
-        return client.rotate_team(c, args.name, args.token_dir)
-    return client.worker_token(c, args.name, args.out)
+        return instructor_client.rotate_team(c, args.name, args.token_dir)
+    return instructor_client.worker_token(c, args.name, args.out)
 
 
 def main(argv):

@@ -8,7 +8,10 @@ run as processes, in a sandbox).
     channel.py     the socket the measuring process reports on (never the printed text)
     runner.py      development runs of rai_build.yml; ranked runs (--submit): build, measure, record
     transcript.py  "* Running <command>" and the runner's lines; a model's figures
-    store.py       records in SQLite or PostgreSQL, one schema, migrated on first use; retries, spool
+    record.py      a run's record: one row of the runs table, its insert, the errors of storing it
+    spool.py       records waiting for their database: retries, the spool folder, delivery
+    store.py       records in SQLite or PostgreSQL, one schema, migrated on first use
     ranking.py     the course's ranking: fastest valid total Op Time, one row per team
-    grade.py       a whole class: one Slurm job array (or a local process pool), progress, fall-backs
+    grade.py       a whole class: its plan and tasks, a local process pool, progress, fall-backs
+    slurm_array.py a whole class as one Slurm job array
 """

@@ -3,8 +3,9 @@
 ``grade(...)`` lists the team folders (one per team, its name the team's), skips teams whose
 submission (content hash) already has a record measured with the same options (``options_key``:
 milestone, size, models, hidden model, repeats, engine), writes the tasks to
-``<workdir>/tasks.json`` and runs them: as ONE Slurm job array (``sbatch --array``; one GPU, or a
-whole node for m2, and a time limit per task) or, with ``--local``, in a pool of local processes.
+``<workdir>/tasks.json`` and runs them: as ONE Slurm job array (``slurm_array.py``: one GPU, or a
+whole node for m2, and a time limit per task) or, with ``--local``, in a pool of local processes
+(``run_local``, here).
 Each task (``grade --run-task``) stores its own record, under an id chosen here; where the
 database does not take it, the record waits in ``<workdir>/spool`` (``$ECE408_SPOOL`` of the
 tasks: the work folder is shared with the nodes) and grade stores it. A task that ends with
@@ -15,7 +16,6 @@ doubled or replaced: a measured run never turns into ``error`` or ``killed``.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,8 +36,9 @@ from .request import Options, SubmitRequest
 from .runner import submit, team_digest
 from .transcript import Transcript
 from .sandbox import Limits, SandboxError, choose_engine, open_sandbox
-from .store import (DB_ENV, SPOOL_ENV, Record, SpooledError, StoreError, move_spool, spool, spool_dir,
-                    spooled_files, spooled_record, warn)
+from .record import Record, SpooledError, StoreError
+from .spool import SPOOL_ENV, move_spool, spool, spool_dir, spooled_files, spooled_record
+from .store import DB_ENV, POSTGRES_PREFIXES, warn
 
 TASKS_FILE = "tasks.json"
 SPOOL_FOLDER = "spool"             # <workdir>/spool: the tasks' $ECE408_SPOOL
@@ -91,18 +92,6 @@ class Plan:
 
     def options_key(self):
         return options_key(self.run_options())
-
-
-@dataclass
-class SlurmOptions:
-    partition: str = None
-    account: str = None
-    gres: str = "gpu:1"              # None: no gres (a CPU cluster)
-    time: str = "00:30:00"
-    cpus_per_task: int = 1
-    max_parallel: int = None         # --array=0-N%max_parallel
-    extra: list = field(default_factory=list)
-    exclusive: bool = False          # --exclusive: one task per node (m2: a CPU timing shares no core)
 
 
 @dataclass
@@ -336,7 +325,7 @@ class Watch:
         return {**self.spooled, **self.stored}
 
 
-def _counts(watch, plan, running_ids, ended_ids):
+def task_counts(watch, plan, running_ids, ended_ids):
     statuses = watch.poll()
     done = sum(1 for s in statuses.values() if s == "ok")
     failed = len(statuses) - done
@@ -395,19 +384,6 @@ def task_command(python, tasks_file, index=None):
     return argv + (["--task-index", str(index)] if index is not None else [])
 
 
-def slurm_seconds(text):
-    """Slurm's time format ([days-]hours:minutes:seconds, minutes:seconds, minutes) in seconds."""
-    days, _, rest = text.rpartition("-")
-    parts = [float(p) for p in rest.split(":")]
-    if not parts or len(parts) > 3:
-        raise ValueError(text)
-    if len(parts) == 1:
-        seconds = parts[0] * 60
-    else:
-        seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
-    return seconds + (float(days) * 86400 if days else 0)
-
-
 def run_local(plan, workdir, store, jobs, time_limit, python=None, progress=None, poll=0.5):
     """Run every task in a pool of ``jobs`` local processes, each stopped (SIGTERM, then SIGKILL)
     past ``time_limit`` seconds; then ``settle``. Returns Settled."""
@@ -449,121 +425,14 @@ def run_local(plan, workdir, store, jobs, time_limit, python=None, progress=None
         while not all(f.done() for f in futures):
             with lock:
                 busy, gone = set(running), set(ended)
-            progress.show(*_counts(watch, plan, busy, gone)[:4])
+            progress.show(*task_counts(watch, plan, busy, gone)[:4])
             time.sleep(poll)
         whys = {task.record_id: why for task, why in (f.result() for f in futures)}
     from .sandbox import clean_stale
     clean_stale(plan.scratch_parent)             # what tasks killed past their time limit left (a /build tmpfs)
     settled = settle(plan, workdir, watch, lambda task: whys.get(task.record_id))
-    progress.show(*_counts(watch, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
+    progress.show(*task_counts(watch, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
     return settled
-
-
-# ---------------------------------------------------------------------------- Slurm
-
-def _slurm(argv, what, timeout=60):
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError as exc:
-        raise GradeError(f"{argv[0]} not found: {what} needs Slurm's commands on PATH (or use --local)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise GradeError(f"{argv[0]} did not answer in {timeout} s; is slurmctld running?") from exc
-    return out
-
-
-def sbatch_command(plan, workdir, slurm, python):
-    """The sbatch command line of the job array (one task per team)."""
-    n = len(plan.tasks)
-    array = f"0-{n - 1}" + (f"%{slurm.max_parallel}" if slurm.max_parallel else "")
-    argv = ["sbatch", "--parsable", "--job-name=ece408-grade", f"--array={array}",
-            f"--output={workdir / 'logs' / '%a.out'}", f"--time={slurm.time}",
-            f"--cpus-per-task={slurm.cpus_per_task}", "--export=ALL", f"--chdir={workdir}"]
-    if slurm.exclusive:
-        argv.append("--exclusive")
-    if slurm.gres:
-        argv.append(f"--gres={slurm.gres}")
-    if slurm.partition:
-        argv.append(f"--partition={slurm.partition}")
-    if slurm.account:
-        argv.append(f"--account={slurm.account}")
-    return argv + list(slurm.extra) + [str(workdir / "job.sh")]
-
-
-def write_job_script(workdir, python):
-    """job.sh: each array task grades the team of index $SLURM_ARRAY_TASK_ID, its record spooled
-    into the work folder (shared with the login node) where the database does not take it."""
-    path = workdir / "job.sh"
-    command = " ".join(_shell_quote(a) for a in task_command(python, workdir / TASKS_FILE))
-    path.write_text("#!/bin/bash\n# One task of an ece408_op grading job array: the team of index "
-                    "$SLURM_ARRAY_TASK_ID in tasks.json.\n"
-                    f"export {SPOOL_ENV}={_shell_quote(str(workdir / SPOOL_FOLDER))}\n"
-                    f"exec {command} --task-index \"$SLURM_ARRAY_TASK_ID\"\n")
-    path.chmod(0o755)
-    return path
-
-
-def _shell_quote(text):
-    import shlex
-    return shlex.quote(text)
-
-
-def squeue_states(job_id):
-    """{array index: Slurm state code} of the job's tasks still known to squeue (PD, R, CG...)."""
-    out = _slurm(["squeue", "-h", "-r", "-j", str(job_id), "-o", "%K %t"], "grade")
-    if out.returncode != 0:
-        if "Invalid job id" in out.stderr:
-            return {}
-        raise GradeError(f"squeue failed: {(out.stderr.strip().splitlines() or ['no reason given'])[0]}")
-    states = {}
-    for line in out.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit():
-            states[int(parts[0])] = parts[1]
-    return states
-
-
-def run_slurm(plan, workdir, store, slurm, python=None, progress=None, poll=2.0, on_submit=None):
-    """Submit ONE job array and wait for it with a progress bar; then ``settle``. Returns
-    (job id, Settled)."""
-    python = python or sys.executable
-    write_job_script(workdir, python)
-    out = _slurm(sbatch_command(plan, workdir, slurm, python), "grade")
-    if out.returncode != 0:
-        reason = (out.stderr.strip().splitlines() or ["no reason given"])[-1]
-        raise GradeError(f"sbatch refused the job array: {reason}")
-    job_id = out.stdout.strip().split(";")[0]
-    print(f"Submitted job array {job_id} ({len(plan.tasks)} tasks); logs in {workdir / 'logs'}", file=sys.stderr)
-    if on_submit is not None:
-        on_submit(job_id)
-    progress = progress or Progress(len(plan.tasks))
-    watch = Watch(store, plan, workdir / SPOOL_FOLDER)
-    by_index = {t.index: t for t in plan.tasks}
-    failures = 0
-    while True:
-        try:
-            states = squeue_states(job_id)
-            failures = 0
-        except GradeError:
-            failures += 1
-            if failures >= 5:
-                raise
-            time.sleep(poll)
-            continue
-        running_ids = {by_index[i].record_id for i, s in states.items() if s != "PD" and i in by_index}
-        pending_ids = {by_index[i].record_id for i, s in states.items() if s == "PD" and i in by_index}
-        ended = {t.record_id for t in plan.tasks} - running_ids - pending_ids
-        waiting, running, done, failed, _ = _counts(watch, plan, running_ids, ended)
-        progress.show(len(pending_ids), running, done, failed)
-        if not states:
-            break
-        time.sleep(poll)
-
-    def why(task):
-        return (f"Slurm job {job_id}_{task.index} ended without one: cancelled, time limit, out of memory or "
-                "node failure")
-    settled = settle(plan, workdir, watch, why)
-    progress.show(*_counts(watch, plan, set(), {t.record_id for t in plan.tasks})[:4], final=True)
-    return job_id, settled
 
 
 # ---------------------------------------------------------------------------- what an instructor is told
@@ -631,13 +500,8 @@ def new_workdir(submissions, workdir=None):
     return workdir
 
 
-def has_slurm():
-    return shutil.which("sbatch") is not None and shutil.which("squeue") is not None
-
-
 def export_db(url):
     """Tasks read the database from $ECE408_DB (never from a file: a URL may hold a password);
     a SQLite path is made absolute, the tasks' working folder being another."""
-    from .store import POSTGRES_PREFIXES
     if url:
         os.environ[DB_ENV] = url if url.startswith(POSTGRES_PREFIXES) else str(Path(url).resolve())

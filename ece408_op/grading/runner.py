@@ -27,7 +27,7 @@ from .names import printable, team_name
 from .ranked import RankedRun, run_ranked
 from .request import MILESTONES, MODELS, SubmitError
 from .steps import Stopped, stop_on_signals
-from .store import Record
+from .record import Record
 from .transcript import Transcript
 
 TEAM_ENV = "ECE408_TEAM"

@@ -28,10 +28,6 @@ class CommandResult:
     exit_code: int = None          # None: killed (time limit, output limit, stopped)
     status: str = "ok"             # ok, failed, timeout, output, memory, killed
 
-    @property
-    def timed_out(self):
-        return self.status == "timeout"
-
 
 @contextmanager
 def stop_on_signals():
@@ -143,6 +139,7 @@ def execute(sandbox, step, transcript, timeout, label=None, extra_time=None):
         result.status = "failed"
     result.exit_code = code
     result.output = transcript.text()[start:]
+    transcript.output_ended()
     line = _ending_line(result, sandbox.limits, timeout)
     if line:
         transcript.line(line)

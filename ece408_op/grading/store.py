@@ -6,43 +6,31 @@ PostgreSQL through psycopg (the ``grade`` extra), anything else is a SQLite file
 or migrated on first use (``MIGRATIONS``, one transaction each, under a lock so that many
 tasks starting together migrate once).
 
-A record is one row of ``runs``, written in one INSERT with an id chosen by its writer; a
-second insert of the same id is ignored (``ON CONFLICT DO NOTHING``), so a retried or
-fall-back write never duplicates a record.
-
-Faults: a write that fails (PostgreSQL gone, a disk full) is retried (reconnecting) for about
-RETRY_SECONDS; then the record goes to a local spool folder (``spool_dir``: one JSON file per
-record, named by its id) and ``add`` raises SpooledError (one line saying where); every later
-``open_store`` delivers what the spool holds first. A spool file is created exclusively (written
-aside, then linked into place): the first record spooled under an id is the one kept, so a
-later fall-back record of the same id (error, killed) never replaces a measured run. A row that
-cannot be read back (a column not of its type) is skipped with one warning line, never a crash.
+A record (``record.py``) is one row of ``runs``, inserted once under the id its writer chose; a
+write that keeps failing leaves it in a spool folder (``spool.py``), and every ``open_store``
+delivers what the spool holds first. A row that cannot be read back (a column not of its type) is
+skipped with one warning line, never a crash. This module is the records' door for the rest of
+the package: the names of ``record.py`` and ``spool.py`` that others use are importable from here.
 """
-import errno
 import json
-import math
 import os
 import sqlite3
 import sys
-import time
-import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..base.extras import install_hint
 from ..base.files import user_folder
-from ..errors import Ece408Error
+from .record import COLUMNS, Record, SpooledError, StoreError, insert_statement
+from .spool import move_spool, spool, spool_dir, spooled_files, spooled_record, stored_or_spooled
+
+__all__ = ["COLUMNS", "DB_ENV", "Delivery", "MIGRATIONS", "POSTGRES_PREFIXES", "PostgresStore", "Record", "SpooledError",
+           "SqliteStore", "Store", "StoreError", "default_sqlite_path", "describe", "insert_statement", "move_spool",
+           "open_store", "resolve_url", "spool", "spool_dir", "spooled_files", "spooled_record", "stored_or_spooled",
+           "warn"]
 
 DB_ENV = "ECE408_DB"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 LOCK_KEY = 408408                              # pg_advisory_xact_lock key for migrations
-
-COLUMNS = ("id", "created_at", "team", "milestone", "size", "status", "exit_code", "op_time",
-           "correct", "models", "git_commit", "content_hash", "device", "engine", "image", "host",
-           "duration_s", "transcript", "team_files", "isolated", "options", "options_key", "reason")
-SPOOL_ENV = "ECE408_SPOOL"
-RETRY_ENV = "ECE408_DB_RETRY"              # seconds a failing write is retried (default RETRY_SECONDS)
-RETRY_SECONDS = 20.0
 
 MIGRATIONS = [
     # 1: records and the reference accuracies
@@ -85,82 +73,8 @@ MIGRATIONS = [
 ]
 
 
-class StoreError(Ece408Error):
-    """The database cannot be opened, migrated or written."""
-
-
-class SpooledError(StoreError):
-    """The record could not be stored and waits in the spool (``path``): it is kept, not lost."""
-
-    def __init__(self, message, record, path):
-        super().__init__(message)
-        self.record, self.path = record, path
-
-
-@dataclass
-class Record:
-    """One submission run (see COLUMNS); ``models`` is a list of ModelResult dicts."""
-    id: str
-    created_at: str
-    team: str
-    milestone: str
-    size: int
-    status: str                   # ok, failed, timeout (final); killed, error (run again by grade)
-    exit_code: int = None
-    op_time: float = None         # sum of every Op Time of every model
-    correct: bool = False         # every model's Correctness equals its expected value
-    models: list = field(default_factory=list)
-    git_commit: str = None
-    content_hash: str = None
-    device: str = None
-    engine: str = None
-    image: str = None
-    host: str = None
-    duration_s: float = None
-    transcript: str = ""
-    team_files: list = field(default_factory=list)   # [{name, sha256, size}] a ranked run measured
-    isolated: bool = False                           # its engine isolated the team's processes
-    options: dict = None                             # what it was measured with (grading/options.py)
-    options_key: str = None                          # options_key(options)
-    reason: str = None                               # why a run is not valid (one line), else None
-
-    def row(self):
-        values = {**self.__dict__, "models": json.dumps(self.models), "correct": int(bool(self.correct)),
-                  "team_files": json.dumps(self.team_files), "isolated": int(bool(self.isolated)),
-                  "options": None if self.options is None else json.dumps(self.options, sort_keys=True)}
-        return tuple(values[c] for c in COLUMNS)
-
-    @classmethod
-    def from_row(cls, row):
-        """The Record of a database row; ValueError where a column is not of its type."""
-        values = dict(zip(COLUMNS, row))
-        values["models"] = json.loads(values["models"])
-        values["team_files"] = json.loads(values["team_files"]) if values.get("team_files") else []
-        values["correct"] = bool(values["correct"])
-        values["isolated"] = bool(values.get("isolated"))
-        values["options"] = json.loads(values["options"]) if values.get("options") else None
-        if not isinstance(values["models"], list) or not all(isinstance(m, dict) for m in values["models"]):
-            raise ValueError("models is not a list of objects")
-        if values["op_time"] is not None and (not isinstance(values["op_time"], (int, float))
-                                              or not math.isfinite(values["op_time"])):
-            raise ValueError("op_time is not a number")
-        if not isinstance(values["size"], int) or not isinstance(values["team"], str):
-            raise ValueError("size or team is not of its type")
-        return cls(**values)
-
-    def to_json(self):
-        return json.dumps(asdict(self))
-
-
 def default_sqlite_path():
     return user_folder("data", "submissions.db")
-
-
-def spool_dir():
-    """Where records wait that the database refused ($ECE408_SPOOL, else the user's state folder)."""
-    if os.environ.get(SPOOL_ENV):
-        return Path(os.environ[SPOOL_ENV])
-    return user_folder("state", "spool")
 
 
 def warn(text):
@@ -231,10 +145,8 @@ class Store:
 
     # ------------------------------------------------------------ records
     def _insert(self, record):
-        marks = ", ".join("?" * len(COLUMNS))
         with self._transaction():
-            cur = self._execute(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({marks}) "
-                                "ON CONFLICT (id) DO NOTHING", record.row())
+            cur = self._execute(*insert_statement(record))
             return cur.rowcount == 1
 
     def add(self, record, retry_seconds=None):
@@ -343,11 +255,6 @@ class Store:
         self._end_read()
         return row[0] if row else None
 
-    def set_expected(self, model, size, environment, accuracy):
-        with self._transaction():
-            self._execute("INSERT INTO expected (model, size, environment, accuracy) VALUES (?, ?, ?, ?) "
-                          "ON CONFLICT (model, size, environment) DO NOTHING", (model, size, environment, accuracy))
-
 
 class SqliteStore(Store):
     """A SQLite file in WAL mode; writers take the write lock up front (BEGIN IMMEDIATE) and wait
@@ -452,120 +359,6 @@ class _PostgresTransaction:
 def _first_line(text):
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else "no reason given"
-
-
-def spool(record, url=None, folder=None):
-    """Write ``record`` into the spool ``folder`` (default ``spool_dir()``) as ``<id>.json``, unless
-    a record of that id waits there already: the first one spooled is kept (created exclusively:
-    written and synced aside, then linked into place, so a reader never sees half a file).
-    Returns the file's path; StoreError where it can be written nowhere."""
-    folder = Path(folder) if folder is not None else spool_dir()
-    path = folder / f"{record.id}.json"
-    tmp = folder / f".{record.id}.{uuid.uuid4().hex}.tmp"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(json.dumps({"url": url, "record": asdict(record)}))
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass                                 # the first record of this id stays
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
-                raise
-            _create_exclusively(path, tmp)       # a file system without hard links
-    except OSError as exc:
-        raise StoreError(f"the record {record.id} could be neither stored nor spooled in {folder} "
-                         f"({exc.strerror or exc})") from exc
-    finally:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    return path
-
-
-def _create_exclusively(path, source):
-    """``path`` created (O_EXCL) with the bytes of ``source``; nothing where ``path`` exists."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w") as out:
-        out.write(Path(source).read_text())
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def spooled_files(folder=None):
-    """{record id: path} of the records waiting in the spool ``folder`` (default ``spool_dir()``)."""
-    folder = Path(folder) if folder is not None else spool_dir()
-    try:
-        return {p.name[:-len(".json")]: p for p in sorted(folder.glob("*.json")) if not p.name.startswith(".")}
-    except OSError:
-        return {}
-
-
-def spooled_record(path):
-    """The Record waiting in the spool file ``path``, or None where it cannot be read."""
-    try:
-        return Record(**json.loads(Path(path).read_text())["record"])
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-
-
-def move_spool(source, dest=None):
-    """Move the records waiting in the spool folder ``source`` into ``dest`` (default
-    ``spool_dir()``), each kept where its id already waits in ``dest``; returns the ids that
-    could not be moved (they stay in ``source``)."""
-    dest = Path(dest) if dest is not None else spool_dir()
-    left = []
-    for record_id, path in spooled_files(source).items():
-        try:
-            dest.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(path, dest / path.name)
-            except FileExistsError:
-                pass                             # the first record of this id stays
-            except OSError as exc:
-                if exc.errno != errno.EXDEV:
-                    raise
-                data = json.loads(path.read_text())      # another file system: copied, still exclusively
-                spool(Record(**data["record"]), data.get("url"), dest)
-            path.unlink()
-        except (OSError, ValueError, TypeError, KeyError, StoreError):
-            left.append(record_id)
-    return left
-
-
-def retry_seconds():
-    """How long a failing write is retried: $ECE408_DB_RETRY seconds, else RETRY_SECONDS."""
-    try:
-        return float(os.environ.get(RETRY_ENV, RETRY_SECONDS))
-    except ValueError:
-        return RETRY_SECONDS
-
-
-def stored_or_spooled(record, url, attempt, between=lambda: None, seconds=None):
-    """``attempt()`` (which stores ``record``) until it succeeds, for ``seconds`` (``retry_seconds()``),
-    with ``between()`` after each failure (a reconnect); then the record is spooled and SpooledError
-    says where it waits (StoreError where it could not be spooled either)."""
-    deadline = time.monotonic() + (retry_seconds() if seconds is None else seconds)
-    delay = 0.2
-    while True:
-        try:
-            return attempt()
-        except StoreError as exc:
-            if time.monotonic() + delay > deadline:
-                path = spool(record, url)
-                raise SpooledError(f"the record {record.id} could not be stored ({exc}); it waits in {path} "
-                                   "and is stored by the next command that opens the database",
-                                   record, path) from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-            between()
 
 
 def resolve_url(url=None):

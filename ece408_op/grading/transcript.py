@@ -81,19 +81,6 @@ class ModelResult:
     def to_dict(self):
         return {**asdict(self), "op_time": self.op_time, "correct": self.correct}
 
-    @classmethod
-    def from_dict(cls, d):
-        return cls(d["model"], list(d.get("op_times", [])), d.get("correctness"), d.get("expected"))
-
-
-def split_commands(transcript):
-    """[(command, output)] of a transcript, in order (text before the first command dropped)."""
-    parts = []
-    for block in re.split(r"^\* Running ", transcript, flags=re.M)[1:]:
-        command, _, output = block.partition("\n")
-        parts.append((command, output))
-    return parts
-
 
 def parse_eval_metric(text):
     """The accuracy an m1 run printed (``EvalMetric: {'accuracy': 0.8673}``), or None: for tools
@@ -104,7 +91,12 @@ def parse_eval_metric(text):
 
 class Transcript:
     """The transcript: written through to ``stream`` as it comes, and kept, up to ``cap`` bytes:
-    its head (three quarters) and its tail, with a line saying how much was left out between."""
+    its head (three quarters) and its tail, with a line saying how much was left out between.
+
+    Past the head, output is not shown as it comes (a run printing megabytes would flood the
+    viewer): it is held, its last ``cap // 4`` bytes, and shown when the runner's next line comes
+    (a command's end, the run's end), after a line saying how much was left out: the end of every
+    command's output reaches the stream before the line that ends it."""
 
     def __init__(self, stream=None, cap=STORED_TRANSCRIPT):
         self.stream = stream if stream is not None else sys.stdout
@@ -112,9 +104,21 @@ class Transcript:
         self.head, self.head_bytes = [], 0
         self.tail, self.tail_bytes = deque(), 0
         self.dropped = 0
+        self.held, self.held_bytes, self.held_dropped = deque(), 0, 0    # past the head, not shown yet
         self.shown_cut = False
         self.lock = threading.Lock()
         self.last = ""
+
+    @staticmethod
+    def _trim(parts, size, cap):
+        """Drop ``parts``' oldest pieces while they hold more than ``cap`` bytes (the newest stays);
+        returns (bytes kept, bytes dropped)."""
+        dropped = 0
+        while size > cap and len(parts) > 1:
+            gone = len(parts.popleft().encode("utf-8", "replace"))
+            size -= gone
+            dropped += gone
+        return size, dropped
 
     def _keep(self, text):
         n = len(text.encode("utf-8", "replace"))
@@ -123,13 +127,19 @@ class Transcript:
             self.head_bytes += n
             return True
         self.tail.append(text)
-        self.tail_bytes += n
-        while self.tail_bytes > self.cap // 4 and len(self.tail) > 1:
-            gone = self.tail.popleft()
-            size = len(gone.encode("utf-8", "replace"))
-            self.tail_bytes -= size
-            self.dropped += size
+        self.tail_bytes, dropped = self._trim(self.tail, self.tail_bytes + n, self.cap // 4)
+        self.dropped += dropped
+        self.held.append(text)
+        self.held_bytes, dropped = self._trim(self.held, self.held_bytes + n, self.cap // 4)
+        self.held_dropped += dropped
         return False
+
+    def _show(self, text):
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
 
     def write(self, text):
         if not text:
@@ -137,25 +147,28 @@ class Transcript:
         with self.lock:
             in_head = self._keep(text)
             self.last = text
-            try:
-                if in_head:
-                    self.stream.write(text)
-                elif not self.shown_cut:
-                    self.shown_cut = True
-                    self.stream.write(f"\n[... more than {self.cap * 3 // 4} bytes of output: the rest is not "
-                                      "shown as it comes; its end follows the run ...]\n")
-                self.stream.flush()
-            except (OSError, ValueError):
-                pass
+            if in_head:
+                self._show(text)
+            elif not self.shown_cut:
+                self.shown_cut = True
+                self._show(f"\n[... more than {self.cap * 3 // 4} bytes of output: the rest is not shown as it "
+                           f"comes; the last {self.cap // 4} bytes of it are shown when the command ends ...]\n")
 
     def line(self, text):
+        """One line of the runner's own (``* ...``): shown at once, after the output held back."""
         self.write(("" if not self.last or self.last.endswith("\n") else "\n") + text + "\n")
-        if self.shown_cut:
-            try:
-                self.stream.write(text + "\n")
-                self.stream.flush()
-            except (OSError, ValueError):
-                pass
+        self.output_ended()
+
+    def output_ended(self):
+        """A command's output has ended: show what was held back of it (its end), once."""
+        with self.lock:
+            if not self.held:
+                return
+            if self.held_dropped:
+                self._show(f"[... {self.held_dropped} bytes of output not shown ...]\n")
+            self._show("".join(self.held))
+            self.held.clear()
+            self.held_bytes = self.held_dropped = 0
 
     def text(self):
         with self.lock:

@@ -44,8 +44,8 @@ so that calls may come from any thread (MXNet calls an operator's forward on its
 worker threads); memory is reused while large enough and freed inside that context.
 """
 from .build import compile_error_line, require_nvcc
-from .choice import (KERNEL_ENV, PRECISION_ENV, PRECISIONS, PREFERENCE, choose_version, default_version, parse_precision,
-                     parse_version, shape_key)
+from .choice import (KERNEL_ENV, PRECISION_ENV, PRECISIONS, choose_version, default_version, fallback_order,
+                     parse_precision, parse_version, shape_key)
 from .device import DEVICE_ENV, GpuDevice
 from .launch import (LayerCall, conv2d_forward_async, conv2d_forward_device, conv2d_forward_gpu, forget_layer_calls,
                      fused_forward_device, fused_forward_gpu, layer_call, pooled_shape, wait_for_specialised)
@@ -58,5 +58,5 @@ __all__ = ["DEVICE_ENV", "GpuDevice", "compile_error_line", "require_nvcc", "Con
            "conv2d_forward_device", "conv2d_forward_gpu", "fused_forward_device", "fused_forward_gpu",
            "fused_plan_for", "plan_for", "pooled_shape", "LayerCall", "conv2d_forward_async", "forget_layer_calls",
            "layer_call", "Profile", "ConvShape", "FUSED", "KERNEL_ENV",
-           "PREFERENCE", "VERSIONS", "choose_version", "default_version", "module_defines", "module_spec",
+           "VERSIONS", "choose_version", "default_version", "fallback_order", "module_defines", "module_spec",
            "parse_version", "shape_key", "PRECISION_ENV", "PRECISIONS", "parse_precision", "wait_for_specialised"]

@@ -1,49 +1,16 @@
 """Autotuning for layers the measured table (defaults.json) does not name, as MXNet does for cuDNN
-(``MXNET_CUDNN_AUTOTUNE_DEFAULT``): on the first call of a new layer shape, time the default-able
-versions that run it, with their tile choices (``TILES``), on scratch data of the layer's size, and
-keep the fastest; persisted per device name and shape in the user's cache, so that a second process
-starts tuned.
+(``MXNET_CUDNN_AUTOTUNE_DEFAULT``): on a layer shape's first call, time the candidates (``candidates``:
+each version with a ``tune_rank``, in that order, with its ``tune_tiles``, where it runs the layer, is allowed
+under the precision and may win there, ``worth_timing``) on scratch data of the layer's size, keep the
+fastest (``pick``), and store it per device, shape class, batch class and precision, so that a second
+process starts tuned.
 
     $ECE408_GPU_CACHE (default $XDG_CACHE_HOME/ece408_op, ~/.cache/ece408_op)/autotune/<device name>.json
-    ECE408_AUTOTUNE=0            no tuning: the table, then the fallback order (versions.PREFERENCE)
-    ECE408_AUTOTUNE_SECONDS=1.0  timing budget per layer (candidates not reached keep untimed)
+    ECE408_AUTOTUNE=0            no tuning: the table, then the fallback order (choice.fallback_order)
+    ECE408_AUTOTUNE_SECONDS=1.0  timing budget per layer (candidates not reached stay untimed)
 
-Which versions: v7-v11, v13, and v20 where the device has it (``TUNED``; ``Version.available``), those
-allowed under the precision asked for (``choice.allowed``: 'fp32' leaves out v9, v11 and v20). The
-course ladder's v1-v6 are left out: on every layer the suite measured, one of v7-v11 runs it at least
-twice as fast (docs/kernel-notes.md), and each would cost a module build. v12 (Winograd) is never a default (``Version.defaultable``), so never tuned in.
-The cost model, what cannot win and would cost a compile: v7, v10 and v11 build a module per layer shape
-(their weights and strips are compile-time), about a second of nvcc each, and win only on layers of few
-input values per output (the course's layers, VGG's first layer, MobileNetV2's 1x1 layers of 16-32
-channels: docs/bench/network.md); they are candidates only where C*KH*KW <= PER_SHAPE_MAX_CKK and the
-output planes have at least PER_SHAPE_MIN_PLANE positions (on smaller ones, EfficientNet's squeeze-and-
-excitation 1x1 layers on 1x1 planes, every candidate waits on the host). v8, v9, v13 and v20 take the
-layer's sizes at run time: their modules (one per tile) are built once per device.
-A new batch class of a shape tuned before (its other batch classes in the cache) times only the candidates
-within PRIOR_KEEP of the best figure there (the PRIOR_MAX best, and the best of one launch: where a small
-batch waits on the host, one launch wins), for PRIOR_BUDGET_S: a network tuned at batch 64 meets batch 1
-in a fraction of the time (DenseNet-121 on the H200: 1.66 s with the 6 best and the full budget).
-
-Timing: each candidate once untimed (module set-up), then repeats between CUDA events on the legacy
-default stream without an L2 flush (network use: layers back to back), each repeat enough
-consecutive launches for MIN_REPEAT_S of work (a small layer's launch cost stays out), the median kept;
-WARM_S of launches first where the GPU was idle (not between the layers of one first forward), so that
-the first candidate does not run at idle clocks. Two passes: every candidate REPEATS[0] repeats (one
-whose first call took EARLY_OUT times the best first call so far: that call alone), then what is left
-of the budget on those within CONTENDERS of the best so far (up to REPEATS[1] repeats each), so a long
-candidate list does not leave the last ones untimed (v20's eight tiles come first; at the course
-layers' batch of 10,000 they had left v11 out). A repeat's figure is the
-larger of the GPU's time per call and the launches' host time plus CALLER_HOST_S: on a layer of
-0.01-0.02 ms a network waits on the host, and a version of two launches (v20: the weight split, then
-the convolution) loses there what its faster kernel gains (MobileNetV2's 1x1 192->64 on 14x14: kernel
-0.57x cuDNN, whole call 1.12-1.14x back to back). The same choice serves the course's path for a
-shape the table does not name (Op Time counts the GPU alone): there the floor can cost at most its
-10 us. Runs before the caller's kernels are queued, so never inside the course's timed region
-(``_TimedPlan.forward``).
-A cache entry names the kernel sources it was measured with (``source_key``: a hash of every version's
-CUDA files); a changed source tunes again. A file
-that cannot be read as a cache is ignored with a one-line warning and replaced on the next write
-(written atomically: a temporary file, then a rename).
+The constants below are the cost model, the two timing passes, the tie rule and the cache's writes; what
+each does and why its value: docs/gpu-dropin.md ("Autotuning" and "The first call").
 """
 import atexit
 import datetime
@@ -60,48 +27,33 @@ from ..base.files import atomic_write
 from ..errors import GpuError
 from . import cudadrv
 from .build import gpu_cache_dir, precompile, sources_digest
-from .choice import DEFAULT_PRECISION, allowed, parse_precision, shape_key
+from .choice import DEFAULT_PRECISION, allowed, parse_precision, precision_overrides, shape_key
 from .plans import module_spec, plan_for
 from .versions import VERSIONS
+from .versions.registry import in_order
 
 ENV = "ECE408_AUTOTUNE"
 SECONDS_ENV = "ECE408_AUTOTUNE_SECONDS"
 BUDGET_S = 1.0                 # timing budget per layer (compiles not counted: they are cached on disk)
 NOTE_S = 1.0                   # a tuning longer than this prints one line
-REPEATS = (2, 10)              # timed repeats per candidate: at least, at most (were 3, 15: issue 35, a layer's
-                               # tuning in about 40 ms instead of 100)
+REPEATS = (2, 10)              # timed repeats per candidate: at least, at most (a layer's tuning in about 40 ms)
 MIN_REPEAT_S = 0.3e-3          # a repeat times at least this much work (several launches of a small layer)
 MAX_CALLS = 50
-CONTENDERS = 1.2               # candidates within this of the best median get the repeats beyond REPEATS[0]
+CONTENDERS = 1.2               # candidates within this of the best median get the repeats beyond REPEATS[0] (a
+                               # second pass: in one, a long list, v20's eight tiles first, left the last untimed)
 EARLY_OUT = 2.0                # a candidate whose first call took this times the best first call: no repeats
 PER_SHAPE_MAX_CKK = 32         # v7, v10, v11 (a module per layer shape) only where C*KH*KW is at most this
 PER_SHAPE_MIN_PLANE = 16 * 16  # and HO*WO at least this (the course layers: 24x24 and more)
 PRIOR_KEEP, PRIOR_MAX = 1.5, 3  # a new batch class of a known shape: the candidates within 1.5x of the best there
-PRIOR_BUDGET_S = 0.012         # and this much timing
+PRIOR_BUDGET_S = 0.012         # and this much timing (DenseNet-121 tuned at batch 64, then at batch 1, on the
+                               # H200: 1.66 s with the 6 best and the full budget)
 WRITE_EVERY_S = 1.0            # the cache file is written at most this often (and at the end: TuneCache.put)
 IDLE_S = 0.5                   # the GPU counts as idle (clocks down: WARM_S first) this long after a tuning
 CALLER_HOST_S = 10e-6          # host time of a front-end's call besides the replay (ece408_op.torch.Conv2d on the
                                # H100 machine, 2026-11-24: forward 13.9 us, of which Recording.replay 5.1;
-                               # docs/gpu-dropin.md)
+                               # docs/gpu-dropin.md); the course's path (Op Time: the GPU alone) loses at most this
 HOST_TIE = 0.05                # figures within this of the fastest tie; the least GPU time among them is kept
 WARM_S = 0.02                  # before the first candidate: this long of launches (clocks up)
-TUNED = (20, 13, 9, 8, 11, 7, 10)  # the order they are timed in (most often fastest first, for the budget)
-# Tile choices per version besides its default tile (from the tile sweeps, docs/bench/tiles*.md): v9's
-# winners on ResNet-18's layers and the 1x1/Winograd GEMM shapes, v8's two common tiles.
-TILES = {
-    9: [{}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}, {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
-        {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
-        # from a 133-tile sweep of the layers docs/gpu-dropin.md lists as not met (H100, 2026-11-24): the
-        # fastest on MobileNetV2's 1x1 7x7 -> 160 layers (0.024/0.036 ms against 0.041/0.064 for the
-        # default tile) and on ResNet-50's 1x1/2 512 -> 1024 (0.312 ms against v8's 0.335)
-        {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 2}, {"V9_WP": 4, "V9_WF": 4, "V9_MI": 4, "V9_NI": 4}],
-    8: [{}, {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 8}, {"V8_BP": 64, "V8_BF": 64, "V8_TP": 4, "V8_TF": 4}],
-    13: [{}, {"V13_VEC": 2}],
-    # v20 (H100 sweep of 48 tiles on the 3x3 layers, docs/kernel-notes.md "v20"): its default, either number
-    # of warpgroups, 16 k per stage (VGG's 512-channel 14x14 layer at B=32: 0.321 ms against 0.418), 64 filters
-    20: [{}, {"V20_WG": 1}, {"V20_WG": 2}, {"V20_WG": 1, "V20_BK": 16}, {"V20_WG": 2, "V20_BK": 16},
-         {"V20_BN": 64, "V20_WG": 2}, {"V20_INLINE": 1, "V20_WG": 1}, {"V20_INLINE": 1, "V20_WG": 2, "V20_MINB": 1}],
-}
 SCRATCH = ("autotune x", "autotune k", "autotune bias", "autotune y")
 
 
@@ -176,19 +128,24 @@ def _one_launch(shape, number, overrides):
     return version.general and version.launches(module_spec(number, version.inner(shape), overrides).define_dict()) == 1
 
 
+def tune_order():
+    """The version numbers the autotuner may time, in the order it times them (their ``tune_rank``)."""
+    return in_order("tune_rank")
+
+
 def candidates(shape, arch=None, precision=DEFAULT_PRECISION):
-    """[(version, overrides)] to time on ``shape``: each default-able version of TUNED that runs it (on a
+    """[(version, overrides)] to time on ``shape``: each version of ``tune_order()`` that runs it (on a
     device of ``arch``, default the default device's) under ``precision`` and may win there
-    (``worth_timing``), with its TILES (tiles that do not divide or fit the layer dropped, and tiles equal
-    to another one)."""
+    (``worth_timing``), with its ``tune_tiles`` (tiles that do not divide or fit the layer dropped, and tiles
+    equal to another one)."""
     out, seen = [], set()
-    for number in TUNED:
+    for number in tune_order():
         version = VERSIONS[number]
         missing = version.available() if arch is None else version.arch_reason(arch)
-        if not version.defaultable or missing is not None or not allowed(number, precision) \
-                or not worth_timing(version, shape):
+        if missing is not None or not allowed(number, precision) or not worth_timing(version, shape):
             continue
-        for overrides in TILES.get(number, [{}]):
+        for tile in version.tune_tiles:
+            overrides = {**precision_overrides(number, precision), **tile}
             try:
                 if version.unsupported(shape, overrides):
                     continue
@@ -209,13 +166,14 @@ _SHARED_LAYERS = [dict(C=64, H=h, W=h, M=m, KH=k, SH=s, SW=s, PH=k // 2, PW=k //
                   for c in (32, 96) for k, s in ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1))]
 
 
-def shared_modules(arch, precision=DEFAULT_PRECISION):
+def shared_modules(arch, precision=DEFAULT_PRECISION, dtype="float32", layouts=(0, 0)):
     """The modules that the candidates of most layers load (those whose modules take the sizes at run time:
-    one per tile, and per window for v13), for a device of ``arch``: what ``warmup --gpu`` builds ahead."""
+    one per tile, and per window for v13), for a device of ``arch`` and data of element type ``dtype`` and
+    layouts (x, weights; 1: channels-last): what ``warmup --gpu`` builds ahead."""
     from .shape import ConvShape
     specs = []
     for values in _SHARED_LAYERS:
-        shape = ConvShape(**values)
+        shape = ConvShape(**values, DTYPE=dtype, XL=layouts[0], WL=layouts[1])
         specs += [module_spec(n, VERSIONS[n].inner(shape), o) for n, o in candidates(shape, arch, precision)
                   if VERSIONS[n].dynamic]
     return sorted(set(specs), key=lambda spec: (str(spec.source), spec.defines))
@@ -224,13 +182,15 @@ def shared_modules(arch, precision=DEFAULT_PRECISION):
 _shared_built = set()
 
 
-def _shared_once(arch, precision):
-    """``shared_modules`` the first time a process builds modules for (arch, precision), else []: one
-    parallel build of what most layers load, instead of a few modules at each layer that needs one."""
-    if (arch, precision) in _shared_built:
+def _shared_once(arch, precision, shape):
+    """``shared_modules`` the first time a process builds modules for (arch, precision) and data like
+    ``shape``'s (element type, layouts), else []: one parallel build of what most layers load, instead of a
+    few modules at each layer that needs one."""
+    key = (arch, precision, shape.DTYPE, shape.XL, shape.WL)
+    if key in _shared_built:
         return []
-    _shared_built.add((arch, precision))
-    return shared_modules(arch, precision)
+    _shared_built.add(key)
+    return shared_modules(arch, precision, shape.DTYPE, (shape.XL, shape.WL))
 
 
 def describe(number, overrides):
@@ -418,8 +378,9 @@ def measure_on_device(dev, shape, batch, options, budget):
     try:
         missing = [m for m in modules if not dev.has_module(m)]
         if missing:                  # nvcc in parallel, before any timing; the first time, with the modules most
-            precision = "fp32" if all(VERSIONS[n].exact for n, _ in options) else DEFAULT_PRECISION    # layers
-            precompile(missing + _shared_once(dev.arch, precision), dev.arch)                          # share
+            precision = "fp32" if all(VERSIONS[n].exact for n, _ in options) else "tf32" if any(      # layers
+                o.get("TF32_PASSES") == 1 for _, o in options) else DEFAULT_PRECISION                  # share
+            precompile(missing + _shared_once(dev.arch, precision, shape), dev.arch)
     except GpuError:                                         # one that does not build (v20 with an nvcc
         built = []                                           # without sm_90a): the others are timed
         for option, module in zip(options, modules):

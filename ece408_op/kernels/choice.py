@@ -4,17 +4,21 @@
     parse_precision('fp32') -> 'fp32' (None/'auto' -> $ECE408_PRECISION, else 'tf32x3')
     resolve_version(request, shape, device_name, tune, precision) -> (version, tuning overrides)
 
-Precision: 'tf32x3' (the default) lets every version run, the error-compensated TF32 tensor-core ones
-(v9, v11, v20: three TF32 products per pair of operands, each layer inside the float32 bound, but a deep
-network 10-100x further from float64 than cuDNN fp32: docs/gpu-dropin.md); 'fp32' only versions of plain
-float32 arithmetic (``Version.exact``: v1-v8, v10, v13-v16, v18). The table, the autotuner and the
-fallback order skip the others; asking for one explicitly under 'fp32' is an error.
+Precision (of float32 data; half-precision data computes in its own type, whatever the precision):
+'tf32x3' (the default) lets every version run, the error-compensated TF32 tensor-core ones too (three
+TF32 products per pair of operands, each layer inside the float32 bound, but a deep network 10-100x
+further from float64 than cuDNN fp32: docs/gpu-dropin.md); 'tf32' lets every version run and those
+versions compute one TF32 product per pair (``Version.tf32``: ``TF32_PASSES`` 1, tf32.cuh), as cuDNN's
+convolutions with TF32 allowed (PyTorch's default) do; 'fp32' only versions of plain float32 arithmetic
+(``Version.exact``). The table, the autotuner and the fallback order skip the others; asking for one
+explicitly under 'fp32' is an error.
 
 Which version runs a layer by default: the per-device table ``defaults.json`` (written by
 ``python -m ece408_op bench gpu --suite --apply`` from measurements on that device, keyed by the
 device's name and the layer's shape class), else the autotuner's choice where the caller passes one
-(``tune``: ``autotune.choose`` on the network call path), else the first version of PREFERENCE that
-runs the layer and suits it (``suits``: v7 only where every channel's strip fits in registers).
+(``tune``: ``autotune.choose`` on the network call path), else the first version of the fallback order
+(``fallback_order``: the versions' ``fallback_rank``) that runs the layer and suits it (``suits``: v7 only
+where every channel's strip fits in registers).
 """
 import json
 import os
@@ -22,21 +26,13 @@ from pathlib import Path
 
 from ..errors import GpuError, ShapeError
 from .versions import VERSIONS
+from .versions.registry import in_order
 
 KERNEL_ENV = "ECE408_KERNEL"
 PRECISION_ENV = "ECE408_PRECISION"
-PRECISIONS = ("tf32x3", "fp32")
+PRECISIONS = ("tf32x3", "tf32", "fp32")
 DEFAULT_PRECISION = "tf32x3"
 DEFAULTS_FILE = Path(__file__).with_name("defaults.json")
-# The fallback order where no table measured on this device names the layer's shape: from the H100
-# benchmark of the course layer (docs/benchmarks.md): v7 0.43 ms, v4 1.74, v6 3.04, v5 3.70, v1 5.72, v3 7.33,
-# v2 7.61; v10 for several channels where its accumulators fit; v8 (any layer, exact FP32) before the
-# course-layer-only v4; v9 and v11 (tensor cores, 3xTF32) only where a measured table (defaults.json) chose them;
-# v13 before v8 where it runs (depthwise layers, MobileNetV2 on the H100: docs/gpu-dropin.md).
-# v1, v5, v6, v8 and v9 run every shape. v12 (Winograd) is never a default: only asked for. v20 (wgmma) runs on
-# compute capability 9.0 only, so it is never a fallback: a default where the table or the autotuner chose it.
-PREFERENCE = (7, 10, 13, 8, 4, 6, 5, 1, 3, 2, 9, 11)
-
 FAST = "fast"             # the request "v12 (Winograd) where it runs the layer, else the default"
 
 
@@ -55,27 +51,46 @@ def parse_version(text):
 
 
 def parse_precision(text):
-    """'tf32x3' or 'fp32' from a precision as given (None, '' or 'auto': $ECE408_PRECISION, else 'tf32x3';
-    'float32' for 'fp32'); GpuError for anything else."""
+    """'tf32x3', 'tf32' or 'fp32' from a precision as given (None, '' or 'auto': $ECE408_PRECISION, else
+    'tf32x3'; 'float32' for 'fp32'); GpuError for anything else."""
     if text is None or str(text).strip().lower() in ("", "auto", "default"):
         text = os.environ.get(PRECISION_ENV) or DEFAULT_PRECISION
     key = str(text).strip().lower()
     key = {"float32": "fp32", "ieee": "fp32"}.get(key, key)
     if key not in PRECISIONS:
         raise GpuError(f"unknown precision {text!r}; choose auto, tf32x3 (the default: error-compensated TF32 "
-                       "tensor cores allowed) or fp32 (plain float32 arithmetic only)")
+                       "tensor cores allowed), tf32 (one TF32 product, as cuDNN's TF32 mode) or fp32 (plain "
+                       "float32 arithmetic only)")
     return key
 
 
 def allowed(number, precision):
-    """Whether version ``number`` may run under ``precision`` ('fp32': plain float32 arithmetic only)."""
-    return precision != "fp32" or VERSIONS[number].exact
+    """Whether version ``number`` may run under ``precision`` ('fp32': plain float32 arithmetic only, where
+    the version computes float32 data at all: the precision does not govern half-precision data)."""
+    version = VERSIONS[number]
+    return precision != "fp32" or version.exact or "float32" not in version.dtypes
+
+
+def precision_overrides(number, precision):
+    """The tuning overrides ``precision`` sets on version ``number``: one TF32 product (TF32_PASSES 1) on the
+    TF32 tensor-core versions under 'tf32', else none."""
+    return {"TF32_PASSES": 1} if precision == "tf32" and VERSIONS[number].tf32 else {}
+
+
+def _with_precision(number, overrides, precision):
+    """(number, overrides with ``precision_overrides`` under them, or None where there are none)."""
+    merged = {**precision_overrides(number, precision), **(overrides or {})}
+    return number, merged or None
 
 
 def shape_key(shape):
-    """The defaults table's key of a shape class (its bias aside)."""
+    """The defaults table's key of a shape class (its bias aside; the element type and layouts where not
+    float32 NCHW)."""
     s = shape
-    return f"C{s.C} H{s.H} W{s.W} M{s.M} K{s.KH}x{s.KW} S{s.SH}x{s.SW} P{s.PH}x{s.PW} D{s.DH}x{s.DW} G{s.G}"
+    key = f"C{s.C} H{s.H} W{s.W} M{s.M} K{s.KH}x{s.KW} S{s.SH}x{s.SW} P{s.PH}x{s.PW} D{s.DH}x{s.DW} G{s.G}"
+    if s.DTYPE != "float32":
+        key += f" {s.DTYPE}"
+    return key + (f" L{s.XL}{s.WL}" if s.XL or s.WL else "")
 
 
 def load_defaults():
@@ -111,15 +126,26 @@ def measured_version(shape, device_name, precision=DEFAULT_PRECISION):
     return None
 
 
+def fallback_order():
+    """The version numbers in fallback order: where no table measured on this device names the layer's
+    shape, the first that runs it and suits it. Each version's ``fallback_rank`` (its Python file says why
+    its place: mostly the course layer's H100 timings, docs/benchmarks.md)."""
+    return in_order("fallback_rank")
+
+
 def fallback_version(shape, precision=DEFAULT_PRECISION):
-    """The first of PREFERENCE that runs ``shape``, is allowed under ``precision`` and suits it."""
-    supported = [n for n in PREFERENCE if VERSIONS[n].unsupported(shape) is None and allowed(n, precision)]
+    """The first of ``fallback_order()`` that runs ``shape``, is allowed under ``precision`` and suits it."""
+    supported = [n for n in fallback_order() if VERSIONS[n].unsupported(shape) is None and allowed(n, precision)]
+    if not supported:
+        why = "; ".join(f"{VERSIONS[n].label}: {VERSIONS[n].unsupported(shape) or 'not under ' + precision}"
+                        for n in fallback_order() if shape.DTYPE in VERSIONS[n].dtypes)
+        raise ShapeError(f"no kernel version runs this layer ({shape_key(shape)}): {why}")
     return next((n for n in supported if VERSIONS[n].suits(shape)), supported[0])
 
 
 def default_version(shape, device_name=None, precision=DEFAULT_PRECISION):
-    """The version measured fastest for ``shape`` on this device (defaults.json), else the first of
-    PREFERENCE that runs ``shape`` and suits it (under ``precision``)."""
+    """The version measured fastest for ``shape`` on this device (defaults.json), else the first of the
+    fallback order that runs ``shape`` and suits it (under ``precision``)."""
     return measured_version(shape, device_name, precision) or fallback_version(shape, precision)
 
 
@@ -148,9 +174,10 @@ def resolve_version(requested, shape, device_name=None, tune=None, precision=Non
     if number in (None, FAST):
         measured = measured_version(shape, device_name, precision)
         if measured is not None:
-            return measured, None
+            return _with_precision(measured, None, precision)
         tuned = tune(shape) if tune is not None else None
-        return tuned if tuned is not None else (fallback_version(shape, precision), None)
+        return _with_precision(*(tuned if tuned is not None else (fallback_version(shape, precision), None)),
+                               precision)
     reason = VERSIONS[number].unsupported(shape)
     if reason:
         raise ShapeError(f"kernel {VERSIONS[number].label} cannot run this layer: {reason}; use kernel=auto")
@@ -161,5 +188,5 @@ def resolve_version(requested, shape, device_name=None, tune=None, precision=Non
         missing = VERSIONS[number].available()
         if missing:
             raise GpuError(f"kernel {VERSIONS[number].label} cannot run here: {missing}; use kernel=auto")
-    return number, None
+    return _with_precision(number, None, precision)
 

@@ -5,7 +5,7 @@ path's ``registered`` mode). PyCUDA keeps the rest (context, memory, events, hos
 Why not PyCUDA's ``Function``: its launch accepts only a PyCUDA ``Stream``, so it cannot queue work
 on another framework's stream (PyTorch's current stream, given as a raw ``CUstream`` handle), and it
 exposes no function or module handle that another launcher could use. Here a kernel is called as
-PyCUDA's were (``kernel(*args, block=, grid=, shared=)``, arguments as NumPy scalars or device
+a PyCUDA ``Function`` is (``kernel(*args, block=, grid=, shared=)``, arguments as NumPy scalars or device
 pointers) and goes to the thread's current stream (``on_stream``; 0, the legacy default stream,
 unless set), so the versions' launch code is the same for both uses.
 """
@@ -66,6 +66,7 @@ def lib():
                 "cuMemHostRegister_v2": (p, s, u),
                 "cuMemHostUnregister": (p,),
                 "cuStreamIsCapturing": (p, ctypes.POINTER(ctypes.c_int)),
+                "cuDriverGetVersion": (ctypes.POINTER(ctypes.c_int),),
             }
             declare(cu, protos)
             _raw_launch = cu["cuLaunchKernel"]            # a second function object, left without argtypes
@@ -85,6 +86,13 @@ def check(result, call):
         name = ctypes.c_char_p()
         lib().cuGetErrorName(result, ctypes.byref(name))
         raise DriverError(f"{call} failed: {(name.value or b'CUDA error %d' % result).decode()}", result)
+
+
+def driver_version():
+    """The CUDA driver's version as 'major.minor' (what it supports: 13.0 for 13000)."""
+    value = ctypes.c_int()
+    check(lib().cuDriverGetVersion(ctypes.byref(value)), "cuDriverGetVersion")
+    return f"{value.value // 1000}.{value.value % 1000 // 10}"
 
 
 def current_context():

@@ -120,8 +120,8 @@ class LayerCall:
 
     def __init__(self, device, plan, batch):
         self.device, self.plan, self.shape, self.batch = device, plan, plan.shape, batch
-        s = plan.shape
-        self.sizes = (4 * s.outputs(batch), 4 * batch * s.C * s.H * s.W, 4 * s.M * s.CKK, 4 * s.M)
+        s, e = plan.shape, plan.shape.element_bytes
+        self.sizes = (e * s.outputs(batch), e * batch * s.C * s.H * s.W, e * s.M * s.CKK, e * s.M)
         self.recordings = {}                 # (accumulate, stream) -> (Recording, device generation)
         self.needs_bias = bool(s.BIAS)
         self.context_current = True          # the device's context was current at the last call (see queue)
@@ -195,21 +195,24 @@ class LayerCall:
 _calls = {}
 
 
-def layer_call(x_shape, k_shape, spec=None, bias=False, version=None, device=None, precision=None):
+def layer_call(x_shape, k_shape, spec=None, bias=False, version=None, device=None, precision=None,
+               dtype="float32", layouts=(0, 0)):
     """The LayerCall of this layer, found by a cheap key (the shapes, the spec, whether there is a bias,
-    the requested version, precision and device, $ECE408_KERNEL, $ECE408_PRECISION); resolved on first
-    use: shape checks, the version (explicit, else defaults.json, else the autotuner, else the fallback
-    order, under the precision) and its plan."""
+    the requested version, precision and device, the data's element type and layouts (x, weights; 1:
+    channels-last), $ECE408_KERNEL, $ECE408_PRECISION); resolved on first use: shape checks, the version
+    (explicit, else defaults.json, else the autotuner, else the fallback order, under the precision) and
+    its plan. The host-array entry points here are float32 NCHW; other data goes through this one."""
     environ = os.environ
     key = (tuple(x_shape), tuple(k_shape), spec, bool(bias), version, device, environ.get(KERNEL_ENV), precision,
-           environ.get(PRECISION_ENV))
+           environ.get(PRECISION_ENV), dtype, layouts)
     call = _calls.get(key)
     if call is None:
         dev = GpuDevice.get(device)
         with dev.active():           # one thread tunes and builds a layer; the others wait for it (the
             call = _calls.get(key)   # device's lock: a caller already holding it, hostcopy, re-enters)
             if call is None:
-                call = _calls[key] = _resolve(dev, x_shape, k_shape, spec, bias, version, precision)
+                call = _calls[key] = _resolve(dev, x_shape, k_shape, spec, bias, version, precision, dtype,
+                                              layouts)
     return call
 
 
@@ -218,10 +221,10 @@ def forget_layer_calls():
     _calls.clear()
 
 
-def _resolve(dev, x_shape, k_shape, spec, bias, version, precision=None):
+def _resolve(dev, x_shape, k_shape, spec, bias, version, precision=None, dtype="float32", layouts=(0, 0)):
     if spec is None and bias:
         spec = ConvSpec.course(k_shape).with_(no_bias=False)
-    shape = ConvShape.of(x_shape, k_shape, spec)
+    shape = ConvShape.of(x_shape, k_shape, spec, dtype, *layouts)
     batch = int(x_shape[0])
     precision = parse_precision(precision)
     tune = (lambda s: autotune.choose(dev, s, batch, precision=precision)) if batch else None
@@ -237,12 +240,12 @@ def _resolve(dev, x_shape, k_shape, spec, bias, version, precision=None):
     return call
 
 
-# The specialised modules (issue 35). A layer's first plan takes its sizes at run time (v8, v9, v20: one
-# module per tile, built in seconds for a whole network), and measured 4-32% slower than a module built for
-# the layer's shape (bench/sizes.py, H200: v20 median 1.08x, v9 and v8 1.18x); so once a layer is resolved,
+# The specialised modules. A layer's first plan takes its sizes at run time (v8, v9, v20: one module per
+# tile, built in seconds for a whole network), which measured 4-32% slower than a module built for the
+# layer's shape (bench/sizes.py, H200: v20 median 1.08x, v9 and v8 1.18x); so once a layer is resolved,
 # the module of its chosen version and tile with the sizes as #defines is built in the background (daemon
 # threads: NVRTC or nvcc, while the GPU runs the network), and the layer's next call switches to it (a
-# check of one attribute per call until then). A module built before (the cache folder) is used at once.
+# check of one attribute per call until then). A module already in the cache folder is used at once.
 SPECIALISE_ENV = "ECE408_SPECIALISE"          # 0: keep the run-time-size modules
 _jobs = queue.Queue()
 _workers = []

@@ -43,6 +43,8 @@ def module_defines(owner, inner, tuning_overrides=None, static=False):
     else:
         sizes = inner.defines()
     defines = {**sizes, "CONST_WEIGHTS": CONST_WEIGHTS, **compiled.defines(inner, tuning_overrides)}
+    if compiled is not FUSED and compiled.tf32:
+        defines.setdefault("TF32_PASSES", 3)  # (tf32.cuh's default, stated: precision 'tf32' passes 1)
     if compiled.arch_features:
         defines["ARCH_FEATURES"] = 1          # build.build_cubin: sm_90 -> sm_90a
     return defines

@@ -22,7 +22,7 @@ unchanged:
   kills the interpreter) is recorded for the ``MXNetError`` MXNet raises next
   (``failures.py``), never printed as a traceback (``ECE408_DEBUG=1`` prints it).
 
-The operator objects (``CustomOp``) are created per ``create_operator`` call, as before, and
+The operator objects (``CustomOp``) are created per ``create_operator`` call, as MXNet's creator does, and
 their ``forward``/``backward`` receive the same ``NDArray`` arguments as under MXNet's
 creator, except that sparse inputs (``row_sparse``, ``csr``) reach them as dense copies, made before
 the forward: what MXNet does for its own operators that have no sparse implementation ("storage

@@ -135,8 +135,8 @@ def _remember_errors(method):
 
 @contextmanager
 def quiet_callback_tracebacks():
-    """Kept for callers of the earlier API: MXNet's traceback dumps of our callbacks are now
-    replaced by the one-line reason in the MXNetError (``failures.install``)."""
+    """A context for the milestones' calls that does nothing: MXNet's traceback dumps of our callbacks
+    never appear, ``failures.install`` turns them into the one-line reason in the MXNetError."""
     yield
 
 
@@ -217,9 +217,9 @@ def parse_team(text):
     return choice in ("1", "true")
 
 
-_PARSED = {}                   # attribute strings -> OpConfig (parsing was 0.04 ms of each imperative
-_PARSED_MAX = 4096             # call when MXNet built a property per call; lean.register now shares one
-                               # per attribute set, so this serves the properties it forgot and rebuilt)
+_PARSED = {}                   # attribute strings -> OpConfig (a parse costs 0.04 ms; lean.register shares
+_PARSED_MAX = 4096             # one property per attribute set, and this serves the properties it forgot
+                               # and rebuilt)
 
 
 def _parsed(attrs):

@@ -44,7 +44,7 @@ CONVOLUTION_OPS = ("Convolution", "Convolution_v1")     # the legacy op: same at
 
 @dataclass
 class SwapReport:
-    """What ``swap_convolutions`` did. Unpacks as ``(result, swapped)``, the earlier return value."""
+    """What ``swap_convolutions`` did. Unpacks as ``(result, swapped)`` too, for callers that take the pair."""
     result: object                                  # Symbol, or SymbolBlock for a HybridBlock
     swapped: list = field(default_factory=list)     # node names
     kept: list = field(default_factory=list)        # (node name, reason)

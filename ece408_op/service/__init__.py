@@ -13,26 +13,48 @@ Three processes, one job each:
 
 One module per job:
 
-    runs.py     the only door into grading/ and team/ (a move of those modules touches this file)
-    db.py       the service's tables (own migrations, own version table) in the store's database
-    tokens.py   team, worker and instructor tokens: made, hashed, checked in constant time
-    jobs.py     the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
-    upload.py   the upload format: packed by the client, checked before anything unpacks it
-    app.py      the HTTP application (FastAPI): routes, authentication, live streams (SSE)
-    server.py   ``serve``: uvicorn, local workers, the lease reaper, a clean SIGTERM
-    slurm.py    ``serve --slurm``: one sbatch per queued job, each a ``worker --once``
-    worker.py   ``worker``: claim, unpack, run one job in a child process, stream, report
-    jobrun.py   that child: one ranked or development run through grading's runner
-    client.py   the HTTP client of every student and instructor command
-    logs.py     log lines on stderr (one event a line, key=value)
+    runs.py      the only door into grading/ and team/ (a move of those modules touches this file)
+    db.py        the service's tables (own migrations, own version table) in the store's database
+    tokens.py    team, worker and instructor tokens: made, hashed, checked in constant time
+    jobs.py      the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
+    upload.py    the upload format: packed by the client, checked before anything unpacks it
+    server.py    ``serve``: uvicorn, local workers, the lease reaper, a clean SIGTERM
+    slurm.py     ``serve --slurm``: one sbatch per queued job, each a ``worker --once``
+    worker.py    ``worker``: claim, unpack, run one job in a child process, stream, report
+    jobrun.py    that child: one ranked or development run through grading's runner
+    logs.py      log lines on stderr (one event a line, key=value)
+    paths.py     where the service keeps its files (database, state folder, tokens, a login)
+    errors.py    ServeError: what stops ``serve`` from starting, in one line
 
-The class's pages (issue 34), served by the same application:
+The HTTP application (FastAPI), assembled by ``app.py`` (its start and stop, the lease reaper,
+errors as one-line JSON, the routers):
 
-    pages.py      the routes: ranking, a team's page, a job's page, the instructor's, login (templates/, static/)
+    state.py     what every route shares: Settings, the Service (``request.app.state.service``)
+    auth.py      who is asking: a token checked by a dependency, ``Depends(team_or_instructor)``...
+    http.py      the routes' helpers: JSON errors, bounded bodies, checked parameters, the access log
+    live.py      the Hub of in-process wake-ups and ``follow``, a job's live events (SSE)
+    rankings.py  the ranking as this server keeps it between records (the API's and the pages')
+    api/         the API, a router per area: health.py (health, readiness, whoami), jobs.py (a
+                 team's jobs), ranking.py (the ranking, deadlines), instructor.py (teams, tokens,
+                 deadlines), worker.py (claim, upload, chunks, heartbeat, release, finish)
+
+The clients, needing httpx only (no NumPy, MXNet, FastAPI):
+
+    client.py             the team's: ``submit --server``, ``jobs``, ``ranking --server``, ``login``;
+                          the connection (server, token, errors as one line) the others use
+    instructor_client.py  the instructor's: ``teams``, ``deadlines``, workers' tokens
+    roster.py             the class's roster CSV, as ``teams import`` reads it
+
+The class's pages, served by the same application:
+
+    pages/        one module a page, each a router: ranking.py, team.py, job.py, admin.py,
+                  login.py (and logout); errors.py (the error page, the pages' router class),
+                  site.py (templates/, static/, the session as a dependency, forms), static.py
     sessions.py   a login's session cookie (its secret hashed in the database, tied to the token)
     choices.py    the instructor's choices kept in the database: names shown or pseudonyms
     standings.py  the ranking as the pages show it (grading's rules), the CSV with the grade rule
     overview.py   what the instructor's page reads: queue, workers, teams and their limits
+    filters.py    how the templates write values: transcripts as text, times, a queued job's place
     plots.py      a team's Op Time as a matplotlib SVG (optional: no matplotlib, no plot)
     pagebench.py  the pages' render benchmark (python -m ece408_op.service.pagebench)
 """

@@ -1,6 +1,7 @@
-"""The service's client: what ``submit --server``, ``jobs``, ``ranking --server``, ``login``,
-``teams`` and ``deadlines`` do over HTTP. It needs httpx and nothing of the GPU: no MXNet, no
-PyCUDA, no nvcc, no sandbox (``pip install 'ece408_op[client]'`` on a laptop is enough).
+"""The team's client: what ``submit --server``, ``jobs``, ``ranking --server`` and ``login`` do
+over HTTP, and the connection the instructor's client (instructor_client.py) uses too. It needs
+httpx and nothing of the GPU: no MXNet, no PyCUDA, no nvcc, no sandbox, no NumPy, no FastAPI
+(``pip install 'ece408_op[client]'`` on a laptop is enough).
 
 Where the token comes from, first found: ``$ECE408_TOKEN``; the file ``--token-file`` or
 ``$ECE408_TOKEN_FILE`` names; for the instructor's commands on the server's own machine, the
@@ -14,12 +15,10 @@ development: every command succeeded); 1 when it ran but is not valid, failed, w
 or stopped; 2 when it was refused (usage, token, rules, an unreachable service). Ctrl-C while
 following detaches: the job goes on, and the line printed says how to follow it again.
 """
-import csv
-import hashlib
 import ipaddress
 import json
 import os
-import re
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,8 @@ SERVER_ENV = "ECE408_SERVER"
 TOKEN_ENV = "ECE408_TOKEN"
 TOKEN_FILE_ENV = "ECE408_TOKEN_FILE"
 PATIENCE = 600.0                   # seconds a follow waits for a service that went away
-SUBMIT_PATIENCE = 60.0             # seconds a submission is retried while the service answers 503
+SUBMIT_PATIENCE = 60.0             # seconds a request is retried while the service answers 503
+SUBMIT_SLOW_PATIENCE = 600.0       # seconds a submission waits for a slow service (sent again under its key)
 
 
 class ClientError(Ece408Error):
@@ -141,18 +141,35 @@ class Client:
         self.err.write(text + "\n")
         self.err.flush()
 
-    def request(self, method, path, patience=SUBMIT_PATIENCE, **kwargs):
+    def request(self, method, path, patience=SUBMIT_PATIENCE, again=False, **kwargs):
         """The response of a 2xx; ClientError otherwise. 503 (the service's database away) is
-        retried for ``patience`` seconds, as its Retry-After says."""
+        retried for ``patience`` seconds, as its Retry-After says. ``again``: the request may be
+        sent again safely (a submission under its idempotency key): a service that is slow to
+        answer (no answer in time, a dropped connection, 502/504) is waited for too, saying so."""
         deadline = time.monotonic() + patience
-        said = False
+        said, reached = False, False
         while True:
             try:
                 response = self.http.request(method, path, **kwargs)
             except self.httpx.TransportError as exc:
-                raise ClientError(f"cannot reach the service at {self.url} ({type(exc).__name__}: "
-                                  f"{exc or 'no answer'}); check --server / ${SERVER_ENV}") from None
-            if response.status_code == 503:
+                why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                first_connect = not reached and isinstance(exc, (self.httpx.ConnectError, self.httpx.ConnectTimeout))
+                if not again or first_connect or time.monotonic() + 5 > deadline:
+                    if again and reached:
+                        raise ClientError(f"the service at {self.url} did not answer in {patience / 60:g} min "
+                                          f"({why}); the submission may be queued: 'python -m ece408_op jobs list' "
+                                          "shows it") from None
+                    raise ClientError(f"cannot reach the service at {self.url} ({why}); check --server / "
+                                      f"${SERVER_ENV}") from None
+                reached = True
+                if not said:
+                    self.note(f"* The service is slow to answer ({why}); sending the same submission again under "
+                              f"its key (it is queued once however often it is sent), for up to {patience / 60:g} min")
+                    said = True
+                time.sleep(5)
+                continue
+            reached = True
+            if response.status_code == 503 or (again and response.status_code in (502, 504)):
                 wait = retry_after(response)
                 if time.monotonic() + wait < deadline:
                     if not said:
@@ -297,9 +314,12 @@ def submit(client, folder, milestone=None, size=None, detach=False):
         what = f"development run: {files} file(s), {sum(len(e.data) for e in entries if e.data is not None)} bytes"
         params = {"kind": "development"}
     client.note(f"* Uploading to {client.url}: {what}")
-    job = client.request("POST", "/api/jobs", params=params, content=data,
-                         headers={"Content-Type": "application/gzip"}).json()
-    client.note(f"* Job {job['id']} accepted (team {job['team']})")
+    key = secrets.token_hex(16)                        # one submission: sent again under the same key, queued once
+    answer = client.request("POST", "/api/jobs", patience=SUBMIT_SLOW_PATIENCE, again=True, params=params,
+                            content=data, headers={"Content-Type": "application/gzip", "Idempotency-Key": key})
+    job = answer.json()
+    again = " (an earlier try of this submission had reached it)" if answer.status_code == 200 else ""
+    client.note(f"* Job {job['id']} accepted (team {job['team']}){again}")
     if detach:
         client.note(f"* Follow it with: python -m ece408_op jobs show {job['id']} --follow")
         return 0
@@ -375,115 +395,5 @@ def login(url, token):
     return who, path
 
 
-# ---------------------------------------------------------------------------- the instructor's
-
-def token_file_name(name):
-    if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", name):
-        return f"{name}.token"
-    return f"team-{hashlib.sha256(name.encode()).hexdigest()[:12]}.token"
-
-
-def hand_out(client, issued, token_dir=None):
-    """Print each new token once (``NAME<TAB>TOKEN``), or write each to ``token_dir`` (mode 600)."""
-    if token_dir is not None:
-        Path(token_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    for item in issued:
-        if item.get("skipped"):
-            client.note(f"{shown(item['name'])}: exists already; its token is unchanged (teams rotate NAME for "
-                        "a new one)")
-            continue
-        if token_dir is None:
-            client.out.write(f"{shown(item['name'])}\t{item['token']}\n")
-            continue
-        path = Path(token_dir) / token_file_name(item["name"])
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(item["token"] + "\n")
-        os.chmod(path, 0o600)
-        client.out.write(f"{shown(item['name'])}: token written to {path}\n")
-    client.out.flush()
-
-
-def roster_names(path):
-    """Team names of a roster CSV: its ``team`` column where the header has one, else the first."""
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ClientError(f"cannot read the roster {path}: {exc}") from None
-    if not rows:
-        raise ClientError(f"the roster {path} has no teams")
-    header = [c.strip().lower() for c in rows[0]]
-    column = header.index("team") if "team" in header else 0
-    body = rows[1:] if "team" in header else rows
-    names = [r[column].strip() for r in body if len(r) > column and r[column].strip()]
-    if not names:
-        raise ClientError(f"the roster {path} has no team names in column {column + 1}")
-    return names
-
-
-def add_teams(client, names, skip_existing=False, token_dir=None):
-    issued = client.request("POST", "/api/admin/teams", json={"names": names, "skip_existing": skip_existing}).json()
-    hand_out(client, issued["teams"], token_dir)
-    return 0
-
-
-def list_teams(client):
-    teams = client.request("GET", "/api/admin/teams").json()["teams"]
-    if not teams:
-        client.out.write("No teams yet: python -m ece408_op teams add NAME...\n")
-        return 0
-    rows = [["team", "token", "jobs", "last job (UTC)"]]
-    for t in teams:
-        last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["last_job"])) if t["last_job"] else "-"
-        rows.append([shown(t["name"], 60), "active" if t["active"] else "revoked", str(t["jobs"]), last])
-    client.out.write(table(rows))
-    return 0
-
-
-def revoke_team(client, name):
-    client.request("POST", "/api/admin/teams/revoke", json={"name": name})
-    client.out.write(f"{printable(name)}: token revoked (teams rotate {printable(name)} gives a new one)\n")
-    return 0
-
-
-def rotate_team(client, name, token_dir=None):
-    issued = client.request("POST", "/api/admin/teams/rotate", json={"name": name}).json()
-    hand_out(client, [issued], token_dir)
-    return 0
-
-
-def worker_token(client, name, token_file=None):
-    issued = client.request("POST", "/api/admin/workers", json={"name": name}).json()
-    if token_file is None:
-        client.out.write(issued["token"] + "\n")
-    else:
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(issued["token"] + "\n")
-        os.chmod(token_file, 0o600)
-        client.out.write(f"worker {printable(name)}: token written to {token_file}\n")
-    return 0
-
-
-def set_deadline(client, milestone, deadline):
-    answer = client.request("PUT", "/api/admin/deadlines", json={"milestone": milestone, "deadline": deadline}).json()
-    if deadline is None:
-        client.out.write(f"{milestone}: no deadline\n")
-    else:
-        client.out.write(f"{milestone}: ranked runs accepted until {answer['shown']}\n")
-    return 0
-
-
-def list_deadlines(client):
-    found = client.request("GET", "/api/deadlines").json()["deadlines"]
-    if not found:
-        client.out.write("No deadlines set.\n")
-    for d in found:
-        client.out.write(f"{d['milestone']}: {d['shown']}\n")
-    return 0
-
-
-__all__ = ["Client", "ClientError", "connect", "submit", "show", "listing", "cancel", "ranking",
-           "login", "add_teams", "list_teams", "revoke_team", "rotate_team", "worker_token", "set_deadline",
-           "list_deadlines", "roster_names", "resolve_server", "resolve_token", "check_url"]
+__all__ = ["Client", "ClientError", "connect", "submit", "show", "listing", "cancel", "ranking", "login",
+           "resolve_server", "resolve_token", "check_url", "read_token_file", "loopback", "table"]

@@ -102,6 +102,23 @@ MIGRATIONS = [
      """CREATE TABLE service_settings (
             key TEXT PRIMARY KEY,
             value TEXT NOT NULL)"""],
+    # 3: one truth per job and per team. A submission's idempotency key (a retry returns the job it
+    # made); the records that did not count (a worker's finish after its lease was taken back, a run
+    # cancelled before its end was stored), kept for the instructor; each team's name key (the form
+    # in which names that store, print or export alike coincide: one team per key)
+    ["ALTER TABLE service_jobs ADD COLUMN idem_key TEXT",
+     "CREATE UNIQUE INDEX service_jobs_idem ON service_jobs (team, idem_key)",
+     """CREATE TABLE service_uncounted (
+            job_id TEXT NOT NULL,
+            lease TEXT NOT NULL,
+            team TEXT NOT NULL,
+            record_id TEXT,
+            received_at DOUBLE PRECISION NOT NULL,
+            why TEXT NOT NULL,
+            record TEXT NOT NULL,
+            PRIMARY KEY (job_id, lease))""",
+     "ALTER TABLE service_teams ADD COLUMN name_key TEXT",
+     "CREATE UNIQUE INDEX service_teams_key ON service_teams (name_key)"],
 ]
 
 

@@ -1,5 +1,6 @@
 """What every route of the service shares: JSON errors, bounded bodies, the checks of ids, numbers
 and deadlines, and the access log (one line a request, never a token)."""
+import asyncio
 import json
 import re
 import time
@@ -26,36 +27,85 @@ def address(request):
     return request.client.host if request.client else "unknown"
 
 
-async def read_body(request, cap, what):
-    """The request's body, at most ``cap`` bytes (413 before reading more)."""
+def check_size(request, cap, what):
+    """413 where the request declares a body larger than ``cap`` bytes (before any is read)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
         raise Refused(413, f"the {what} is {uploads.size_text(int(declared))}; this service takes at most "
                            f"{uploads.size_text(cap)}")
-    parts, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
-        parts.append(chunk)
-    return b"".join(parts)
+
+
+async def read_body(request, cap, what, seconds=None):
+    """The request's body, at most ``cap`` bytes (413 before reading more), all of it within
+    ``seconds`` where given (408 otherwise: a body trickled in holds nothing for long)."""
+    check_size(request, cap, what)
+
+    async def read():
+        parts, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
+            parts.append(chunk)
+        return b"".join(parts)
+    if seconds is None:
+        return await read()
+    try:
+        return await asyncio.wait_for(read(), seconds)
+    except asyncio.TimeoutError:
+        raise Refused(408, f"the {what} did not arrive within {seconds:g} s; send it again") from None
 
 
 async def read_json(request):
     body = await read_body(request, MAX_JSON, "request")
     try:
         data = json.loads(body or b"{}")
-    except ValueError:
-        raise Refused(400, "the request body is not JSON") from None
+    except (ValueError, RecursionError):
+        raise Refused(400, "the request body is not JSON (or nests too deep)") from None
     if not isinstance(data, dict):
         raise Refused(400, "the request body is not a JSON object")
     return data
+
+
+def text_field(data, name, what):
+    """``data[name]`` where it is non-empty text without NUL; Refused (400) otherwise."""
+    value = data.get(name)
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise Refused(400, f"{name} is {what} (text)")
+    return value
+
+
+IDEMPOTENCY = re.compile(r"^[A-Za-z0-9._:-]{8,100}$")
+
+
+def idempotency_key(request):
+    """The ``Idempotency-Key`` header's value (8 to 100 letters, digits or ``._:-``), or None where
+    there is none; Refused (400) where it is malformed."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not IDEMPOTENCY.match(key):
+        raise Refused(400, "Idempotency-Key is 8 to 100 letters, digits or ._:- (the client makes one per "
+                           "submission)")
+    return key
 
 
 def check_job_id(job_id):
     if not JOB_ID.match(job_id):
         raise Refused(404, f"no job {printable(job_id, 40)} here (jobs list shows yours)")
     return job_id
+
+
+def after_param(request):
+    """The chunk a live stream resumes after: ``Last-Event-ID`` or ``?after=`` (-1: from the start)."""
+    after = request.headers.get("last-event-id") or request.query_params.get("after") or "-1"
+    try:
+        value = int(after) if len(after) <= 20 else None
+    except ValueError:
+        value = None
+    if value is None or not -1 <= value < 2 ** 63:
+        raise Refused(400, "after (or Last-Event-ID) is a chunk number, from -1 to 2^63 - 1")
+    return value
 
 
 def int_param(params, name, low, high, default=None):

@@ -30,7 +30,9 @@ import json
 import math
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+from .runs import insert_statement, record_summary
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 ENDED = (DONE, FAILED, CANCELLED)
@@ -38,12 +40,13 @@ KINDS = ("ranked", "development")
 JOB_COLUMNS = ("id", "team", "kind", "milestone", "size", "gpu", "state", "submitted_at", "started_at",
                "finished_at", "heartbeat_at", "time_limit", "attempts", "lease", "worker", "cancel_requested",
                "status", "exit_code", "valid", "reason", "summary", "record_id", "next_seq", "upload_bytes",
-               "upload_sha256", "files")
+               "upload_sha256", "files", "idem_key")
 PUBLIC = ("id", "team", "kind", "milestone", "size", "gpu", "state", "submitted_at", "started_at", "finished_at",
           "attempts", "worker", "status", "exit_code", "valid", "reason", "summary", "record_id", "files",
           "cancel_requested", "time_limit")
 MAX_CHUNK = 64 << 10                       # characters of one transcript chunk
 MAX_CHUNKS = 1000                          # chunks in one post
+MAX_SEQ = 2 ** 31 - 1                      # chunk numbers fit PostgreSQL's INTEGER column
 WORKER_SEEN = 120.0                        # a worker that asked for work this recently counts as present
 
 
@@ -118,33 +121,66 @@ def _say(tx, job, text, now):
 
 # ---------------------------------------------------------------------------- submitting
 
-def submit(db, rules, team, kind, milestone, size, gpu, upload, files, now=None):
-    """Queue a job for ``team``; returns it (a dict). Refused where a rule says no."""
+def _rules(tx, rules, team, kind, milestone, now):
+    """Refused where a rule says no to one more ``kind`` job of ``team`` now (see the module
+    docstring); the rules read only, so that they can be asked before an upload is read."""
+    if kind == "ranked":
+        row = tx.one("SELECT deadline, shown FROM service_deadlines WHERE milestone = ?", (milestone,))
+        if row is not None and now > row[0]:
+            raise Refused(403, f"the {milestone} deadline was {row[1]}; ranked {milestone} runs are closed "
+                               "(development runs are still accepted)")
+    waiting = tx.value("SELECT COUNT(*) FROM service_jobs WHERE team = ? AND state = ?", (team, QUEUED))
+    if waiting >= rules.max_waiting:
+        raise Refused(429, f"team {team} has {waiting} jobs waiting, the most a team may have; wait for one "
+                           "to start, or cancel one (jobs list, jobs cancel ID)", retry_after=30)
+    limit = rules.ranked_per_hour if kind == "ranked" else rules.development_per_hour
+    count, oldest = tx.one("SELECT COUNT(*), MIN(submitted_at) FROM service_jobs WHERE team = ? AND kind = ? "
+                           "AND submitted_at > ?", (team, kind, now - 3600))
+    if count >= limit:
+        wait = oldest + 3600 - now
+        raise Refused(429, f"team {team} has submitted {count} {kind} runs in the last hour, the limit; "
+                           f"the next is accepted in {duration(wait)}", retry_after=math.ceil(wait))
+
+
+def _keyed(tx, team, key):
+    """The job ``team`` submitted with the idempotency ``key`` (marked ``repeated``), else None."""
+    if key is None:
+        return None
+    row = tx.one(_select("team = ? AND idem_key = ?"), (team, key))
+    if row is None:
+        return None
+    job = job_dict(row)
+    job["repeated"] = True
+    return job
+
+
+def admit(db, rules, team, kind, milestone, key=None, now=None):
+    """Before an upload is read: the job an earlier request with ``key`` made (a retry), else None
+    where the rules would accept one more job now; Refused otherwise. ``submit`` checks again in
+    its own transaction (a job may have been queued in between)."""
+    now = time.time() if now is None else now
+    with db.transaction(write=False) as tx:
+        if tx.one("SELECT name FROM service_teams WHERE name = ?", (team,)) is None:
+            raise Refused(403, f"team {team} is not in the class any more")
+        return _keyed(tx, team, key) or _rules(tx, rules, team, kind, milestone, now)
+
+
+def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None):
+    """Queue a job for ``team``; returns it (a dict). Refused where a rule says no. A ``key`` that
+    the team used before returns that job, marked ``repeated``, and queues nothing."""
     now = time.time() if now is None else now
     job_id = secrets.token_hex(16)
     with db.transaction() as tx:
         if tx.one("SELECT name FROM service_teams WHERE name = ?" + tx.lock_suffix(), (team,)) is None:
             raise Refused(403, f"team {team} is not in the class any more")
-        if kind == "ranked":
-            row = tx.one("SELECT deadline, shown FROM service_deadlines WHERE milestone = ?", (milestone,))
-            if row is not None and now > row[0]:
-                raise Refused(403, f"the {milestone} deadline was {row[1]}; ranked {milestone} runs are closed "
-                                   "(development runs are still accepted)")
-        waiting = tx.value("SELECT COUNT(*) FROM service_jobs WHERE team = ? AND state = ?", (team, QUEUED))
-        if waiting >= rules.max_waiting:
-            raise Refused(429, f"team {team} has {waiting} jobs waiting, the most a team may have; wait for one "
-                               "to start, or cancel one (jobs list, jobs cancel ID)", retry_after=30)
-        limit = rules.ranked_per_hour if kind == "ranked" else rules.development_per_hour
-        count, oldest = tx.one("SELECT COUNT(*), MIN(submitted_at) FROM service_jobs WHERE team = ? AND kind = ? "
-                               "AND submitted_at > ?", (team, kind, now - 3600))
-        if count >= limit:
-            wait = oldest + 3600 - now
-            raise Refused(429, f"team {team} has submitted {count} {kind} runs in the last hour, the limit; "
-                               f"the next is accepted in {duration(wait)}", retry_after=math.ceil(wait))
+        earlier = _keyed(tx, team, key)
+        if earlier is not None:
+            return earlier
+        _rules(tx, rules, team, kind, milestone, now)
         tx.execute(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
                    (job_id, team, kind, milestone, size, int(gpu), QUEUED, now, None, None, None, rules.job_timeout,
                     0, None, None, 0, None, None, None, None, None, job_id if kind == "ranked" else None, 0,
-                    len(upload), hashlib.sha256(upload).hexdigest(), json.dumps(files)))
+                    len(upload), hashlib.sha256(upload).hexdigest(), json.dumps(files), key))
         tx.execute("INSERT INTO service_uploads (job_id, data) VALUES (?, ?)", (job_id, upload))
         what = f"ranked {milestone}, {size} images" if kind == "ranked" else "development run of rai_build.yml"
         _say(tx, {"id": job_id, "next_seq": 0}, f"* Job {job_id} queued at {when(now)}: {what}, team {team}", now)
@@ -316,36 +352,77 @@ def heartbeat(db, job_id, lease, now=None):
         return job["cancel_requested"]
 
 
-def finish(db, job_id, lease, status, exit_code=None, reason=None, valid=None, summary=None, lines=(), now=None):
-    """End the job the worker holds: its run's ``status`` (ok, failed, timeout, killed, error),
-    ``valid`` (ranked: the record counts for the ranking), the service's closing ``lines``.
-    Idempotent: a second call with the same lease after the end is a no-op. Returns the job."""
+def _uncounted(tx, job, lease, record, why, now):
+    """Keep the record of a run that does not count (``why``: one line) for the instructor."""
+    tx.execute("INSERT INTO service_uncounted (job_id, lease, team, record_id, received_at, why, record) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, lease) DO NOTHING",
+               (job["id"], lease, job["team"], record.id, now, why, json.dumps(asdict(record))))
+
+
+def counts(record):
+    """Whether a ranked run's record is valid for the ranking (measured, correct, ok)."""
+    return record.status == "ok" and bool(record.correct) and record.op_time is not None
+
+
+def finish(db, job_id, lease, status, exit_code=None, reason=None, record=None, lines=(), now=None):
+    """End the job the worker holds, in one transaction with its record: the run's ``status`` (ok,
+    failed, timeout, killed, error), the ranked run's ``record`` (a grading Record), the service's
+    closing ``lines`` (a development run's). Whichever commits first wins: a job whose cancel was
+    asked before ends ``cancelled`` and its record is kept as not counted; otherwise it ends
+    ``done`` and the record is stored in the ranking's table in the same transaction. A worker
+    that no longer holds the lease (the job was taken back, failed or ended) gets Lost, and its
+    record is kept as not counted. A second call with the same lease after the end returns the
+    job and changes nothing. Returns the job."""
     now = time.time() if now is None else now
+    lost = False
     with db.transaction() as tx:
         row = tx.one(_select("id = ?", tx.lock_suffix()), (job_id,))
         if row is None:
             raise Lost(job_id)
         job = job_dict(row)
-        if job["lease"] != lease:
-            raise Lost(job_id)
-        if job["state"] in ENDED:
+        if job["lease"] == lease and job["state"] in ENDED:
             return job
-        if job["state"] != RUNNING:
-            raise Lost(job_id)
-        state = CANCELLED if job["cancel_requested"] else DONE
-        if job["cancel_requested"]:
-            lines = list(lines) + ["* Cancelled while it ran"]
-        for line in lines:
-            job["next_seq"] = _say(tx, job, line, now)
-        tx.execute("UPDATE service_jobs SET state = ?, status = ?, exit_code = ?, reason = ?, valid = ?, summary = ?, "
-                   "finished_at = ?, next_seq = ? WHERE id = ?",
-                   (state, status, exit_code, reason, None if valid is None else int(bool(valid)), summary, now,
-                    job["next_seq"], job_id))
-        if job["kind"] == "development":
-            tx.execute("DELETE FROM service_uploads WHERE job_id = ?", (job_id,))
-        job.update(state=state, status=status, exit_code=exit_code, reason=reason, valid=valid, summary=summary,
-                   finished_at=now)
-        return job
+        if job["lease"] != lease or job["state"] != RUNNING:
+            if record is not None:
+                _uncounted(tx, job, lease, record, f"late: the job had been taken from this worker "
+                                                   f"(it was {job['state']} when the worker's end arrived)", now)
+            lost = True
+        else:
+            valid = None
+            if job["cancel_requested"]:
+                state = CANCELLED
+                lines = ["* Cancelled while it ran" + ("; its record is not counted" if record is not None else "")]
+                if record is not None:
+                    _uncounted(tx, job, lease, record, "cancelled while it ran", now)
+            else:
+                state = DONE
+                if record is not None:
+                    tx.execute(*insert_statement(record))
+                    valid = counts(record)
+                    status, reason = record.status, record.reason
+                    lines = [record_summary(record)]
+            for line in lines:
+                job["next_seq"] = _say(tx, job, line, now)
+            summary = lines[0] if lines else None
+            tx.execute("UPDATE service_jobs SET state = ?, status = ?, exit_code = ?, reason = ?, valid = ?, "
+                       "summary = ?, finished_at = ?, next_seq = ? WHERE id = ?",
+                       (state, status, exit_code, reason, None if valid is None else int(valid), summary, now,
+                        job["next_seq"], job_id))
+            if job["kind"] == "development":
+                tx.execute("DELETE FROM service_uploads WHERE job_id = ?", (job_id,))
+            job.update(state=state, status=status, exit_code=exit_code, reason=reason, valid=valid, summary=summary,
+                       finished_at=now)
+    if lost:
+        raise Lost(job_id)
+    return job
+
+
+def uncounted(db, limit=200):
+    """The records kept as not counted, newest first: [{job_id, team, record_id, received_at, why}]."""
+    with db.transaction(write=False) as tx:
+        rows = tx.all("SELECT job_id, team, record_id, received_at, why FROM service_uncounted "
+                      "ORDER BY received_at DESC LIMIT ?", (limit,))
+    return [dict(zip(("job_id", "team", "record_id", "received_at", "why"), r)) for r in rows]
 
 
 def release(db, job_id, lease, why, now=None):
@@ -356,7 +433,7 @@ def release(db, job_id, lease, why, now=None):
         if job["cancel_requested"]:
             base = _say(tx, job, f"* The worker stopped ({why}); the job was being cancelled and ends here", now)
             tx.execute("UPDATE service_jobs SET state = ?, status = 'killed', finished_at = ?, next_seq = ?, "
-                       "reason = ? WHERE id = ?", (CANCELLED, now, base, "cancelled", job_id))
+                       "reason = ?, lease = NULL WHERE id = ?", (CANCELLED, now, base, "cancelled", job_id))
             return
         base = _say(tx, job, f"* The worker stopped ({why}); the job goes back to the queue and runs again "
                              "from the start", now)
@@ -421,7 +498,7 @@ def reap(db, rules, now=None, grace=60.0):
             line = "* Cancelled (its worker stopped answering)" if state == CANCELLED else f"* Failed: {reason}"
             base = _say(tx, job, line, now)
             tx.execute("UPDATE service_jobs SET state = ?, status = ?, reason = ?, valid = 0, finished_at = ?, "
-                       "next_seq = ? WHERE id = ?", (state, status, reason, now, base, job["id"]))
+                       "next_seq = ?, lease = NULL WHERE id = ?", (state, status, reason, now, base, job["id"]))
             changed.append((job["id"], state))
     return changed
 

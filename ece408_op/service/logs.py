@@ -4,6 +4,11 @@ Values that hold a space, a quote, ``=`` or a control character are written as J
 so that a line always splits back into its fields and a team's name can never start a fake
 line. No token, password or Authorization header is ever given to ``log``: callers pass
 names, ids and outcomes only.
+
+A warning or error that repeats is written at most ``Repeats.LINES`` times a window of
+``Repeats.WINDOW`` seconds (per event, or per message of a library's logger); the rest are
+counted and said in one line (``log.repeated event=... count=N``) when the window ends, so that
+a fault hit by every request cannot flood the log.
 """
 import json
 import logging
@@ -33,17 +38,87 @@ def stamp(seconds=None):
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}Z"
 
 
-def log(event, level="info", **fields):
-    if LEVELS.index(level) < _threshold["value"]:
-        return
-    parts = [stamp(), level, event] + [f"{k}={_value(v)}" for k, v in fields.items() if v is not None]
-    line = " ".join(parts) + "\n"
+class Repeats:
+    """How often each key was written in its current window; what is past the cap is counted."""
+
+    LINES = 20
+    WINDOW = 10.0
+
+    def __init__(self):
+        self.windows = {}                    # key -> [window start, lines written, lines held back]
+        self.lock = threading.Lock()
+
+    def ended(self, now=None):
+        """[(key, count)] of the windows that have ended with lines held back (forgotten here)."""
+        now = time.monotonic() if now is None else now
+        out = []
+        with self.lock:
+            for key, (start, _, held) in list(self.windows.items()):
+                if now - start >= self.WINDOW:
+                    del self.windows[key]
+                    if held:
+                        out.append((key, held))
+        return out
+
+    def allow(self, key, now=None):
+        """(whether a line of ``key`` may be written now, [(key, count)] of windows just ended with
+        lines held back)."""
+        now = time.monotonic() if now is None else now
+        ended = self.ended(now)
+        with self.lock:
+            window = self.windows.setdefault(key, [now, 0, 0])
+            if window[1] < self.LINES:
+                window[1] += 1
+                return True, ended
+            window[2] += 1
+            return False, ended
+
+
+_repeats = Repeats()
+
+
+def _write(line):
     with _lock:
         try:
             sys.stderr.write(line)
             sys.stderr.flush()
         except (OSError, ValueError):
             pass
+
+
+def _say_repeats(ended):
+    for key, count in ended:
+        _write(" ".join([stamp(), "warning", "log.repeated", f"event={_value(key)}", f"count={count}",
+                         f"seconds={Repeats.WINDOW:g}"]) + "\n")
+
+
+def log(event, level="info", **fields):
+    if LEVELS.index(level) < _threshold["value"]:
+        return
+    if LEVELS.index(level) >= LEVELS.index("warning"):
+        allowed, ended = _repeats.allow(event)
+        _say_repeats(ended)
+        if not allowed:
+            return
+    parts = [stamp(), level, event] + [f"{k}={_value(v)}" for k, v in fields.items() if v is not None]
+    _write(" ".join(parts) + "\n")
+
+
+def flush_repeats():
+    """Say the counts of the windows that have ended (the server calls this every few seconds,
+    so that a flood's count is said even when nothing else is logged after it)."""
+    _say_repeats(_repeats.ended())
+
+
+class RepeatFilter(logging.Filter):
+    """The same cap for a library's own warnings and errors (uvicorn's, asyncio's), per message."""
+
+    def filter(self, record):
+        if record.levelno < logging.WARNING:
+            return True
+        allowed, ended = _repeats.allow(f"{record.name}: {str(record.msg)[:80]}")
+        _say_repeats(ended)
+        return allowed
 
 
 class UtcFormatter(logging.Formatter):
@@ -70,8 +145,11 @@ def uvicorn_log_config(level="info"):
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"plain": {"()": UtcFormatter}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
+        "filters": {"repeats": {"()": RepeatFilter}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr",
+                                "filters": ["repeats"]}},
         "loggers": {"uvicorn": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+                    "asyncio": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
                     "uvicorn.error": {"level": level.upper()},
                     "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False}},
     }

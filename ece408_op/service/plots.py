@@ -49,6 +49,7 @@ def op_time_svg(runs, best=None, median=None, title=""):
     import matplotlib
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     ordered = sorted(runs, key=lambda run: when(run[0]) or datetime.min.replace(tzinfo=timezone.utc))
     points = [(n, t, ok) for n, (_, t, ok) in enumerate(ordered, start=1) if isinstance(t, (int, float))]
@@ -69,7 +70,7 @@ def op_time_svg(runs, best=None, median=None, title=""):
             ax.axhline(median, color="#777777", ls=":", lw=1.2, label=f"class median {median:.6f} s")
         ax.set_ylabel("total Op Time (s)")
         ax.set_xlabel("run (oldest first)")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))   # runs are counted: 1, 2...
         if ordered:
             ax.set_xlim(0.5, len(ordered) + 0.5)
         ax.set_title(title, loc="left", fontsize=10)

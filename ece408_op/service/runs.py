@@ -19,14 +19,14 @@ from ..grading.sandbox import ENGINES
 from ..grading.scratch import IGNORED, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES
 from ..grading.steps import Stopped, stop_on_signals
 from ..grading.transcript import Transcript, killed_line
-from ..grading.store import COLUMNS as RECORD_COLUMNS, POSTGRES_PREFIXES, Record, StoreError, describe, open_store, \
-    resolve_url
+from ..grading.store import COLUMNS as RECORD_COLUMNS, POSTGRES_PREFIXES, Record, StoreError, describe, \
+    insert_statement, open_store, resolve_url
 from ..team.project import MAX_FILE_BYTES, MILESTONE_FILES, TeamError, read_file_once, read_team_files
 
 __all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTONES", "IGNORED", "MAX_FILE_BYTES",
            "MAX_SUBMISSION_BYTES", "MAX_SUBMISSION_FILES", "MILESTONES", "MILESTONE_FILES", "Options",
            "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "TeamError", "Transcript",
-           "cpu_name", "data_dir", "describe", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
+           "cpu_name", "data_dir", "describe", "insert_statement", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
            "printable", "ranking_report", "read_file_once", "read_team_files", "resolve_url", "run_development",
            "stop_on_signals", "submit", "team_name", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does

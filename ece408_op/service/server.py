@@ -27,12 +27,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .app import Service, Settings, make_app
+from .app import make_app
 from .db import Database, Unavailable
 from .errors import ServeError
+from .guard import HEADER_SECONDS, Guard, protocol_class
 from .jobrun import PARENT_ENV
 from .logs import log, set_level, uvicorn_log_config
 from .paths import default_db, default_state_dir, instructor_token_file
+from .state import Service, Settings
 from .tokens import INSTRUCTOR, looks_like_token, new_token
 
 INSTRUCTOR_ENV = "ECE408_INSTRUCTOR_TOKEN"
@@ -53,6 +55,7 @@ class ServeOptions:
     settings: Settings = field(default_factory=Settings)
     forwarded_allow_ips: str = None           # behind a reverse proxy: its address(es)
     drain_seconds: float = 60.0
+    header_seconds: float = HEADER_SECONDS    # a connection's request headers must arrive within this
     log_level: str = "info"
     slurm: object = None                      # slurm.SlurmOptions, or None
 
@@ -210,8 +213,9 @@ def serve(options):
     if options.slurm is not None:
         from .slurm import SlurmDispatcher
         dispatcher = SlurmDispatcher(db, service, url, options.slurm, Path(options.state_dir or default_state_dir()))
+    guard = Guard.for_this_process(reserved=db.connections + 4 * len(slots) + 16, header_seconds=options.header_seconds)
     config = uvicorn.Config(make_app(service), host=options.host, port=options.port, log_config=uvicorn_log_config(
-        options.log_level), access_log=False, http="h11", loop="asyncio", lifespan="on",
+        options.log_level), access_log=False, http=protocol_class(guard), loop="asyncio", lifespan="on",
         proxy_headers=options.forwarded_allow_ips is not None,
         forwarded_allow_ips=options.forwarded_allow_ips or "127.0.0.1", timeout_graceful_shutdown=10,
         timeout_keep_alive=30, server_header=False)
@@ -221,7 +225,7 @@ def serve(options):
         server.workers = workers
     server.dispatcher = dispatcher
     log("server.starting", url=url, db=db.shown, workers=len(slots), slurm=options.slurm is not None,
-        instructor_token=where)
+        instructor_token=where, connections=guard.budget)
     try:
         sock = bind(options.host, options.port)
     except OSError as exc:

@@ -27,10 +27,9 @@ LIGHT = ", ".join("'' AS transcript" if c == "transcript" else c for c in RECORD
 
 
 def record_teams(team):
-    """The names a service team's records may carry: its own, and its name as the worker's runner
-    writes it (``team_name`` of the stored name: a name with an escape in it gets its backslash
-    escaped once more), [the name, that one] (two equal items where they agree)."""
-    return [team, team_name(team)]
+    """The names a service team's records carry: exactly its stored name (the worker's record is
+    refused unless its team is the job's), as a list for ``IN (...)`` queries."""
+    return [team]
 
 
 def light_records(db, milestone=None, size=None, team=None, ids=None):
@@ -65,6 +64,16 @@ def boards(db):
         rows = tx.all("SELECT milestone, size, COUNT(*), MAX(created_at) FROM runs GROUP BY milestone, size "
                       "ORDER BY MAX(created_at) DESC, milestone, size")
     return [(m, int(s), int(n)) for m, s, n, _ in rows]
+
+
+def team_boards(db, team):
+    """[(milestone, size, runs)] of the boards where ``team`` has records (under the names
+    ``record_teams`` gives), by milestone and size."""
+    names = record_teams(team)
+    with db.transaction(write=False) as tx:
+        rows = tx.all(f"SELECT milestone, size, COUNT(*) FROM runs WHERE team IN ({', '.join('?' * len(names))}) "
+                      "GROUP BY milestone, size ORDER BY milestone, size", tuple(names))
+    return [(m, int(s), int(n)) for m, s, n in rows]
 
 
 @dataclass
@@ -189,8 +198,9 @@ class Shown:
 
 
 def class_names(roster):
-    """{a record's team: the class's name of that team} where they differ (``record_teams``)."""
-    return {team_name(t): t for t in roster if team_name(t) != t}
+    """{a record's team: the class's name of that team}: records carry the stored names, so none
+    differ (kept for callers that map names)."""
+    return {}
 
 
 def named(rows, viewer=None, pseudonyms=None, names=None):

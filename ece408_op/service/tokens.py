@@ -16,11 +16,12 @@ import re
 import secrets
 import threading
 import time
+import unicodedata
 from collections import deque
 from dataclasses import dataclass
 
 from .jobs import Refused
-from .runs import printable, team_name
+from .runs import csv_cell, printable, team_name
 
 PREFIX = "ece408"
 TOKEN = re.compile(r"^ece408_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
@@ -122,16 +123,22 @@ class Tokens:
 
     def add_teams(self, names, skip_existing=False):
         """[{name, token} or {name, skipped}] for ``names`` (escaped as records name teams). All
-        or nothing: Refused (409) where one exists already, unless ``skip_existing``."""
+        or nothing: Refused (409) where one exists already (unless ``skip_existing``), or where a
+        name would store, print or export like another team's (``name_key``), in the class or in
+        the same call."""
         stored = [check_team_name(n) for n in names]
-        seen = set()
+        keys = {}
         for name in stored:
-            if name in seen:
+            other = keys.setdefault(name_key(name), name)
+            if other == name and stored.count(name) > 1:
                 raise Refused(400, f"team {name} is named twice")
-            seen.add(name)
+            if other != name:
+                raise Refused(409, f"teams {other} and {name} would print or export alike; nothing was added "
+                                   "(choose names that differ in more than case, spacing or Unicode form)")
         now = time.time()
         out = []
         with self.db.transaction() as tx:
+            self._fill_keys(tx)
             existing = {name for name in stored
                         if tx.value("SELECT 1 FROM service_teams WHERE name = ?", (name,)) is not None}
             if existing and not skip_existing:
@@ -139,11 +146,29 @@ class Tokens:
                                    "(teams rotate NAME gives an existing team a new token)")
             for name in stored:
                 if name in existing:
+                    continue
+                other = tx.value("SELECT name FROM service_teams WHERE name_key = ?", (name_key(name),))
+                if other is not None:
+                    raise Refused(409, f"team {name} would print or export like the existing team {other}; "
+                                       "nothing was added (choose a name that differs in more than case, "
+                                       "spacing or Unicode form)")
+            for name in stored:
+                if name in existing:
                     out.append({"name": name, "skipped": True})
                     continue
-                tx.execute("INSERT INTO service_teams (name, created_at) VALUES (?, ?)", (name, now))
+                tx.execute("INSERT INTO service_teams (name, created_at, name_key) VALUES (?, ?, ?)",
+                           (name, now, name_key(name)))
                 out.append({"name": name, "token": self._issue(tx, "team", name, now)})
         return out
+
+    @staticmethod
+    def _fill_keys(tx):
+        """The name keys of teams added before the service kept them (a name whose key another
+        team holds already keeps none: it was added before the rule)."""
+        for (name,) in tx.all("SELECT name FROM service_teams WHERE name_key IS NULL"):
+            key = name_key(name)
+            if tx.value("SELECT 1 FROM service_teams WHERE name_key = ?", (key,)) is None:
+                tx.execute("UPDATE service_teams SET name_key = ? WHERE name = ?", (key, name))
 
     def list_teams(self):
         with self.db.transaction(write=False) as tx:
@@ -215,6 +240,18 @@ def check_name(name, what):
     if len(shown) > MAX_TEAM_NAME:
         raise Refused(400, f"the {what} name {shown[:40]}... is longer than {MAX_TEAM_NAME} characters")
     return shown
+
+
+def name_key(stored):
+    """The form in which two team names that would store, print or export alike coincide: the name
+    as exported (a CSV cell: a formula's leading character quoted), in Unicode's compatibility
+    form (NFKC: composed and decomposed accents, full-width letters, ligatures alike), every run of
+    backslashes as one (a name and its escaped form, ``a\\b`` and ``a\\\\b``, or a control character
+    and its escape typed out, alike), its runs of white space as one space, case folded (two names
+    differing in case only would write one token file on macOS and Windows). ``stored`` is the
+    escaped name (``check_team_name``)."""
+    text = re.sub(r"\\+", r"\\", unicodedata.normalize("NFKC", csv_cell(stored)))
+    return " ".join(text.split()).casefold()
 
 
 def check_team_name(name):

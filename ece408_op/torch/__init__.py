@@ -9,7 +9,7 @@
 
 On CUDA tensors the layer runs the kernel layer's versions on the tensors' own device memory (no
 copies: x, the weight and the bias are read where they are, y is a new tensor of PyTorch's caching
-allocator) and queues them on PyTorch's current stream, like any PyTorch operator: no
+allocator, of x's type and PyTorch's layout: channels-last where x or the weights are) and queues them on PyTorch's current stream, like any PyTorch operator: no
 synchronisation, no zeroing of y (``kernels.LayerCall.queue``). The first call of each input shape
 resolves the layer (shape checks, the version: defaults.json, else autotuned, else the fallback
 order; ``kernel=`` asks for one, e.g. ``kernel=9`` or ``kernel="fast"``); later calls cost a
@@ -20,18 +20,25 @@ parameter that does) is a RuntimeError; run under ``torch.no_grad()``/``torch.in
 and train with ``nn.Conv2d``. Errors follow PyTorch's: a wrong dtype is a TypeError, wrong shapes
 and devices RuntimeErrors with PyTorch's wording, a bad ``kernel=`` a ValueError.
 
-Non-contiguous inputs (e.g. channels-last) and tensors whose data does not start on a 16-byte
-boundary are copied first (the kernels move 16 bytes at a time).
+Data types and layouts (torch/data.py): float32, float16 and bfloat16 on CUDA (``.half()``,
+``.bfloat16()`` modules; half precision on the tensor cores with float32 sums, v21 and v22, y in x's
+type), float32 on the CPU. NCHW and channels-last (``torch.channels_last``) data: half-precision data is
+read as it is in either layout; float32 channels-last data is copied to NCHW for the float32 versions and
+y copied back to channels-last. Other strides, and tensors whose data does not start on a 16-byte
+boundary, are copied first (the kernels move 16 bytes at a time).
 
-``precision``: None/'auto' (``$ECE408_PRECISION``, else 'tf32x3': the error-compensated TF32 tensor-core
-versions allowed) or 'fp32' (plain float32 arithmetic only); kernels/choice.py.
+``precision`` (of float32 data): None/'auto' ($ECE408_PRECISION, else 'tf32' where
+``torch.backends.cudnn.allow_tf32`` is set, PyTorch's default: one TF32 product as cuDNN's; else 'tf32x3':
+the error-compensated TF32 tensor-core versions allowed), 'tf32', 'tf32x3' or 'fp32' (plain float32
+arithmetic only); kernels/choice.py.
 
 torch.compile: under compilation the forward is one registered operator, ``torch.ops.ece408.conv2d``
 (``torch.library.custom_op`` with a fake implementation for the shapes), so a swapped network compiles
 without graph breaks, and with ``mode="reduce-overhead"`` its kernels are captured in the CUDA graph (the
 first call on the graph's stream, before capture, sets the layer up). Eager calls keep the direct path.
-Autocast: the convolutions run in float32 (an input autocast made half precision is converted; the
-output is float32), eager and compiled alike.
+Autocast: as nn.Conv2d, the convolution runs in autocast's type (x, the weights and the bias cast to it;
+the weights' cast kept while they are unchanged) and returns it, eager and compiled alike; on the CPU
+(float32 only) it computes in float32 and returns autocast's type.
 """
 from dataclasses import dataclass, field
 from typing import Optional
@@ -43,6 +50,8 @@ from torch import nn
 from ..conv import ConvSpec, conv2d_forward_cpu
 from ..errors import Ece408Error, GpuError
 from ..kernels import layer_call, parse_precision, parse_version
+from .data import (KERNEL_DTYPES, auto_precision, autocast_dtype, autocast_on, cast_for_autocast, cast_traced,
+                   channels_last, tf32_flag)
 
 __all__ = ["Conv2d", "conv2d", "swap_convolutions", "SwapReport", "warmup"]
 
@@ -64,7 +73,7 @@ def _check_version(version):
 
 
 def _check_precision(precision):
-    """``precision`` as given (None, 'auto', 'tf32x3', 'fp32'), or a ValueError where it names none."""
+    """``precision`` as given (None, 'auto', 'tf32', 'tf32x3', 'fp32'), or a ValueError where it names none."""
     try:
         parse_precision(precision)
     except GpuError as exc:
@@ -72,15 +81,8 @@ def _check_precision(precision):
     return None if precision is None else str(precision)
 
 
-_HALF = (torch.float16, torch.bfloat16)
 _is_compiling = torch.compiler.is_compiling
-
-
-def _autocast_on(device_type):
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except TypeError:                                      # (PyTorch before 2.4: CUDA's flag alone)
-        return device_type == "cuda" and torch.is_autocast_enabled()
+_CHANNELS_LAST, _CONTIGUOUS = torch.channels_last, torch.contiguous_format
 
 
 def _forward_only(what):
@@ -90,8 +92,9 @@ def _forward_only(what):
 
 @dataclass
 class _Layer:
-    """One input shape resolved: y's shape and the kernel layer's LayerCall (None on the CPU); for a
-    batched CUDA input, ``queue`` (the LayerCall's) and ``device``, where ``torch.empty`` makes each new y.
+    """One input shape resolved: y's shape, type and layouts and the kernel layer's LayerCall (None on the
+    CPU); for a batched CUDA input whose tensors the kernels read as they are (``x_cl``: x channels-last,
+    checked per call), ``queue`` (the LayerCall's) and ``device``, where ``torch.empty`` makes each new y.
     The layer keeps no tensor: one resolved during torch.compile's CUDA-graph warm-up would keep memory
     of the graphs' pool alive, which their check refuses (an expanded one-element template that
     ``empty_like`` copies saved 1.5 us a call, on the meta device it cost 20 us more: H200, 2026-11-26)."""
@@ -102,6 +105,12 @@ class _Layer:
     unbatched: bool = False
     queue: object = None
     device: object = None
+    dtype: object = torch.float32
+    x_format: object = _CONTIGUOUS      # the layouts the kernels read x and the weights in (others: copied)
+    w_format: object = _CONTIGUOUS
+    y_format: object = _CONTIGUOUS      # what the kernels write; ``y_cl``: y returned channels-last
+    y_cl: bool = False
+    x_cl: bool = False
 
 
 def _pairs(value):
@@ -118,7 +127,8 @@ def _out_shape(input, weight, stride, padding, dilation):
 
 def _resolve(input, weight, bias, stride, padding, dilation, groups, version, precision=None, unbatched=False):
     """PyTorch's shape checks (its messages), then the layer (its LayerCall on CUDA; the hot path's
-    ``queue`` and ``device`` for a batched input). ``input`` is batched (``unbatched``: by the caller)."""
+    ``queue`` and ``device`` for a batched input whose tensors need no copy). ``input`` is batched
+    (``unbatched``: by the caller)."""
     if weight.dim() != 4:
         raise RuntimeError(f"Expected 4-dimensional weight for 4-dimensional input {list(input.shape)}, "
                            f"but got {weight.dim()}-dimensional weight of size {list(weight.shape)} instead")
@@ -144,31 +154,40 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, version, pr
     spec = ConvSpec(num_filter=int(m), kernel=(int(kh), int(kw)), stride=(sh, sw), pad=(ph, pw), dilate=(dh, dw),
                     num_group=int(groups), no_bias=bias is None)
     out_shape = (input.shape[0], int(m), (h + 2 * ph - span_h) // sh + 1, (w + 2 * pw - span_w) // sw + 1)
-    layer = _Layer(out_shape, spec, unbatched=unbatched)
+    layer = _Layer(out_shape, spec, unbatched=unbatched, dtype=input.dtype)
+    x_cl, w_cl = not unbatched and channels_last(input), channels_last(weight)
+    layer.y_cl = x_cl or w_cl
+    half = input.dtype != torch.float32
+    if half:                     # (v21, v22: either layout as it is; float32 channels-last data: copied)
+        layer.x_format, layer.w_format = (_CHANNELS_LAST if x_cl else _CONTIGUOUS), (_CHANNELS_LAST if w_cl else _CONTIGUOUS)
+        layer.y_format, layer.x_cl = (_CHANNELS_LAST if layer.y_cl else _CONTIGUOUS), x_cl
     if input.device.type == "cuda" and input.shape[0]:
         layer.device_index = input.device.index
         try:
             layer.call = layer_call(tuple(input.shape), tuple(weight.shape), spec, bias is not None, version,
-                                    input.device.index, precision)
+                                    input.device.index, None if half else precision, KERNEL_DTYPES[input.dtype],
+                                    (int(half and x_cl), int(half and w_cl)))
         except Ece408Error as exc:
             raise RuntimeError(str(exc)) from None
-        if not unbatched:
+        direct = (half or not layer.y_cl) and (input.is_contiguous(memory_format=layer.x_format)) and \
+            weight.is_contiguous(memory_format=layer.w_format)
+        if not unbatched and direct:
             layer.queue = layer.call.queue
             layer.device = input.device
     return layer
 
 
-def _aligned(tensor):
-    """(``tensor`` as a contiguous tensor whose data starts on a 16-byte boundary, its data pointer):
-    the tensor itself where it is one, else a copy. A copy lives until the kernels are queued, and
-    PyTorch reuses its memory only for work queued after them on the same stream."""
+def _aligned(tensor, memory_format=_CONTIGUOUS):
+    """(``tensor`` as a tensor contiguous in ``memory_format`` whose data starts on a 16-byte boundary, its
+    data pointer): the tensor itself where it is one, else a copy. A copy lives until the kernels are
+    queued, and PyTorch reuses its memory only for work queued after them on the same stream."""
     pointer = tensor.data_ptr()
-    if pointer % 16 == 0 and tensor.is_contiguous():
+    if pointer % 16 == 0 and tensor.is_contiguous(memory_format=memory_format):
         return tensor, pointer
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
+    if not tensor.is_contiguous(memory_format=memory_format):
+        tensor = tensor.contiguous(memory_format=memory_format)
     if tensor.data_ptr() % 16:
-        tensor = tensor.clone(memory_format=torch.contiguous_format)
+        tensor = tensor.clone(memory_format=memory_format)
     return tensor, tensor.data_ptr()
 
 
@@ -182,10 +201,12 @@ def _check(input, weight, bias):
         raise RuntimeError(f"Input type ({input.dtype}) and weight type ({weight.dtype}) should be the same")
     if bias is not None and bias.dtype != weight.dtype:
         raise RuntimeError(f"Input type ({input.dtype}) and bias type ({bias.dtype}) should be the same")
-    if weight.dtype != torch.float32:
-        raise TypeError(f"ece408_op computes in float32 only, got {weight.dtype}: convert the module and its "
-                        "input with .float()")
     device = input.device
+    if weight.dtype not in KERNEL_DTYPES or device.type != "cuda" and weight.dtype != torch.float32:
+        where = "" if device.type == "cuda" else " on the CPU"
+        kinds = "float32, float16 and bfloat16" if device.type == "cuda" else "float32"
+        raise TypeError(f"ece408_op computes {kinds} only{where}, got {weight.dtype}: convert the module and its "
+                        "input with .float()")
     if weight.device != device or bias is not None and bias.device != device:
         other = weight.device if weight.device != device else bias.device
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
@@ -194,48 +215,65 @@ def _check(input, weight, bias):
         raise RuntimeError(f"ece408_op runs on CUDA and CPU tensors, not on {device.type}")
 
 
-def _run(cache, input, weight, bias, stride, padding, dilation, groups, version, precision=None):
-    """The forward. Everything that depends only on the shapes, dtypes and devices is checked and resolved
-    once per cache key; a call with a key seen before pays the look-up, y's allocation and the queue."""
+def _run(cache, input, weight, bias, stride, padding, dilation, groups, version, precision=None, autocast=True):
+    """The forward. Everything that depends only on the shapes, dtypes, layouts and devices is checked and
+    resolved once per cache key; a call with a key seen before pays the look-up, y's allocation and the
+    queue. ``autocast``: follow autocast's state (the registered operator's body does not: its caller cast)."""
     if not isinstance(input, torch.Tensor):
         raise TypeError(f"conv2d(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
-    if input.dtype is not torch.float32 and input.dtype in _HALF and _autocast_on(input.device.type):
-        input = input.float()                      # autocast: the convolution runs (and returns) in float32
-    key = (input.shape, input.dtype, input.device, weight.shape, weight.dtype, weight.device,
-           None if bias is None else (bias.shape, bias.dtype, bias.device))
+    if autocast:
+        device_type = "cuda" if input.is_cuda else input.device.type
+        if autocast_on(device_type):
+            dtype = autocast_dtype(device_type)
+            if device_type == "cuda":
+                input, weight, bias = cast_for_autocast(cache, input, weight, bias, dtype)
+            else:                       # the CPU path computes float32; the result in autocast's type
+                if input.is_floating_point() and input.dtype != torch.float64:
+                    input = input.float()
+                return _run(cache, input, weight, bias, stride, padding, dilation, groups, version, precision,
+                            False).to(dtype)
+    key = (input.shape, input.dtype, input.device, input.is_contiguous(), weight.shape, weight.dtype, weight.device,
+           weight.is_contiguous(), None if bias is None else (bias.shape, bias.dtype, bias.device), tf32_flag())
     layer = cache.get(key)
     if layer is None:
         _check(input, weight, bias)
         unbatched = input.dim() == 3
         layer = _resolve(input.unsqueeze(0) if unbatched else input, weight, bias, stride, padding, dilation,
-                         groups, version, precision, unbatched)
+                         groups, version, auto_precision(precision), unbatched)
         cache[key] = layer
     queue = layer.queue
     if queue is not None:                # the hot path: a batched CUDA layer, its tensors usable as they are
         xp, wp = input.data_ptr(), weight.data_ptr()
         bp = 0 if bias is None else bias.data_ptr()
-        if not (xp | wp | bp) & 15 and input.is_contiguous() and weight.is_contiguous() and (
-                bias is None or bias.is_contiguous()):
-            y = torch.empty(layer.out_shape, device=layer.device)
+        if not (xp | wp | bp) & 15 and (bias is None or bias.is_contiguous()) and (
+                not layer.x_cl or input.is_contiguous(memory_format=_CHANNELS_LAST)) and (
+                layer.w_format is _CONTIGUOUS or weight.is_contiguous(memory_format=_CHANNELS_LAST)):
+            if layer.y_format is _CONTIGUOUS:
+                y = torch.empty(layer.out_shape, dtype=layer.dtype, device=layer.device)
+            else:
+                y = torch.empty(layer.out_shape, dtype=layer.dtype, device=layer.device, memory_format=_CHANNELS_LAST)
             try:
                 queue(y.data_ptr(), xp, wp, bp, _raw_stream(layer.device_index))
             except Ece408Error as exc:
                 raise RuntimeError(str(exc)) from None
             return y
     x = input.unsqueeze(0) if layer.unbatched else input
+    y_format = _CHANNELS_LAST if layer.y_cl else _CONTIGUOUS
     if not layer.out_shape[0]:
-        y = x.new_empty(layer.out_shape)
+        y = torch.empty(layer.out_shape, dtype=x.dtype, device=x.device, memory_format=y_format)
     elif layer.call is None:                                   # CPU tensors
-        y = _run_cpu(layer, x, weight, bias)
+        y = _run_cpu(layer, x, weight, bias).contiguous(memory_format=y_format)
     else:
-        x, xp = _aligned(x)
-        weight, wp = _aligned(weight)
+        x, xp = _aligned(x, layer.x_format)
+        weight, wp = _aligned(weight, layer.w_format)
         bias, bp = _aligned(bias) if bias is not None else (None, 0)
-        y = x.new_empty(layer.out_shape)                     # float32 on x's device (checked once per key)
+        y = torch.empty(layer.out_shape, dtype=layer.dtype, device=x.device, memory_format=layer.y_format)
         try:
             layer.call.queue(y.data_ptr(), xp, wp, bp, _raw_stream(layer.device_index))
         except Ece408Error as exc:
             raise RuntimeError(str(exc)) from None
+        if y_format is not layer.y_format:          # float32 channels-last data: computed NCHW, returned as given
+            y = y.contiguous(memory_format=y_format)
     return y[0] if layer.unbatched else y
 
 
@@ -259,17 +297,30 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     if isinstance(padding, str):
         raise ValueError("ece408_op.torch.conv2d takes numeric padding; use the Conv2d module for 'same'/'valid'")
     if torch.compiler.is_compiling():
-        return conv2d_op(input, weight, bias, list(_pairs(stride)), list(_pairs(padding)), list(_pairs(dilation)),
-                         int(groups), _kernel_text(kernel), precision)
+        return _traced(input, weight, bias, list(_pairs(stride)), list(_pairs(padding)), list(_pairs(dilation)),
+                       int(groups), _kernel_text(kernel), precision)
     return _functional(input, weight, bias, _pairs(stride), _pairs(padding), _pairs(dilation), int(groups),
                        _check_version(kernel), _check_precision(precision))
 
 
-def _functional(input, weight, bias, stride, padding, dilation, groups, kernel, precision):
+def _functional(input, weight, bias, stride, padding, dilation, groups, kernel, precision, autocast=True):
     cache = _functional_cache.get((stride, padding, dilation, groups, kernel, precision))
     if cache is None:
         cache = _functional_cache.setdefault((stride, padding, dilation, groups, kernel, precision), {})
-    return _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel, precision)
+    return _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel, precision, autocast)
+
+
+def _traced(input, weight, bias, stride, padding, dilation, groups, kernel, precision):
+    """The registered operator as torch.compile traces a call: autocast applied as eager's ``_run`` does
+    (x, the weights and the bias cast to its type on CUDA; on the CPU float32 in, its type out)."""
+    device_type = input.device.type
+    if autocast_on(device_type):
+        dtype = autocast_dtype(device_type)
+        if device_type != "cuda":
+            x = input.float() if input.is_floating_point() and input.dtype != torch.float64 else input
+            return conv2d_op(x, weight, bias, stride, padding, dilation, groups, kernel, precision).to(dtype)
+        input, weight, bias = cast_traced(input, weight, bias, dtype)
+    return conv2d_op(input, weight, bias, stride, padding, dilation, groups, kernel, precision)
 
 
 def _kernel_text(kernel):
@@ -283,7 +334,7 @@ def conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
     """The forward as one registered operator (``torch.ops.ece408.conv2d``): what ``torch.compile`` sees of
     a Conv2d (no graph break; a CUDA graph captures its kernels)."""
     y = _functional(input, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups,
-                    kernel, precision)
+                    kernel, precision, autocast=False)
     return y.clone() if input.dim() == 3 else y          # (an unbatched y is a view of the batched one)
 
 
@@ -291,13 +342,9 @@ def conv2d_op(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
 def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups, kernel, precision):
     batched = input if input.dim() == 4 else input.unsqueeze(0)
     shape = _out_shape(batched, weight, stride, padding, dilation)
-    out = batched.new_empty(shape, dtype=torch.float32)
+    layout = _CHANNELS_LAST if input.dim() == 4 and channels_last(input) or channels_last(weight) else _CONTIGUOUS
+    out = torch.empty(shape, dtype=input.dtype, device=input.device, memory_format=layout)   # (x's type, y's layout)
     return out if input.dim() == 4 else out[0].clone()
-
-
-if hasattr(torch.library, "register_autocast"):          # under autocast: float32 in, float32 out
-    torch.library.register_autocast("ece408::conv2d", "cuda", torch.float32)
-    torch.library.register_autocast("ece408::conv2d", "cpu", torch.float32)
 
 
 # what a resolved layer depends on besides the tensors: setting one drops the module's resolved layers
@@ -308,7 +355,7 @@ _LAYER_ATTRIBUTES = frozenset({"stride", "padding", "dilation", "groups", "paddi
 class Conv2d(nn.Conv2d):
     """``torch.nn.Conv2d`` (same constructor, parameters and state dict) whose forward runs the
     project's kernels; ``kernel``: None/'auto', 'fast' or a version ('9', 'v8', 'gemm', ...);
-    ``precision``: None/'auto', 'tf32x3' or 'fp32' (plain float32 arithmetic only)."""
+    ``precision``: None/'auto', 'tf32', 'tf32x3' or 'fp32' (plain float32 arithmetic only)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, padding_mode="zeros", device=None, dtype=None, *, kernel=None, precision=None):
@@ -377,8 +424,8 @@ class Conv2d(nn.Conv2d):
         padding, pre = self._explicit_padding()
         if pre is not None:
             input = F.pad(input, pre, mode="constant" if self.padding_mode == "zeros" else self.padding_mode)
-        return conv2d_op(input, weight, bias, list(_pairs(self.stride)), list(padding), list(_pairs(self.dilation)),
-                         self.groups, _kernel_text(self.kernel), self.precision)
+        return _traced(input, weight, bias, list(_pairs(self.stride)), list(padding), list(_pairs(self.dilation)),
+                       self.groups, _kernel_text(self.kernel), self.precision)
 
     def extra_repr(self):
         return super().extra_repr() + (f", kernel={self.kernel!r}" if self.kernel is not None else "") + (
@@ -397,8 +444,8 @@ class SwapReport:
 
 
 def _reason_to_keep(conv):
-    if conv.weight.dtype != torch.float32:
-        return f"its weight is {conv.weight.dtype}; ece408_op computes in float32 only"
+    if conv.weight.dtype not in KERNEL_DTYPES:
+        return f"its weight is {conv.weight.dtype}; ece408_op computes float32, float16 and bfloat16 only"
     return None
 
 

@@ -1,6 +1,6 @@
 """Networks built with torch.nn (torchvision's layer shapes, random weights, no torchvision needed) and
 their distinct convolutions: ResNet-18 and ResNet-50 (torchvision's v1.5: the stride on the 3x3 of a
-bottleneck), VGG-16 and MobileNetV2, for ``bench gpu --network`` (bench/network.py) and its precompile."""
+bottleneck), VGG-16 and MobileNetV2, for ``bench gpu --network`` (bench/network_layers.py) and its precompile."""
 NETWORK_BATCH = {"resnet18": 64, "resnet50": 64, "vgg16": 32, "mobilenet_v2": 64}
 
 

@@ -43,8 +43,8 @@ from ...errors import GpuError
 from .. import cudadrv
 from ..device import GpuDevice, cuda_error_line
 from ..launch import conv2d_forward_device, conv2d_forward_gpu, fused_forward_device, fused_forward_gpu
-from . import pages
-from .pages import SLOT_BYTES, address, advise_huge, byte_view, copy_bytes, inner_pages, pieces, pool, populate, wait_all
+from . import host_memory
+from .host_memory import SLOT_BYTES, address, advise_huge, byte_view, copy_bytes, inner_pages, pieces, pool, populate, wait_all
 from .records import Record, keep
 from .streams import STREAMS_ENV, stream_chunks, streamed
 
@@ -296,7 +296,7 @@ def _piped(record, out, x, k, bias, spec, version, fused, device, entry=None, ch
             raise GpuError(f"host copy ({record.mode}) failed: {cuda_error_line(exc)}") from exc
         finally:
             transfer.finish()
-    if not pages.populate_supported[0]:
+    if not host_memory.populate_supported[0]:
         record.notes.append("no MADV_POPULATE_WRITE: pages touched one by one")
     if os.environ.get(HUGEPAGES_ENV, "1").strip() == "0":
         record.notes.append(f"{HUGEPAGES_ENV}=0")

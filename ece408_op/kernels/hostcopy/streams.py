@@ -16,7 +16,7 @@ from ..device import GpuDevice, cuda_error_line
 from ..launch import spec_with_bias
 from ..plans import fused_plan_for, plan_for
 from ..shape import ConvShape
-from .pages import address, copy_bytes, wait_all
+from .host_memory import address, copy_bytes, wait_all
 
 STREAMS_ENV = "ECE408_STREAMS"         # N: the streams path in N chunks of the batch (unset: the copy mode's)
 MAX_STREAM_CHUNKS = 64

@@ -47,7 +47,7 @@ __host__ __device__ __forceinline__ unsigned fast_div(unsigned n, FastDiv d)
 struct ConvDims {
     int C, H, W, M, KH, KW, SH, SW, PH, PW, DH, DW, G, BIAS;
     int HO, WO, HW, HOWO, CG, MG, GKK, KHKW;
-    FastDiv div_HOWO, div_WO, div_HO, div_M, div_MG, div_KHKW, div_KW;
+    FastDiv div_HOWO, div_WO, div_HO, div_M, div_MG, div_KHKW, div_KW, div_CG;
 };
 #define CONV_DIMS_PARAM , const __grid_constant__ ConvDims conv_dims
 #define CONV_DIMS_DECL , const ConvDims& conv_dims

@@ -2,6 +2,10 @@
 #pragma once
 #include "common.cuh"
 
+#ifndef TF32_PASSES
+#define TF32_PASSES 3      // 3: the error-compensated 3xTF32 products (float32 accuracy); 1: hi*hi' alone, one
+#endif                     // TF32 product per pair (precision 'tf32', as cuDNN's convolutions with TF32 allowed)
+
 // v9: tensor cores, mma.sync m16n8k8 TF32 in the error-compensated "3xTF32" scheme: each operand
 // v = hi + lo, hi = v rounded to TF32 (10 mantissa bits), lo = v - hi (exact in float32);
 // acc += lo*hi' + hi*lo' + hi*hi' in fp32 (the dropped lo*lo' term is below float32's rounding).

@@ -11,6 +11,7 @@ from .version import Version, ints
 class Naive(Version):
     number, name, kernels = 1, "naive", ("conv_forward_v1",)
     general = True
+    fallback_rank = 80        # runs every layer; the course layer in 5.72 ms (H100, docs/benchmarks.md)
     THREADS = 256
 
     def launch(self, plan, y, x, k, bias, batch):

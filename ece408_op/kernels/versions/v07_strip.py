@@ -17,6 +17,8 @@ class Strip(Version):
     number, name, kernels = 7, "strip", ("conv_forward_v7",)
     constant_weights = True
     tuning_keys = tuning.V7_KEYS
+    fallback_rank = 10        # where all its strips fit (``suits``): the course layer in 0.43 ms (H100)
+    tune_rank = 60            # a module per layer shape: timed only where autotune.worth_timing says
     MAX_REGS = 128                 # a thread keeps C*K*(VEC+K-1) inputs (K*(VEC+K-1) at least)
     MAX_UNROLLED_FMAS = 20000      # "full" unroll only below this many FMAs in the filter loop, and
                                    # only with one channel; several channels' strips: SEVERAL_UNROLL

@@ -101,6 +101,9 @@ class Gemm(ImplicitGemm):
     """Register-tiled implicit GEMM in FP32 (FFMA): each thread a V8_TP x V8_TF micro-tile."""
     number, name, kernels = 8, "gemm", ("conv_forward_v8",)
     prefix = "V8"
+    fallback_rank = 40        # every layer, in plain FP32
+    tune_rank = 40
+    tune_tiles = ({}, {"V8_BP": 128, "V8_BF": 64, "V8_TP": 8, "V8_TF": 8}, {"V8_BP": 64, "V8_BF": 64, "V8_TP": 4, "V8_TF": 4})
     tuning_keys = ("V8_BP", "V8_BF", "V8_TP", "V8_TF", "V8_BK", "V8_STAGES", "V8_ACOLS")
 
     def tile(self, inner):

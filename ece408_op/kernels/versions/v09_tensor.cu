@@ -1,7 +1,8 @@
 // v09_tensor.cu: v9, v8 on the tensor cores (any layer).
 //
 //   v9 tensor    like v8, but on the tensor cores: warps of mma.sync m16n8k8 TF32 fragments in the
-//                error-compensated 3xTF32 scheme (three products per fragment: float32 accuracy).
+//                error-compensated 3xTF32 scheme (three products per fragment: float32 accuracy; TF32_PASSES 1:
+//                one, precision 'tf32').
 //                H100: 2019 conv2 4.13 ms (v8 4.78), ResNet 3x3 C=64 at B=64 0.32 ms (v8 0.44)
 //
 //                The layer's sizes are a kernel argument (CONV_DYNAMIC, common.cuh: ConvDims): one module per
@@ -80,8 +81,10 @@ conv_forward_v9(float* __restrict__ y, const float* __restrict__ x, const float*
                 for (int i = 0; i < V9_MI; ++i)
 #pragma unroll
                     for (int j = 0; j < V9_NI; ++j) {  // the small products first
-                        mma_tf32(acc[i][j], alo[i], bhi[j]);
-                        mma_tf32(acc[i][j], ahi[i], blo[j]);
+                        if (TF32_PASSES == 3) {
+                            mma_tf32(acc[i][j], alo[i], bhi[j]);
+                            mma_tf32(acc[i][j], ahi[i], blo[j]);
+                        }
                         mma_tf32(acc[i][j], ahi[i], bhi[j]);
                     }
             }

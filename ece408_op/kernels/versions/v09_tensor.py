@@ -11,7 +11,17 @@ class Tensor(ImplicitGemm):
     number, name, kernels = 9, "tensor", ("conv_forward_v9",)
     prefix = "V9"
     exact = False
-    tuning_keys = ("V9_MI", "V9_NI", "V9_WP", "V9_WF", "V9_BK", "V9_STAGES", "V9_ACOLS")
+    tf32 = True
+    fallback_rank = 110       # after v1 (every layer, exact): in practice the table's or the autotuner's
+    tune_rank = 30
+    # Besides its default tile, the tile sweeps' winners (docs/bench/tiles*.md) on ResNet-18's layers and the
+    # 1x1/Winograd GEMM shapes; the last two from a 133-tile sweep of the layers docs/gpu-dropin.md lists as
+    # not met (H100, 2026-11-24): the fastest on MobileNetV2's 1x1 7x7 -> 160 layers (0.024/0.036 ms against
+    # 0.041/0.064 for the default tile) and on ResNet-50's 1x1/2 512 -> 1024 (0.312 ms against v8's 0.335).
+    tune_tiles = ({}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 4, "V9_NI": 4}, {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
+             {"V9_WP": 4, "V9_WF": 1, "V9_MI": 4}, {"V9_WP": 2, "V9_WF": 2, "V9_MI": 2, "V9_NI": 4},
+             {"V9_WP": 4, "V9_WF": 2, "V9_MI": 2, "V9_NI": 2}, {"V9_WP": 4, "V9_WF": 4, "V9_MI": 4, "V9_NI": 4})
+    tuning_keys = ("V9_MI", "V9_NI", "V9_WP", "V9_WF", "V9_BK", "V9_STAGES", "V9_ACOLS", "TF32_PASSES")
     BK_MIN, BK_MULTIPLE = 16, 8
 
     def tile(self, inner):

@@ -13,6 +13,8 @@ class Filters(Version):
     """v7 with the loops swapped: channels streamed through one strip, every filter's accumulators held."""
     number, name, kernels = 10, "filters", ("conv_forward_v10",)
     constant_weights = True
+    fallback_rank = 20        # several channels, where its accumulators fit (``suits``)
+    tune_rank = 70            # a module per layer shape: timed only where autotune.worth_timing says
     tuning_keys = ("V10_VEC", "V10_THREADS", "V10_UNROLL_C")
     MAX_REGS = 160                 # M * VEC accumulators + a K x (VEC+K-1) strip
     MAX_UNROLLED_FMAS = 12000      # the channel loop unrolls fully below this many FMAs

@@ -107,8 +107,10 @@ __device__ __forceinline__ void v11_fragments(float* __restrict__ yb, const floa
             bhi[j][0] = __float_as_uint(w.x); bhi[j][1] = __float_as_uint(w.y);
             blo[j][0] = __float_as_uint(w.z); blo[j][1] = __float_as_uint(w.w);
         }
-        mma_tf32_all(acc, alo, bhi);                   // each product over every fragment in turn: the
-        mma_tf32_all(acc, ahi, blo);                   // small ones first, MT x NT independent chains
+        if (TF32_PASSES == 3) {
+            mma_tf32_all(acc, alo, bhi);               // each product over every fragment in turn: the
+            mma_tf32_all(acc, ahi, blo);               // small ones first, MT x NT independent chains
+        }
         mma_tf32_all(acc, ahi, bhi);
     }
     // Accumulator e of fragment (i, j): position row gid (+8 for e >= 2), filter 2*tig (+1 for odd e).

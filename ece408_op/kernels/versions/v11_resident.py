@@ -16,7 +16,10 @@ class Resident(Version):
     once per block in fragment order."""
     number, name, kernels = 11, "resident", ("conv_forward_v11",)
     exact = False
-    tuning_keys = ("V11_WARPS", "V11_MT", "V11_BUFFERS")
+    tf32 = True
+    fallback_rank = 120       # after v1 (every layer, exact): in practice the table's or the autotuner's
+    tune_rank = 50            # a module per layer shape: timed only where autotune.worth_timing says
+    tuning_keys = ("V11_WARPS", "V11_MT", "V11_BUFFERS", "TF32_PASSES")
     MAX_M = 64                # 8 fragments of 8 filters per warp (their accumulators in registers)
     MAX_CKK = 512             # the k-loop is unrolled fully: at most 64 k-steps of 8 taps
 

@@ -16,6 +16,9 @@ class Depthwise(Version):
     dynamic = True
     specialise = False        # its sizes at run time measured as fast as at compile time (bench/sizes.py: 1.00x)
     tuning_keys = ("V13_VEC", "V13_THREADS")
+    fallback_rank = 30        # depthwise layers (``suits``), before v8 (MobileNetV2 on the H100: docs/gpu-dropin.md)
+    tune_rank = 20
+    tune_tiles = ({}, {"V13_VEC": 2})
     MAX_TAPS = 49             # KH*KW taps in registers
     MAX_SPAN = 64             # input values under a strip, per tap row
 

@@ -1,11 +1,11 @@
-"""v18 cublas: v5's im2col (v05_im2col.cu), then cuBLAS's GEMM through ctypes (kernels/libraries.py)."""
+"""v18 cublas: v5's im2col (v05_v06_im2col.cu), then cuBLAS's GEMM through ctypes (kernels/libraries.py)."""
 import math
 
 import numpy as np
 
 from .. import libraries
 from .registry import register
-from .v05_im2col import Im2col
+from .v05_v06_im2col import Im2col
 
 
 @register
@@ -13,8 +13,9 @@ class Cublas(Im2col):
     """v18: v5 with cuBLAS's GEMM (cublasSgemmStridedBatched in FP32, libraries.py): per chunk of
     unrolled images and per group, one strided-batched product over the images, then the bias."""
     number, name, kernels = 18, "cublas", ("im2col_v5", "add_bias")
-    source = "v05_im2col.cu"  # no kernel of its own: v5's im2col, the helpers' add_bias
+    source = "v05_v06_im2col.cu"  # no kernel of its own: v5's im2col, the helpers' add_bias
     defaultable = False
+    fallback_rank = None      # (not its parent's: opt-in)
 
     def available(self):
         return libraries.missing("libcublas")

@@ -203,7 +203,7 @@ conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float
         float* dst = ws + (kt % V20_STAGES) * STAGE;
         const float* src = wsrc + (long long)kt * STAGE;
 #pragma unroll
-        for (int i = tid * 4; i < STAGE; i += V20_THREADS * 4) cp_async16(dst + i, src + i);
+        for (int i = tid * 4; i < (TF32_PASSES == 3 ? STAGE : HALF); i += V20_THREADS * 4) cp_async16(dst + i, src + i);
     };
 #endif
     float raw[STEPS][4];               // the next k tile's x values: a0 (gid, tig), a1 (gid+8, tig), a2, a3 (tig+4)
@@ -233,7 +233,7 @@ conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float
     for (int kt = 0; kt < V20_KT; ++kt) {
         cp_async_wait<V20_STAGES - 2>();               // stage kt has landed (this thread's copies) ...
 #if V20_INLINE
-        split_stage(kt);                               // (each thread splits the values it copied)
+        if (TF32_PASSES == 3) split_stage(kt);         // (each thread splits the values it copied)
 #endif
         fence_proxy_async();                           // ... visible to the tensor cores' async proxy ...
         __syncthreads();                               // ... for every thread; stage kt-1 is no longer read
@@ -251,8 +251,10 @@ conv_forward_v20(float* __restrict__ y, const float* __restrict__ x, const float
 #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
             const unsigned long long hi = wgmma_desc(st + s * 8 * V20_BN), lo = wgmma_desc(st + HALF + s * 8 * V20_BN);
-            wgmma_tf32(acc, alo[s], hi);               // the small products first
-            wgmma_tf32(acc, ahi[s], lo);
+            if (TF32_PASSES == 3) {
+                wgmma_tf32(acc, alo[s], hi);           // the small products first
+                wgmma_tf32(acc, ahi[s], lo);
+            }
             wgmma_tf32(acc, ahi[s], hi);
         }
         wgmma_commit();

@@ -20,8 +20,16 @@ class Wgmma(Version):
     general = True
     dynamic = True
     exact = False
+    tf32 = True
     arch_features = True
-    tuning_keys = ("V20_BN", "V20_WG", "V20_BK", "V20_STAGES", "V20_MINB", "V20_INLINE")
+    # Never a fallback (compute capability 9.0 only): a default where the table or the autotuner chose it.
+    tune_rank = 10            # where the device has it (``arch_reason``)
+    # Besides its default, from the H100 sweep of 48 tiles on the 3x3 layers (docs/kernel-notes.md "v20"):
+    # either number of warpgroups, 16 k per stage (VGG's 512-channel 14x14 layer at B=32: 0.321 ms against
+    # 0.418), 64 filters, the weights split in the kernel (one launch).
+    tune_tiles = ({}, {"V20_WG": 1}, {"V20_WG": 2}, {"V20_WG": 1, "V20_BK": 16}, {"V20_WG": 2, "V20_BK": 16},
+             {"V20_BN": 64, "V20_WG": 2}, {"V20_INLINE": 1, "V20_WG": 1}, {"V20_INLINE": 1, "V20_WG": 2, "V20_MINB": 1})
+    tuning_keys = ("V20_BN", "V20_WG", "V20_BK", "V20_STAGES", "V20_MINB", "V20_INLINE", "TF32_PASSES")
     MAX_IMAGE = 2**25         # offsets into an image: the k table packs one and a 6-bit tap into 32 bits
     MAX_X = ImplicitGemm.MAX_X
 

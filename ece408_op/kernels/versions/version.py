@@ -18,7 +18,8 @@ from ...conv.reference import reference_and_bound
 MAX_SHARED = 227 * 1024   # bytes of shared memory a block may opt into on sm_80/sm_90
 CONST_WEIGHTS = 16384     # floats of __constant__ memory for weights (64 KB): v3, v4, v7
 TILE = 16                 # the output tile edge of v2-v4 and v14-v17 (tiles.cuh)
-STATIC_SIZES_ENV = "ECE408_STATIC_SIZES"   # 1: build v8, v9, v13, v20 per layer shape as before (comparisons)
+STATIC_SIZES_ENV = "ECE408_STATIC_SIZES"   # 1: build the ``dynamic`` ones per layer shape from the start
+                                           # (comparisons: bench/sizes.py)
 MAX_RUN = 2**31 - 1       # positions (v8, v9, v20) and threads (v13) of one launch with the sizes at run time
 
 
@@ -37,7 +38,7 @@ def fast_div(d):
 
 DIMS_FIELDS = ("C", "H", "W", "M", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "BIAS",
                "HO", "WO", "HW", "HOWO", "CG", "MG", "GKK", "KHKW")
-DIMS_DIVISORS = ("HOWO", "WO", "HO", "M", "MG", "KHKW", "KW")
+DIMS_DIVISORS = ("HOWO", "WO", "HO", "M", "MG", "KHKW", "KW", "CG")
 
 
 def conv_dims(inner):
@@ -91,13 +92,24 @@ class Version(Sourced):
     general = False           # computes padding, stride, dilation, groups, rectangular kernels, bias itself
     tuning_keys = ()          # the tuning overrides it takes (see plans.module_spec)
     exact = True              # plain float32 arithmetic (v9: error-compensated TF32 tensor cores)
-    defaultable = True        # may be a default (measured table or fallback); v12 only when asked for
+    tf32 = False              # its products are TF32 tensor-core ones (tf32.cuh): TF32_PASSES 1 (precision 'tf32',
+                              # one product) or 3 (error-compensated 3xTF32, the default), a tuning key
+    defaultable = True        # may be a default (measured table, autotuner, fallback); else only when asked for
     own_error_model = False   # checked against its own error model (v17 FP16, v19 FFT), not the float32 bound
     arch_features = False     # built for the device's architecture-specific target (v20: sm_90a's wgmma)
     dynamic = False           # its kernels take the layer's sizes as an argument (common.cuh: CONV_DYNAMIC):
                               # one module per tile (and ``static_dims``) for every layer, not one per shape
     specialise = True         # (dynamic ones) a layer's module with its sizes as #defines is built in the
                               # background and replaces the run-time-size one (kernels/launch.py)
+    dtypes = ("float32",)     # the element types of the data it computes on (ConvShape.DTYPE)
+    channels_last = False     # runs channels-last layers (ConvShape.XL, WL): v21, v22 read NHWC data and pack
+                              # NCHW data first; the others read NCHW float32 only
+    # Where it runs unasked (a default-able version with neither rank: only where defaults.json names it).
+    # Lower ranks come first; two versions may not share one, and a subclass sets its own (registry.register).
+    fallback_rank = None      # its place in the fallback order (kernels/choice.py); None: never a fallback
+    tune_rank = None          # its place in the autotuner's timing order (kernels/autotune.py), the most
+                              # often fastest first (the budget may end before the last); None: never timed
+    tune_tiles = ({},)        # the autotuner's tile choices, as tuning overrides ({}: its default tile)
 
     def inner(self, shape):
         """The layer this version's kernels compute: ``shape`` itself, or for a course-style
@@ -106,6 +118,10 @@ class Version(Sourced):
 
     def unsupported(self, shape, tuning_overrides=None):
         """None if this version runs ``shape``, else a short reason."""
+        if shape.DTYPE not in self.dtypes:
+            return f"it computes on {' or '.join(self.dtypes)} data, not {shape.DTYPE}"
+        if (shape.XL or shape.WL) and not self.channels_last:
+            return "it reads NCHW data only, not channels-last"
         if not self.general:
             reason = shape.course_reason()
             if reason:

@@ -1,0 +1,70 @@
+"""The instructor's routes: the class's teams and their tokens, workers' tokens, deadlines.
+Every route of this router takes the instructor's token only (the router's dependency)."""
+from fastapi import APIRouter, Depends, Request
+
+from .. import jobs
+from ..auth import instructor
+from ..http import parse_deadline, read_json, text_field
+from ..jobs import Refused
+from ..logs import log
+from ..runs import MILESTONES
+from ..state import service_of
+
+router = APIRouter(prefix="/api/admin", dependencies=[Depends(instructor)])
+
+
+@router.post("/teams")
+async def add_teams(request: Request):
+    service = service_of(request)
+    data = await read_json(request)
+    names = data.get("names")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise Refused(400, "names is a list of team names")
+    added = await service.run(service.tokens.add_teams, names, bool(data.get("skip_existing")))
+    log("teams.added", count=sum(1 for a in added if "token" in a))
+    return {"teams": added}
+
+
+@router.get("/teams")
+async def list_teams(request: Request):
+    service = service_of(request)
+    return {"teams": await service.run(service.tokens.list_teams)}
+
+
+@router.get("/uncounted")
+async def list_uncounted(request: Request):
+    service = service_of(request)
+    return {"uncounted": await service.run(jobs.uncounted, service.db)}
+
+
+def by_name(path, method, event, key, answer, ends_streams=False):
+    """``POST path``: reads ``{"name": ...}``, calls the Tokens method ``method`` with it, logs
+    ``event`` (the name under ``key``) and answers the name and ``answer(what the method returned)``;
+    ``ends_streams``: the team's live streams end at once (its old token no longer holds)."""
+    async def route(request: Request):
+        service = service_of(request)
+        name = text_field(await read_json(request), "name", f"the {key}'s name")
+        result = await service.run(getattr(service.tokens, method), name)
+        if ends_streams:
+            service.streams.end_team(name, f"the team's token was {event.split('.')[-1]}")
+        log(event, **{key: name})
+        return {"name": name, **answer(result)}
+    router.add_api_route(path, route, methods=["POST"], name=method)
+
+
+by_name("/teams/revoke", "revoke_team", "team.revoked", "team", lambda _: {"active": False}, ends_streams=True)
+by_name("/teams/rotate", "rotate_team", "team.rotated", "team", lambda token: {"token": token}, ends_streams=True)
+by_name("/workers", "worker_token", "worker.token", "worker", lambda token: {"token": token})
+
+
+@router.put("/deadlines")
+async def set_deadline(request: Request):
+    service = service_of(request)
+    data = await read_json(request)
+    milestone = data.get("milestone")
+    if milestone not in MILESTONES:
+        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    at, shown = parse_deadline(data["deadline"]) if data.get("deadline") is not None else (None, None)
+    await service.run(jobs.set_deadline, service.db, milestone, at, shown)
+    log("deadline.set", milestone=milestone, deadline=shown)
+    return {"milestone": milestone, "deadline": at, "shown": shown}

@@ -1,0 +1,119 @@
+"""A team's jobs: queue an upload, list them, show one, its transcript, follow it live (SSE),
+cancel it. A team reaches its own jobs only (another team's id answers 404, as no job does);
+the instructor reaches every job."""
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.background import BackgroundTask
+from sse_starlette import EventSourceResponse
+
+from .. import jobs, limits
+from .. import upload as uploads
+from ..auth import team, team_or_instructor
+from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, read_body
+from ..jobs import Refused, public
+from ..live import follow, with_place
+from ..logs import log
+from ..runs import ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, check_build_config, printable
+from ..state import service_of
+
+router = APIRouter(prefix="/api/jobs")
+
+
+async def own_job(request: Request, job_id: str, principal=Depends(team_or_instructor)):
+    """The job of the path (a team: its own only), else 404."""
+    service = service_of(request)
+    owner = principal.name if principal.kind == "team" else None
+    job = await service.run(jobs.get, service.db, check_job_id(job_id), owner)
+    if job is None:
+        raise Refused(404, f"no job {job_id} here (jobs list shows yours)")
+    return job
+
+
+@router.post("")
+async def submit(request: Request, principal=Depends(team)):
+    """Cheap before expensive: the token, the parameters, the idempotency key and the team's rules
+    (deadline, waiting jobs, hourly limits) are decided from the request's headers before a byte
+    of its body is read; then the body is read (one upload per team at a time, within
+    ``upload_seconds``) and checked (a bounded number at once, limits.Uploads)."""
+    service = service_of(request)
+    settings = service.settings
+    params = request.query_params
+    kind = params.get("kind", "development")
+    if kind not in jobs.KINDS:
+        raise Refused(400, f"kind is ranked or development, not {printable(kind, 20)}")
+    milestone = size = None
+    if kind == "ranked":
+        milestone = params.get("milestone")
+        if milestone not in MILESTONES:
+            raise Refused(400, f"a ranked run names its milestone: {', '.join(MILESTONES)}")
+        size = int_param(params, "size", 1, 10000, DEFAULT_SIZE)
+    key = idempotency_key(request)
+    check_size(request, settings.max_upload, "upload")
+    earlier = await service.run(jobs.admit, service.db, settings.rules, principal.name, kind, milestone, key)
+    if earlier is not None:
+        return JSONResponse(await with_place(service, earlier), status_code=200)
+    async with service.uploads.upload(principal.name):
+        async with service.uploads.slot("reading"):
+            body = await read_body(request, settings.max_upload, "upload", settings.upload_seconds)
+        async with service.uploads.slot("checking"):
+            gpu, files = await service.run(checked_upload, body, kind, milestone, settings.max_upload)
+    job = await service.run(jobs.submit, service.db, settings.rules, principal.name, kind, milestone, size, gpu,
+                            body, files, key)
+    if job.get("repeated"):
+        return JSONResponse(await with_place(service, job), status_code=200)
+    log("job.queued", job=job["id"], team=principal.name, kind=kind, milestone=milestone, size=size,
+        bytes=len(body))
+    service.hub.queue_changed()
+    service.hub.wake_claim(gpu_needed=gpu)
+    return JSONResponse(await with_place(service, job), status_code=201)
+
+
+def checked_upload(body, kind, milestone, max_upload):
+    """(whether the job needs a GPU, its files [{name, size, sha256}]) of an upload that passes
+    the archive check (and, for a development run, whose rai_build.yml passes grading's reader);
+    Refused or UploadError (400) otherwise. Only the file list outlives the call."""
+    checked = uploads.check(body, kind, milestone, max_upload)
+    if kind == "ranked":
+        return milestone in GPU_MILESTONES, checked.files()
+    try:
+        config = check_build_config(uploads.config_text(checked))
+    except ConfigError as exc:
+        raise Refused(400, "; ".join(f"rai_build.yml: {p}" for p in exc.problems)) from None
+    return config.gpu_count > 0, checked.files()
+
+
+@router.get("")
+async def list_jobs(request: Request, principal=Depends(team_or_instructor)):
+    service = service_of(request)
+    limit = int_param(request.query_params, "limit", 1, 1000, 50)
+    owner = principal.name if principal.kind == "team" else request.query_params.get("team")
+    found = await service.run(jobs.listing, service.db, owner, limit)
+    return {"jobs": [public(j) for j in found]}
+
+
+@router.get("/{job_id}")
+async def show_job(request: Request, job=Depends(own_job)):
+    return await with_place(service_of(request), job)
+
+
+@router.get("/{job_id}/transcript")
+async def show_transcript(request: Request, job=Depends(own_job)):
+    service = service_of(request)
+    return PlainTextResponse(await service.run(jobs.transcript, service.db, job["id"]))
+
+
+@router.post("/{job_id}/cancel")
+async def cancel_job(request: Request, job_id: str, principal=Depends(team_or_instructor)):
+    job = await service_of(request).cancel(check_job_id(job_id), principal)
+    if job is None:
+        raise Refused(404, f"no job {job_id} here (jobs list shows yours)")
+    return public(job)
+
+
+@router.get("/{job_id}/events")
+async def events(request: Request, job=Depends(own_job), principal=Depends(team_or_instructor)):
+    service = service_of(request)
+    after = after_param(request)
+    ticket = service.streams.open(principal, address(request))
+    return EventSourceResponse(limits.stream(service.streams, ticket, follow(service, job["id"], after)), ping=15,
+                               send_timeout=30, background=BackgroundTask(service.streams.close, ticket))

@@ -1,0 +1,35 @@
+"""The ranking, as ``ranking`` prints it (rankings.py keeps it between records), and the
+deadlines: what a team or the instructor reads."""
+import time
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from .. import jobs
+from ..auth import team_or_instructor
+from ..http import int_param
+from ..jobs import Refused
+from ..runs import MILESTONES
+from ..state import service_of
+
+router = APIRouter(prefix="/api")
+
+
+@router.get("/ranking")
+async def ranking(request: Request, principal=Depends(team_or_instructor)):
+    params = request.query_params
+    milestone = params.get("milestone")
+    if milestone is not None and milestone not in MILESTONES:
+        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    size = int_param(params, "size", 1, 10000)
+    fmt = params.get("format", "table")
+    if fmt not in ("table", "csv", "json"):
+        raise Refused(400, "format is table, csv or json")
+    body = await service_of(request).rankings.report(principal, milestone, size, fmt)
+    return Response(body + "\n", media_type="application/json" if fmt == "json" else "text/plain")
+
+
+@router.get("/deadlines", dependencies=[Depends(team_or_instructor)])
+async def show_deadlines(request: Request):
+    service = service_of(request)
+    return {"deadlines": await service.run(jobs.deadlines, service.db), "now": time.time()}

@@ -1,0 +1,169 @@
+"""The workers' routes: claim a job (waiting for one), fetch its upload, post its transcript's
+chunks and heartbeats under the job's lease (``X-Lease``), give it back, finish it with its
+record. Every route of this router takes a worker's token only (the router's dependency)."""
+import asyncio
+import json
+import re
+import time
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from .. import jobs
+from ..auth import worker
+from ..http import check_job_id, read_json
+from ..jobs import Lost, Refused
+from ..logs import log
+from ..runs import Record, printable
+from ..state import service_of
+
+STATUSES = ("ok", "failed", "timeout", "killed", "error")
+
+router = APIRouter(prefix="/api/worker", dependencies=[Depends(worker)])
+
+
+def end_lines(job, record):
+    """The service's closing lines of a job that ends without a record (a ranked run's are its
+    record's summary, written by ``jobs.finish``)."""
+    if record is None and job["kind"] == "development":
+        return ["* Development run: no record is stored (ranked runs: --submit m2|m3|final)"]
+    return []
+
+
+def lease_of(request):
+    lease = request.headers.get("x-lease", "")
+    if not re.match(r"^[0-9a-f]{32}$", lease):
+        raise Lost("no lease")
+    return lease
+
+
+@router.post("/claim")
+async def claim(request: Request, principal=Depends(worker)):
+    service = service_of(request)
+    settings = service.settings
+    data = await read_json(request)
+    slot = printable(str(data.get("slot", "0")), 40)
+    gpu = bool(data.get("gpu"))
+    device = printable(str(data.get("device") or "unknown device"), 100)
+    try:
+        wait = max(0.0, min(float(data.get("wait") or 0), settings.claim_wait))
+    except (TypeError, ValueError):
+        raise Refused(400, "wait is a number of seconds") from None
+    name = f"{principal.name}/{slot}"
+    deadline = time.monotonic() + wait
+    while True:
+        if service.draining:
+            return Response(status_code=204)
+        job = await service.run(jobs.claim, service.db, settings.rules, name, gpu, device)
+        if job is not None:
+            log("job.claimed", job=job["id"], team=job["team"], worker=name, attempt=job["attempts"])
+            service.hub.job_changed(job["id"])
+            service.hub.queue_changed()
+            service.hub.wake_claim(gpu_needed=False)      # more may be waiting: the next claim looks
+            return {"job": {k: job[k] for k in ("id", "team", "kind", "milestone", "size", "time_limit",
+                                                "attempts", "next_seq", "upload_sha256", "record_id")},
+                    "lease": job["lease"], "lease_seconds": settings.rules.lease, "worker": name}
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return Response(status_code=204)
+        future = asyncio.get_running_loop().create_future()
+        service.hub.claimers.append((future, gpu))
+        try:
+            await asyncio.wait_for(future, timeout=min(remaining, 10.0))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if (future, gpu) in service.hub.claimers:
+                service.hub.claimers.remove((future, gpu))
+
+
+@router.get("/jobs/{job_id}/upload")
+async def job_upload(request: Request, job_id: str):
+    service = service_of(request)
+    data = await service.run(jobs.upload, service.db, check_job_id(job_id), lease_of(request))
+    return Response(data, media_type="application/gzip")
+
+
+@router.post("/jobs/{job_id}/chunks")
+async def job_chunks(request: Request, job_id: str):
+    service = service_of(request)
+    data = await read_json(request)
+    chunks = data.get("chunks")
+    if not isinstance(chunks, list) or len(chunks) > jobs.MAX_CHUNKS or not all(
+            isinstance(c, list) and len(c) == 2 and type(c[0]) is int and 0 <= c[0] < jobs.MAX_SEQ
+            and isinstance(c[1], str) and len(c[1]) <= jobs.MAX_CHUNK and "\0" not in c[1] for c in chunks):
+        raise Refused(400, f"chunks is a list of at most {jobs.MAX_CHUNKS} [seq, text] pairs (seq from 0 to "
+                           f"{jobs.MAX_SEQ - 1}, text without NUL)")
+    chunks = [(c[0], c[1]) for c in chunks]
+    cancel = await service.run(jobs.add_chunks, service.db, check_job_id(job_id), lease_of(request), chunks)
+    service.hub.chunks_posted(job_id, chunks)
+    return {"cancel": cancel}
+
+
+@router.post("/jobs/{job_id}/heartbeat")
+async def job_heartbeat(request: Request, job_id: str):
+    service = service_of(request)
+    return {"cancel": await service.run(jobs.heartbeat, service.db, check_job_id(job_id), lease_of(request))}
+
+
+@router.post("/jobs/{job_id}/release")
+async def job_release(request: Request, job_id: str, principal=Depends(worker)):
+    service = service_of(request)
+    why = printable(str((await read_json(request)).get("why") or "it was stopped"), 200)
+    await service.run(jobs.release, service.db, check_job_id(job_id), lease_of(request), why)
+    log("job.released", job=job_id, worker=principal.name, why=why)
+    service.hub.job_changed(job_id)
+    service.hub.queue_changed()
+    service.hub.wake_claim(gpu_needed=False)
+    return {"ok": True}
+
+
+@router.post("/jobs/{job_id}/finish")
+async def job_finish(request: Request, job_id: str):
+    service = service_of(request)
+    lease = lease_of(request)
+    data = await read_json(request)
+    status = data.get("status")
+    if status not in STATUSES:
+        raise Refused(400, f"status is one of {', '.join(STATUSES)}")
+    exit_code = data.get("exit_code")
+    if exit_code is not None and not isinstance(exit_code, int):
+        raise Refused(400, "exit_code is a whole number or null")
+    reason = data.get("reason")
+    reason = None if reason is None else printable(str(reason), 500)
+    job = await service.run(jobs.get, service.db, check_job_id(job_id))
+    if job is None:
+        raise Lost(job_id)
+    record = check_record(job, data.get("record"))
+    job = await service.run(jobs.finish, service.db, job_id, lease, status, exit_code, reason, record,
+                            end_lines(job, record))
+    if record is not None and job["state"] == jobs.DONE:
+        service.hub.records_version += 1
+    log("job.ended", job=job_id, team=job["team"], state=job["state"], status=job["status"], valid=job["valid"])
+    service.hub.job_changed(job_id)
+    service.hub.queue_changed()
+    service.hub.wake_claim(gpu_needed=True)
+    service.hub.wake_claim(gpu_needed=False)
+    return {"ok": True, "state": job["state"]}
+
+
+def check_record(job, data):
+    if data is None:
+        if job["kind"] == "ranked":
+            raise Refused(400, "a ranked job ends with its record")
+        return None
+    if job["kind"] != "ranked" or not isinstance(data, dict):
+        raise Refused(400, "only a ranked job has a record (a JSON object)")
+    if "\\u0000" in json.dumps(data):
+        raise Refused(400, "the record holds a NUL character, which no text column stores")
+    try:
+        record = Record(**data)
+    except TypeError as exc:
+        raise Refused(400, f"the record does not fit: {exc}") from None
+    if (record.id, record.team, record.milestone, record.size) != \
+            (job["record_id"], job["team"], job["milestone"], job["size"]):   # the name as stored
+        raise Refused(400, "the record is not this job's (id, team, milestone and size must match)")
+    if not isinstance(record.transcript, str) or not isinstance(record.models, list) or \
+            record.status not in STATUSES:
+        raise Refused(400, "the record's transcript, models or status are not of their type")
+    return record

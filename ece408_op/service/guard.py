@@ -1,0 +1,161 @@
+"""The server's connections, kept within the process's descriptors: a budget, a time limit on a
+request's headers, and who gives way when the budget is spent.
+
+Each connection holds one file descriptor. ``serve`` raises its soft limit to the hard one
+(``raise_descriptor_limit``) and keeps the connections ``budget`` below it (room for the
+database's pool, the log, the workers' pipes). Past the budget a new connection is never left to
+fail in ``accept`` (which would stop every request, the login page's too): the oldest connection
+that is not serving a request (its headers still coming, or idle between two requests) is
+closed to make room; where every connection is serving one, the new one is answered ``503`` with
+``Retry-After`` and closed. A connection whose request headers have not all arrived
+``header_seconds`` after it opened (or after its last response) is closed: a client trickling its
+headers holds a descriptor for that long at most. Live streams are capped by the application
+(``limits.py``: per team, session and address), so that serving connections cannot fill the
+budget either.
+
+``GuardedH11`` is uvicorn's h11 protocol with these rules; ``protocol_class(guard)`` gives the
+class uvicorn's ``Config(http=...)`` takes.
+"""
+import resource
+import time
+from collections import OrderedDict
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .logs import log
+
+RESERVE = 64                        # descriptors kept for everything but the connections
+HEADER_SECONDS = 10.0
+RETRY = 5                           # seconds a refused client waits
+REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: %d\r\n"
+           b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
+BUSY = b'{"error": "the service has as many connections as it can hold; try again in a few seconds"}'
+
+
+def raise_descriptor_limit():
+    """Raise this process's soft limit on open files to its hard limit; returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+class Guard:
+    """The connections of one server: at most ``budget`` at once, the waiting ones given way."""
+
+    def __init__(self, budget, header_seconds=HEADER_SECONDS):
+        self.budget = max(8, budget)
+        self.header_seconds = header_seconds
+        self.open = set()
+        self.waiting = OrderedDict()              # connections not serving a request, oldest first
+        self.refused = self.evicted = self.timed_out = 0
+        self._said = 0.0
+
+    @classmethod
+    def for_this_process(cls, reserved, header_seconds=HEADER_SECONDS):
+        """A guard whose budget is the soft descriptor limit (raised to the hard one) less
+        ``reserved`` (the database pool, the workers) and RESERVE."""
+        return cls(raise_descriptor_limit() - reserved - RESERVE, header_seconds)
+
+    def admit(self, conn):
+        """Whether ``conn`` may open: True, after closing the oldest waiting connection where the
+        budget is spent; False where every connection is serving a request."""
+        if len(self.open) >= self.budget:
+            if not self.waiting:
+                self.refused += 1
+                self._say()
+                return False
+            oldest, _ = self.waiting.popitem(last=False)
+            self.evicted += 1
+            self._say()
+            oldest.close_quietly()
+        self.open.add(conn)
+        self.wait(conn)
+        return True
+
+    def wait(self, conn):
+        self.waiting[conn] = time.monotonic()
+        self.waiting.move_to_end(conn)
+
+    def serve(self, conn):
+        self.waiting.pop(conn, None)
+
+    def gone(self, conn):
+        self.open.discard(conn)
+        self.waiting.pop(conn, None)
+
+    def _say(self):
+        """One log line every 10 s at most while connections are refused or closed for room."""
+        now = time.monotonic()
+        if now - self._said >= 10.0:
+            self._said = now
+            log("connections.full", level="warning", budget=self.budget, refused=self.refused,
+                closed_for_room=self.evicted, headers_too_slow=self.timed_out)
+
+
+def protocol_class(guard):
+    """uvicorn's h11 protocol under ``guard``."""
+    return type("GuardedH11", (GuardedH11,), {"guard": guard})
+
+
+class GuardedH11(H11Protocol):
+    guard = None
+
+    def connection_made(self, transport):
+        self._header_timer = None
+        if not self.guard.admit(self):
+            body = BUSY
+            transport.write(REFUSAL % (RETRY, len(body), body))
+            transport.close()
+            self._refused = True
+            return
+        self._refused = False
+        super().connection_made(transport)
+        self._start_header_timer()
+
+    def connection_lost(self, exc):
+        self._stop_header_timer()
+        if self._refused:
+            return
+        self.guard.gone(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data):
+        if self._refused:
+            return
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._stop_header_timer()
+            self.guard.serve(self)
+
+    def on_response_complete(self):
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self.guard.wait(self)
+            self._start_header_timer()
+
+    def _start_header_timer(self):
+        self._stop_header_timer()
+        self._header_timer = self.loop.call_later(self.guard.header_seconds, self._headers_too_slow)
+
+    def _stop_header_timer(self):
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self):
+        self._header_timer = None
+        if self.cycle is None or self.cycle.response_complete:
+            self.guard.timed_out += 1
+            self.close_quietly()
+
+    def close_quietly(self):
+        self._stop_header_timer()
+        self.guard.gone(self)
+        if not self.transport.is_closing():
+            self.transport.close()

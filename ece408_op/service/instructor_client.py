@@ -1,0 +1,103 @@
+"""The instructor's client: what ``teams`` (add, import, list, revoke, rotate, a worker's token)
+and ``deadlines`` do over HTTP, with the instructor's token (client.py: the connection, where
+the token comes from, errors as one line). New tokens are shown once: printed, or written to
+files of mode 600."""
+import hashlib
+import os
+import re
+import time
+from pathlib import Path
+
+from .client import table
+from .runs import printable, shown
+
+
+def token_file_name(name):
+    if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", name):
+        return f"{name}.token"
+    return f"team-{hashlib.sha256(name.encode()).hexdigest()[:12]}.token"
+
+
+def write_token(path, token):
+    """``token`` and a newline in the file ``path`` (mode 600; a link there is refused)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)
+
+
+def hand_out(client, issued, token_dir=None):
+    """Print each new token once (``NAME<TAB>TOKEN``), or write each to ``token_dir`` (mode 600)."""
+    if token_dir is not None:
+        Path(token_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    for item in issued:
+        if item.get("skipped"):
+            client.note(f"{shown(item['name'])}: exists already; its token is unchanged (teams rotate NAME for "
+                        "a new one)")
+            continue
+        if token_dir is None:
+            client.out.write(f"{shown(item['name'])}\t{item['token']}\n")
+            continue
+        path = Path(token_dir) / token_file_name(item["name"])
+        write_token(path, item["token"])
+        client.out.write(f"{shown(item['name'])}: token written to {path}\n")
+    client.out.flush()
+
+
+def add_teams(client, names, skip_existing=False, token_dir=None):
+    issued = client.request("POST", "/api/admin/teams", json={"names": names, "skip_existing": skip_existing}).json()
+    hand_out(client, issued["teams"], token_dir)
+    return 0
+
+
+def list_teams(client):
+    teams = client.request("GET", "/api/admin/teams").json()["teams"]
+    if not teams:
+        client.out.write("No teams yet: python -m ece408_op teams add NAME...\n")
+        return 0
+    rows = [["team", "token", "jobs", "last job (UTC)"]]
+    for t in teams:
+        last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["last_job"])) if t["last_job"] else "-"
+        rows.append([shown(t["name"], 60), "active" if t["active"] else "revoked", str(t["jobs"]), last])
+    client.out.write(table(rows))
+    return 0
+
+
+def revoke_team(client, name):
+    client.request("POST", "/api/admin/teams/revoke", json={"name": name})
+    client.out.write(f"{printable(name)}: token revoked (teams rotate {printable(name)} gives a new one)\n")
+    return 0
+
+
+def rotate_team(client, name, token_dir=None):
+    issued = client.request("POST", "/api/admin/teams/rotate", json={"name": name}).json()
+    hand_out(client, [issued], token_dir)
+    return 0
+
+
+def worker_token(client, name, token_file=None):
+    issued = client.request("POST", "/api/admin/workers", json={"name": name}).json()
+    if token_file is None:
+        client.out.write(issued["token"] + "\n")
+    else:
+        write_token(token_file, issued["token"])
+        client.out.write(f"worker {printable(name)}: token written to {token_file}\n")
+    return 0
+
+
+def set_deadline(client, milestone, deadline):
+    answer = client.request("PUT", "/api/admin/deadlines", json={"milestone": milestone, "deadline": deadline}).json()
+    if deadline is None:
+        client.out.write(f"{milestone}: no deadline\n")
+    else:
+        client.out.write(f"{milestone}: ranked runs accepted until {answer['shown']}\n")
+    return 0
+
+
+def list_deadlines(client):
+    found = client.request("GET", "/api/deadlines").json()["deadlines"]
+    if not found:
+        client.out.write("No deadlines set.\n")
+    for d in found:
+        client.out.write(f"{d['milestone']}: {d['shown']}\n")
+    return 0

@@ -1,0 +1,156 @@
+"""What one team, session or address may hold of the server at once: live streams and uploads.
+
+Live streams (a job's events, a page's live ranking or transcript) are capped per team, per page
+session and per client address (``Streams``); past a cap the request is refused (429 with
+``Retry-After``) before its stream starts, so that one team cannot hold the server's connections.
+Each stream holds a ``Ticket``: revoking or rotating a team's token closes its team's tickets at
+once (the streams end within a second), as does the server's drain.
+
+Uploads (``Uploads``): a team has at most one upload being read and checked at a time (a second
+one is refused, 429); the whole server reads at most ``reads`` bodies and checks at most
+``checks`` at once (the others wait for a slot, or are refused with 503 after ``wait`` seconds).
+With the upload's caps (``serve --max-upload`` as sent, the archive's caps unpacked) this bounds
+the memory and CPU that uploads take (docs/service.md states the figures).
+"""
+import asyncio
+import json
+from collections import Counter
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from .jobs import Refused
+
+STREAMS_PER_TEAM = 16
+STREAMS_PER_SESSION = 6                     # what a browser opens to one host at most
+STREAMS_PER_ADDRESS = 128                   # a lab behind one address
+STREAMS_INSTRUCTOR = 64
+RETRY = 10
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One live stream's place; ``closed`` is set when the stream must end (revoked, draining)."""
+    keys: tuple
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    why: str = None
+
+
+class Streams:
+    def __init__(self, per_team=STREAMS_PER_TEAM, per_session=STREAMS_PER_SESSION, per_address=STREAMS_PER_ADDRESS,
+                 instructor=STREAMS_INSTRUCTOR):
+        self.caps = {"team": per_team, "session": per_session, "address": per_address, "instructor": instructor}
+        self.counts = Counter()
+        self.tickets = set()
+
+    def _keys(self, principal, session, address):
+        keys = [("address", address)]
+        keys.append(("instructor", "") if principal.kind == "instructor" else ("team", principal.name))
+        if session:
+            keys.append(("session", session))
+        return tuple(keys)
+
+    def open(self, principal, address, session=None):
+        """A Ticket for one more stream of ``principal`` from ``address`` (and page ``session``);
+        Refused (429) where a cap is reached."""
+        keys = self._keys(principal, session, address)
+        for key in keys:
+            if self.counts[key] >= self.caps[key[0]]:
+                what = {"team": "your team", "session": "this browser session", "address": "this address",
+                        "instructor": "the instructor"}[key[0]]
+                raise Refused(429, f"{what} already has {self.caps[key[0]]} live streams open, the most it may; "
+                                   "close one (a page or a follow) and try again", retry_after=RETRY)
+        for key in keys:
+            self.counts[key] += 1
+        ticket = Ticket(keys)
+        self.tickets.add(ticket)
+        return ticket
+
+    def close(self, ticket):
+        """The stream ended (idempotent)."""
+        if ticket in self.tickets:
+            self.tickets.discard(ticket)
+            for key in ticket.keys:
+                self.counts[key] -= 1
+                if self.counts[key] <= 0:
+                    del self.counts[key]
+
+    def end_team(self, name, why):
+        """Every live stream of team ``name`` ends now (its token revoked or rotated)."""
+        for ticket in list(self.tickets):
+            if ("team", name) in ticket.keys:
+                ticket.why = why
+                ticket.closed.set()
+
+    def end_all(self, why):
+        for ticket in list(self.tickets):
+            ticket.why = why
+            ticket.closed.set()
+
+    def held(self, kind, value):
+        return self.counts[(kind, value)]
+
+
+def stream(streams, ticket, events):
+    """``events`` (an async generator of SSE events) that ends, with a last ``gone`` event, as soon
+    as ``ticket`` is closed, and gives the ticket back however it ends."""
+    async def run():
+        ended = asyncio.ensure_future(ticket.closed.wait())
+        source = events.__aiter__()
+        try:
+            while True:
+                step = asyncio.ensure_future(source.__anext__())
+                done, _ = await asyncio.wait({step, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if step not in done:
+                    step.cancel()
+                    yield {"event": "gone", "data": json.dumps(ticket.why or "the stream was closed")}
+                    return
+                try:
+                    event = step.result()
+                except StopAsyncIteration:
+                    return
+                yield event
+        finally:
+            ended.cancel()
+            streams.close(ticket)
+            await source.aclose()
+    return run()
+
+
+class Uploads:
+    """Uploads in flight: one per team (``upload``), and at most ``reads`` bodies being read and
+    ``checks`` being checked on the whole server (``slot``); a request that finds every slot busy
+    for ``wait`` seconds is refused (503, Retry-After)."""
+
+    def __init__(self, reads=16, checks=2, wait=60.0):
+        self.sizes = {"reading": reads, "checking": checks}
+        self.wait = wait
+        self.semaphores = {}                    # made on the running loop
+        self.teams = set()
+
+    @asynccontextmanager
+    async def upload(self, team):
+        """The one upload of ``team`` in flight; Refused (429) where it has one already."""
+        if team in self.teams:
+            raise Refused(429, "your team's previous upload is still being received and checked; send the next "
+                               "when it is answered", retry_after=5)
+        self.teams.add(team)
+        try:
+            yield
+        finally:
+            self.teams.discard(team)
+
+    @asynccontextmanager
+    async def slot(self, which):
+        """One of the server's ``reading`` or ``checking`` slots."""
+        semaphore = self.semaphores.get(which)
+        if semaphore is None:
+            semaphore = self.semaphores[which] = asyncio.Semaphore(self.sizes[which])
+        try:
+            await asyncio.wait_for(semaphore.acquire(), self.wait)
+        except asyncio.TimeoutError:
+            raise Refused(503, "the service is receiving and checking many uploads; try again in a minute",
+                          retry_after=30) from None
+        try:
+            yield
+        finally:
+            semaphore.release()

@@ -1,0 +1,117 @@
+"""The instructor's page (``/admin``): the queue, the workers, the teams against the rate
+limits, deadlines, names shown or pseudonyms, the CSV export with the grade rule, recent jobs;
+and its forms (cancel a job, revoke a team's token, set or clear a deadline, choose names)."""
+import math
+import time
+
+from fastapi import Depends, Request
+from starlette.responses import RedirectResponse, Response
+
+from .. import jobs, overview, standings
+from ..http import parse_deadline
+from ..jobs import Refused
+from ..logs import log
+from ..runs import MILESTONES, printable
+from ..state import service_of
+from .errors import page_router
+from .job import cancel, own_job
+from .site import board_params, instructor, read_form, site_of
+
+DONE = {"names": "The ranking's names setting was saved.", "deadline": "The deadline was saved.",
+        "cleared": "The deadline was cleared.", "revoked": "The team's token was revoked; its sessions ended.",
+        "cancelled": "The job was cancelled (a running job stops at its worker's next report)."}
+
+router = page_router()
+
+
+def seconds_param(form, name):
+    text = (form.get(name) or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise Refused(400, f"{name} is a number of seconds, not {printable(text, 30)}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise Refused(400, f"{name} is a positive number of seconds")
+    return value
+
+
+def admin_overview(db, rules):
+    """(the queue, the workers, the teams, the deadlines) as the page shows them."""
+    return (overview.queue(db, jobs.snapshot(db)), overview.workers(db), overview.teams(db, rules),
+            jobs.deadlines(db))
+
+
+@router.get("/admin")
+async def admin_page(request: Request, viewer=Depends(instructor)):
+    service = service_of(request)
+    rules = service.settings.rules
+    queue, workers, teams, deadlines = await service.run(admin_overview, service.db, rules)
+    done = DONE.get(request.query_params.get("done"))
+    return site_of(request).render("admin.html", viewer, queue=queue, workers=workers, teams=teams,
+                                   deadlines=deadlines, boards=await service.rankings.boards(),
+                                   names=await service.rankings.names(), rules=rules, done=done, now=time.time())
+
+
+@router.post("/admin/names")
+async def admin_names(request: Request, viewer=Depends(instructor)):
+    fields = await read_form(request, viewer.value)
+    try:
+        await service_of(request).rankings.set_names(fields.get("names"))
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
+    log("ranking.names", names=fields["names"])
+    return RedirectResponse("/admin?done=names", status_code=303)
+
+
+@router.post("/admin/deadlines")
+async def admin_deadlines(request: Request, viewer=Depends(instructor)):
+    service = service_of(request)
+    fields = await read_form(request, viewer.value)
+    milestone = fields.get("milestone")
+    if milestone not in MILESTONES:
+        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    if fields.get("action") == "clear":
+        at, when = None, None
+    else:
+        at, when = parse_deadline((fields.get("deadline") or "").strip())
+    await service.run(jobs.set_deadline, service.db, milestone, at, when)
+    log("deadline.set", milestone=milestone, deadline=when, via="page")
+    return RedirectResponse(f"/admin?done={'cleared' if at is None else 'deadline'}", status_code=303)
+
+
+@router.post("/admin/teams/revoke")
+async def admin_revoke(request: Request, viewer=Depends(instructor)):
+    service = service_of(request)
+    fields = await read_form(request, viewer.value)
+    name = fields.get("name") or ""
+    await service.run(service.tokens.revoke_team, name)
+    service.streams.end_team(name, "the team's token was revoked")
+    log("team.revoked", team=name, via="page")
+    return RedirectResponse("/admin?done=revoked", status_code=303)
+
+
+@router.post("/admin/jobs/{job_id}/cancel")
+async def admin_cancel(request: Request, job_id: str, viewer=Depends(instructor)):
+    job = await own_job(request, viewer.principal, job_id)
+    await read_form(request, viewer.value)
+    await cancel(request, viewer.principal, job["id"])
+    return RedirectResponse("/admin?done=cancelled", status_code=303)
+
+
+@router.get("/admin/ranking.csv", dependencies=[Depends(instructor)])
+async def admin_csv(request: Request):
+    service = service_of(request)
+    milestone, size = board_params(request.query_params, required=True)
+    full, zero = seconds_param(request.query_params, "full"), seconds_param(request.query_params, "zero")
+    if (full is None) != (zero is None):
+        raise Refused(400, "the grade rule needs both Op Times: full credit (full) and zero credit (zero)")
+    if full is not None and full >= zero:
+        raise Refused(400, "the full-credit Op Time must be below the zero-credit one")
+    _, st = await service.rankings.standing(milestone, size)
+    roster = await service.run(overview.team_names, service.db)
+    text = standings.graded_csv(st, roster, full, zero)
+    return Response(text, media_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="ranking-{milestone}-{size}.csv"',
+        "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"})

@@ -1,0 +1,114 @@
+"""What every route shares: a server's ``Settings`` and its ``Service`` (the database, tokens, the
+failure limiter, the live hub, the queue places and the ranking's caches). ``make_app`` puts the
+Service on the application (``app.state.service``); a route reaches it with ``service_of(request)``."""
+import asyncio
+import functools
+import time
+from dataclasses import dataclass, field
+
+import anyio
+
+from . import jobs
+from . import upload as uploads
+from .db import Unavailable
+from .limits import Streams, Uploads
+from .logs import log
+from .rankings import Rankings
+from .runs import StoreError
+from .tokens import FailureLimiter, Tokens
+
+
+@dataclass
+class Settings:
+    rules: jobs.Rules = field(default_factory=jobs.Rules)
+    max_upload: int = uploads.MAX_UPLOAD
+    max_failures: int = 20                       # failed token checks per address and window
+    failure_window: float = 60.0
+    claim_wait: float = 25.0                     # seconds a worker's claim waits for a job
+    reap_every: float = 5.0
+    local_workers: tuple = ()                    # names of this server's own workers (serve --workers)
+    ranking_seconds: float = 10.0                # a ranking is computed again at least this often (new
+                                                 # records through this server: within a second)
+    upload_seconds: float = 120.0                # an upload's body arrives within this, or 408
+    upload_reads: int = 16                       # bodies read at once on the whole server
+    upload_checks: int = 2                       # uploads checked (unpacked, hashed) at once
+
+
+class Service:
+    """What the routes share: the database, tokens, limits, wake-ups, caches."""
+
+    def __init__(self, db, settings):
+        self.db = db
+        self.settings = settings
+        self.tokens = Tokens(db)
+        self.failures = FailureLimiter(settings.max_failures, settings.failure_window)
+        self.hub = None                           # live.Hub, made by the application's lifespan
+        self.loop = None
+        self.draining = False
+        self._places = (0.0, -1, {}, None)
+        self._places_lock = None
+        self._down_logged = 0.0
+        self.tasks = []
+        self.rankings = Rankings(self)            # the ranking as the API and the pages show it
+        self.streams = Streams()                  # live streams per team, session and address
+        self.uploads = Uploads(settings.upload_reads, settings.upload_checks)
+
+    def started(self, hub):
+        """Bind to the running event loop (the application's start)."""
+        self.hub = hub
+        self.loop = asyncio.get_running_loop()
+        self._places_lock = asyncio.Lock()
+
+    async def run(self, fn, *args, **kwargs):
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    def down(self, exc):
+        now = time.monotonic()
+        if now - self._down_logged > 5:
+            self._down_logged = now
+            log("db.unavailable", level="warning", reason=str(exc))
+
+    async def places(self, job_id=None):
+        """({job id: jobs ahead}, snapshot), computed at most twice a second, and again after a
+        change of the queue (or every 5 s, for changes made by another server process); at once
+        where it lacks ``job_id`` (queued since)."""
+        def fresh():
+            at, version, places, snap = self._places
+            age = time.monotonic() - at
+            return snap is not None and (age < 0.5 or (version == self.hub.queue_version and age < 5)) and \
+                (job_id is None or job_id in places)
+        if fresh():
+            return self._places[2:]
+        async with self._places_lock:
+            if fresh():
+                return self._places[2:]
+            version = self.hub.queue_version
+            snap = await self.run(jobs.snapshot, self.db)
+            places = jobs.places(snap)
+            self._places = (time.monotonic(), version, places, snap)
+            return places, snap
+
+    async def cancel(self, job_id, principal, **fields):
+        """Cancel ``job_id`` for ``principal`` (a team: its own jobs only); the job, or None where
+        there is none. Its followers and the queue's places are told; ``fields`` join the log line."""
+        team = principal.name if principal.kind == "team" else None
+        job = await self.run(jobs.cancel, self.db, job_id, team)
+        if job is not None:
+            log("job.cancel", job=job_id, by=principal.kind, state=job["state"], **fields)
+            self.hub.job_changed(job_id)
+            self.hub.queue_changed()
+        return job
+
+    def with_store(self, fn):
+        """``fn(store)`` on a record store borrowed from the pool; Unavailable where the database
+        is down."""
+        try:
+            with self.db.borrowed() as store:
+                return fn(store)
+        except StoreError as exc:
+            raise Unavailable(str(exc)) from exc
+
+
+def service_of(request):
+    """The Service of the application serving ``request``."""
+    return request.app.state.service

@@ -1,0 +1,9 @@
+"""The ECE 408 task: the forward pass of the course's convolution layer (README.md says what is run,
+checked and timed). Its folders are team files, data for the harness, not modules of the package:
+``template/`` is what ``init`` copies, ``solutions/{correct,wrong,hostile}/NAME/`` are teams, each
+with a one-line README.md saying what it does and what the grader must do with it."""
+from pathlib import Path
+
+TASK = Path(__file__).resolve().parent
+TEMPLATE = TASK / "template"
+SOLUTIONS = TASK / "solutions"
