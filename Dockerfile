@@ -6,7 +6,8 @@
 #   docker build --build-arg BASE_IMAGE=debian:bookworm --build-arg GPU=0 -t ece408_op:cpu .
 #
 # BASE_IMAGE: any Debian or Ubuntu image with apt; the default is NVIDIA's CUDA devel image
-# (nvcc for PyCUDA's kernels). GPU=0 leaves out the gpu extra (PyCUDA and its compilers).
+# (nvcc for PyCUDA's kernels). GPU=1 installs the gpu extra (MXNet, NumPy, Numba, PyCUDA); GPU=0
+# the mxnet extra (no PyCUDA, no compilers).
 # Behind a TLS-inspecting proxy, give its CA bundle as a build secret (never stored in a layer):
 #   docker build --secret id=cacert,src=/etc/ssl/certs/ca-certificates.crt -t ece408_op .
 ARG BASE_IMAGE=nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04
@@ -32,14 +33,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv "$VIRTUAL_ENV"
 
-# The dependencies alone, from setup.py only, so that this layer survives code changes
-# (setup.py pins them; the "package" here is the local folder).
+# The dependencies alone, from setup.py and its table of requirements only, so that this layer
+# survives code changes (the "package" here is the local folder, nothing in it yet).
 WORKDIR /opt/src
 COPY setup.py ./
+COPY ece408_op/base/extras.py ./ece408_op/base/
 # hadolint ignore=DL3013
 RUN --mount=type=secret,id=cacert \
     ca=/run/secrets/cacert; if [ -s "$ca" ]; then export PIP_CERT="$ca" REQUESTS_CA_BUNDLE="$ca"; fi \
- && pip install --no-cache-dir ".$(if [ "$GPU" = 1 ]; then echo '[gpu]'; fi)" \
+ && pip install --no-cache-dir ".[$(if [ "$GPU" = 1 ]; then echo gpu; else echo mxnet; fi)]" \
  && pip uninstall -y ece408_op
 
 COPY models/ /models/

@@ -8,7 +8,8 @@ PY      = $(VENV)/bin/python
 
 .PHONY: run test test-fast data bench-cpu clean
 
-$(VENV)/.installed: setup.py
+# The test extra: every part's packages (mxnet, service, grade) and the test tools (ece408_op/base/extras.py)
+$(VENV)/.installed: setup.py ece408_op/base/extras.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

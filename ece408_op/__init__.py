@@ -21,18 +21,25 @@ from .course import OP_TYPE, __version__  # noqa: F401  (the package's name for 
 
 def require_mxnet():
     """Import the MXNet layer (registering the operator) and return the ``mxnet`` module,
-    or raise a one-line Ece408Error saying why MXNet is unusable here (``mx/hook.py``)."""
+    or raise a one-line Ece408Error saying why MXNet is unusable here (``mx/hook.py``), or the
+    ModuleNotFoundError of a package the mxnet extra brings (the command line names the extra)."""
     from .mx.hook import require_mxnet as require
     return require()
 
 
 def mxnet_unavailable():
     """None where MXNet and the operator are usable, else the reason (one line)."""
+    from .base.extras import missing_line
     from .errors import Ece408Error
     try:
         require_mxnet()
     except Ece408Error as exc:
         return str(exc)
+    except ModuleNotFoundError as exc:
+        line = missing_line("ece408_op's MXNet layer", exc.name, "mxnet")
+        if line is None:
+            raise
+        return line
     return None
 
 

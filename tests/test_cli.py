@@ -35,10 +35,68 @@ def test_help_lists_every_command_and_every_benchmark():
     assert [words[1] for words in listed if words[0] == "bench"] == list(BENCHMARKS)   # bench memory too
 
 
-def test_unknown_command():
-    # bad input: a command that does not exist
-    result = _module("m4")
-    assert result.returncode == 2 and result.stderr.startswith("error: unknown command 'm4'")
+@pytest.mark.parametrize("typed,close", [("m4", "did you mean m1, m2 or m3?"), ("M2", "did you mean m2?"),
+                                         ("rankng", "did you mean ranking"), ("xyzzy", None)])
+def test_unknown_command_is_one_line_naming_the_closest(typed, close):
+    # bad input: a command that does not exist (a typo, the wrong case)
+    result = _module(typed)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: unknown command {typed!r}") and "--help' lists them" in line, line
+    assert (close in line) if close else "did you mean" not in line, line
+
+
+def test_options_are_never_abbreviated():
+    # bad input: --token (no such option of login) would be taken as --token-file by argparse's prefix match
+    result = _module("login", "--server", "http://127.0.0.1:9", "--token", "ece408_0123456789abcdef_x")
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: a token never goes on the command line") and "--token-file PATH" in line
+    listing = _module("jobs", "list", "--lim", "5", "--server", "http://127.0.0.1:9")    # --limit, abbreviated
+    assert listing.returncode == 2 and "unrecognized arguments: --lim 5" in listing.stderr, listing.stderr
+    import ast
+    for path in sorted((ROOT / "ece408_op").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "ArgumentParser" and \
+                    path.name != "pagebench.py":
+                kwargs = {k.arg: k.value for k in node.keywords}
+                assert "allow_abbrev" in kwargs and kwargs["allow_abbrev"].value is False, f"{path}:{node.lineno}"
+
+
+# a package made unimportable, as in an environment without the extra that brings it
+WITHOUT = "import sys\nsys.modules[{module!r}] = None\nfrom ece408_op.cli import main\nsys.exit(main({argv!r}))\n"
+
+
+@pytest.mark.parametrize("module,argv,extra", [("numpy", ["m2", "10"], "mxnet"), ("numpy", ["m3", "10"], "gpu"),
+                                               ("fastapi", ["serve", "--workers", "0"], "service"),
+                                               ("numpy", ["fetch", "--force"], "mxnet")])
+def test_a_missing_extra_is_one_line_naming_it_for_a_clone_and_an_index(module, argv, extra, tmp_path):
+    result = subprocess.run([*python_command(), "-c", WITHOUT.format(module=module, argv=argv)], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: python -m ece408_op {argv[0]} needs the {extra} extra ") and \
+        f"{module} is not installed" in line, line
+    assert f"pip install 'ece408_op[{extra}]'" in line and f"pip install '.[{extra}]'" in line, line
+    debug = subprocess.run([*python_command(), "-c", WITHOUT.format(module=module, argv=argv + ["--debug"])],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert "Traceback" in debug.stderr and debug.stderr.rstrip().splitlines()[-1] == line
+
+
+def test_the_install_hints_name_a_clone_and_an_index():
+    from ece408_op.base.extras import install_hint
+    assert install_hint("gpu") == "pip install 'ece408_op[gpu]' (in a clone of the repository: pip install '.[gpu]')"
+    code = "import sys\nsys.modules['pycuda'] = None\nsys.modules['pycuda.driver'] = None\n" \
+           "from ece408_op.kernels.device import driver\ndriver()\n"
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True)
+    assert install_hint("gpu") in result.stderr.splitlines()[-1], result.stderr
+    import ast
+    for path in sorted((ROOT / "ece408_op").rglob("*.py")):          # no error naming one form alone
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise):
+                text = " ".join(c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and
+                                isinstance(c.value, str))
+                assert "ece408_op[" not in text and "'.[" not in text, f"{path}:{node.lineno}: {text}"
 
 
 def test_bench_needs_one_of_its_benchmarks():
@@ -196,3 +254,74 @@ def test_debug_shows_the_traceback(capsys, monkeypatch):
 def test_main_dispatches_in_process(capsys):
     assert main(["fetch", "--help"]) == 0
     assert "usage: ece408_op fetch" in capsys.readouterr().out
+
+
+def test_a_ranked_run_in_a_folder_that_is_no_team_is_refused_before_anything_is_stored(tmp_path):
+    # bad input: submit --submit m2 where no team project is (a student's home folder, the clone's root)
+    env = {**os.environ, "ECE408_DB": str(tmp_path / "records.db"), "ECE408_SPOOL": str(tmp_path / "spool")}
+    env.pop("ECE408_SERVER", None)
+    result = subprocess.run([*python_command(), "-m", "ece408_op", "submit", "--submit", "m2", "--size", "10"],
+                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert result.returncode == 1 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line == "error: this folder is not a team project (no new-forward.py): make one with python -m " \
+                   "ece408_op init DIR and run this in it, or give --team DIR", line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []            # no record, no spool, no scratch
+
+
+def test_init_restores_a_deleted_file_and_keeps_the_others(tmp_path):
+    made = _module("init", tmp_path / "team")
+    assert made.returncode == 0, made.stderr
+    mine = b"def forward(y, x, k):\n    pass  # mine\n"
+    (tmp_path / "team" / "launch.py").write_bytes(mine)
+    (tmp_path / "team" / "new-forward.py").unlink()
+    again = _module("init", tmp_path / "team")                  # bad input: init into a team's folder
+    assert again.returncode == 1 and again.stderr.strip().endswith(f"init {tmp_path / 'team'} --restore)")
+    restored = _module("init", tmp_path / "team", "--restore")
+    assert restored.returncode == 0 and restored.stdout.strip() == f"Restored in {tmp_path / 'team'}: new-forward.py"
+    from ece408_op.team.project import TEMPLATE
+    assert (tmp_path / "team" / "new-forward.py").read_bytes() == (TEMPLATE / "new-forward.py").read_bytes()
+    assert (tmp_path / "team" / "launch.py").read_bytes() == mine
+
+
+@pytest.mark.service
+@pytest.mark.timeout(300)
+def test_serve_detach_returns_once_it_answers_or_says_in_one_line_why_not(tmp_path, request):
+    """The README's service block starts ``serve --detach`` and ends with ``serve --stop``: a service
+    that cannot start is one line and a non-zero exit, never a wait without end."""
+    import socket
+    from services import free_port
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ECE408_")},
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data")}
+
+    def serve(*args):
+        return subprocess.run([*python_command(), "-m", "ece408_op", "serve", *map(str, args)], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=200)
+    port = free_port()
+    with socket.socket() as taken:                        # bad input: the port is in use
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        busy = serve("--workers", 0, "--port", port, "--detach")
+    assert busy.returncode == 1 and busy.stdout == ""
+    assert busy.stderr.splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use; "
+                                        "choose another --port"], busy.stderr
+    (tmp_path / "a-file").write_text("")
+    bad_db = serve("--workers", 0, "--port", port, "--db", tmp_path / "a-file" / "x.db", "--detach")
+    assert bad_db.returncode == 1 and bad_db.stdout == ""         # bad input: a database that cannot be made
+    (line,) = bad_db.stderr.splitlines()
+    assert line.startswith("error: serve did not start: the database cannot be used: ") and "its log: " in line
+    started = serve("--workers", 0, "--port", port, "--db", tmp_path / "s.db", "--detach")
+    request.addfinalizer(lambda: serve("--port", port, "--stop"))
+    assert started.returncode == 0 and started.stdout.startswith(f"Serving http://127.0.0.1:{port} (pid "), started
+    import httpx
+    assert httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200
+    twice = serve("--workers", 0, "--port", port, "--detach")
+    assert twice.returncode == 1 and "already runs on port" in twice.stderr
+    stopped = serve("--port", port, "--stop")
+    assert stopped.returncode == 0 and stopped.stdout.startswith(f"Stopped the service on port {port}"), stopped
+    with socket.socket() as free:       # no one listens on the port once --stop returns (as serve binds it)
+        free.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        free.bind(("127.0.0.1", port))
+        free.listen()
+    none = serve("--port", port, "--stop")
+    assert none.returncode == 1 and none.stderr.startswith(f"error: no service started with --detach on port {port}")

@@ -41,8 +41,6 @@ def test_parse_args(argv, model, size):
 
 
 @pytest.mark.parametrize("argv", [
-    ["ece408-nope"],                  # unknown model
-    ["12abc"],                        # non-numeric size
     ["ece408-high", "10", "extra"],   # too many args
     ["10", "20"],                     # two sizes
     ["--bogus"],                      # unknown option
@@ -57,12 +55,40 @@ def test_parse_args_usage_errors(argv):
     assert "ece408-high" in text[1] and "ece408-low" in text[1] and "10000" in text[2]
 
 
-def test_script_usage_error_exits_nonzero():
-    # bad input: an unknown model name through the real script; nothing on stdout
-    result = run_script("m2.1.py", "ece408-nope", "10")
-    assert result.returncode == 2
-    assert result.stdout == ""
-    assert result.stderr.startswith("Usage: m2.1.py <model_name> <dataset size>")
+@pytest.mark.parametrize("typed", ["ece408-hihg", "12abc"])
+def test_a_mistyped_model_is_the_one_line_saying_where_it_was_looked_for(typed):
+    # bad input: an unknown model name (a typo; a size with a letter in it) through the real script
+    result = run_script("m2.1.py", typed, "10")
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: model '{typed}' not found: looked for {typed}-symbol.json in ") and \
+        "(known models: ece408-2018, ece408-2019, ece408-high, ece408-low)" in line, line
+
+
+def test_a_milestone_says_which_forward_runs_where_no_team_project_is(tmp_path):
+    # outside a team project the staff's forward runs: said once, on stderr (stdout: the course's transcript)
+    from ece408_op.mx.milestone import NO_TEAM
+    result = run_script("m2.1.py", "20", cwd=tmp_path)
+    assert result.returncode == 0 and CUSTOM_OUTPUT.match(result.stdout), result.stdout + result.stderr
+    assert result.stderr.splitlines()[-1] == NO_TEAM                  # after the run: an error stays one line
+    assert NO_TEAM.startswith("* No team project here: the course's reference forward ran")
+    chosen = subprocess.run([*python_command(), "-m", "ece408_op", "m2", "20", "--fuse"], capture_output=True,
+                            text=True, cwd=tmp_path, timeout=600)      # the staff's forward asked for: no note
+    assert chosen.returncode == 0 and NO_TEAM not in chosen.stderr, chosen.stderr
+
+
+def test_a_team_folder_without_its_forward_says_how_to_restore_it(tmp_path):
+    # bad input: a team project whose new-forward.py was deleted
+    from ece408_op.team import project
+    project.init(tmp_path / "team")
+    (tmp_path / "team" / "new-forward.py").unlink()
+    result = subprocess.run([*python_command(), "-m", "ece408_op", "m2", "20"], capture_output=True, text=True,
+                            cwd=tmp_path / "team", timeout=600)
+    assert result.returncode == 1 and result.stdout == ""            # before any of the transcript
+    team = (tmp_path / "team").resolve()
+    assert result.stderr.splitlines() == [f"error: the team folder {team} has no new-forward.py; restore the "
+                                          f"template's (your other files are kept): python -m ece408_op init {team} "
+                                          "--restore"], result.stderr
 
 
 def test_script_size_zero_is_a_clear_error():

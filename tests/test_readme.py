@@ -208,6 +208,17 @@ def test_readme_is_short():
     assert len(README.read_text(encoding="utf-8").splitlines()) <= 280       # the service's example and page included
 
 
+def test_the_ranking_screenshot_caption_says_what_a_reader_will_see():
+    """The screenshot shows the other teams under pseudonyms, the instructor's choice on /admin;
+    where the service shows names by default the caption must say how the page came to hide them."""
+    from ece408_op.service.choices import DEFAULT_NAMES
+    captions = re.findall(r"!\[([^\]]*)\]\(docs/pages-ranking\.png\)", README.read_text(encoding="utf-8"))
+    assert captions, "README.md shows no ranking screenshot"
+    for caption in captions:
+        if "anonymis" in caption and DEFAULT_NAMES != "anonymised":
+            assert "/admin" in caption and f"{DEFAULT_NAMES} by default" in caption, caption
+
+
 def test_the_command_table_lists_every_command():
     """Every command of ``python -m ece408_op --help`` has a row in the README's table."""
     from ece408_op.cli import COMMANDS
@@ -255,7 +266,9 @@ def _sandbox_unusable():
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    """The temporary folder the examples run in, their environment, and where the shell is."""
+    """The temporary folder the examples run in, their environment, and where the shell is. The
+    user's own folders (records, the service's database and state, the login) are in it too, kept
+    from one block to the next as a user's are; a service a block left running is stopped after."""
     home = tmp_path_factory.mktemp("readme")
     work = home / "work"
     work.mkdir()
@@ -268,15 +281,22 @@ def session(tmp_path_factory):
         shim.chmod(0o755)
     env = {**os.environ,
            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "ECE408_DB": str(home / "submissions.db"),
-           "ECE408_SPOOL": str(home / "spool"),
+           "XDG_DATA_HOME": str(home / "user" / "data"),
+           "XDG_STATE_HOME": str(home / "user" / "state"),
+           "XDG_CONFIG_HOME": str(home / "user" / "config"),
            "TMPDIR": str(home),
            "PYTHONUNBUFFERED": "1"}
-    env.pop("ECE408_TEAM", None)
-    return {"home": home, "cwd": work, "env": env}
+    for name in ("ECE408_TEAM", "ECE408_DB", "ECE408_SPOOL", "ECE408_SERVER", "ECE408_TOKEN", "ECE408_TOKEN_FILE",
+                 "ECE408_INSTRUCTOR_TOKEN"):
+        env.pop(name, None)
+    yield {"home": home, "cwd": work, "env": env}
+    for pid_file in (home / "user" / "state").glob("ece408_op/service/serve-*.pid"):
+        port = pid_file.stem.split("-")[-1]
+        subprocess.run([*python_command(), "-m", "ece408_op", "serve", "--stop", "--port", port], env=env,
+                       capture_output=True, timeout=120)
 
 
-def _run(block, session):
+def _run(block, session, cwd=None):
     home, env = session["home"], session["env"]
     if block.lang == "sh":
         where = home / "pwd"
@@ -286,17 +306,14 @@ def _run(block, session):
         path = home / f"block_{block.line}.py"
         path.write_text(block.code)
         argv = [*python_command(), str(path)]
-    result = subprocess.run(argv, cwd=session["cwd"], env=env, stdout=subprocess.PIPE,
+    result = subprocess.run(argv, cwd=cwd or session["cwd"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, timeout=BLOCK_TIMEOUT)
-    if block.lang == "sh" and (home / "pwd").exists():
+    if block.lang == "sh" and (home / "pwd").exists() and cwd is None:
         session["cwd"] = Path((home / "pwd").read_text().strip())
     return result
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(BLOCK_TIMEOUT + 60)
-@pytest.mark.parametrize("block", RUN, ids=str)
-def test_readme_example(block, session):
+def _skip_unless_runnable(block):
     if "gpu" in block.tags:
         reason = _gpu_unusable()
         if reason:
@@ -305,9 +322,36 @@ def test_readme_example(block, session):
         reason = _sandbox_unusable()
         if reason:
             pytest.skip(f"{block}: needs a sandbox engine; {reason}")
-    result = _run(block, session)
+
+
+def _check(block, result):
     shown = f"\n--- its output:\n{result.stdout[-6000:]}"
     assert result.returncode == 0, f"{block} exited {result.returncode}{shown}"
     if block.output is not None:
         missing = output_mismatch(block.output, result.stdout)
         assert missing is None, f"{block}: the README shows {missing!r}, not in the real output{shown}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BLOCK_TIMEOUT + 60)
+@pytest.mark.parametrize("block", RUN, ids=str)
+def test_readme_example(block, session):
+    _skip_unless_runnable(block)
+    _check(block, _run(block, session))
+    session.setdefault("ran", set()).add(block.line)
+
+
+SERVICE_BLOCK = next(b for b in RUN if "ece408_op serve" in b.code)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BLOCK_TIMEOUT + 60)
+def test_the_service_example_runs_again_in_another_folder(session):
+    """"As pasted, in any folder" holds more than once: the same user (the same database, state and
+    login folders as the examples above) runs the service's block again in a new folder."""
+    _skip_unless_runnable(SERVICE_BLOCK)
+    passes = ("first", "again") if SERVICE_BLOCK.line not in session.get("ran", ()) else ("again",)
+    for name in passes:
+        folder = session["home"] / name
+        folder.mkdir()
+        _check(SERVICE_BLOCK, _run(SERVICE_BLOCK, session, cwd=folder))

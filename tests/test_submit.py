@@ -328,10 +328,11 @@ def test_submit_with_staff_hidden_model(tmp_path, expected_100):
 
 
 def test_a_submission_without_the_team_file_is_one_line(tmp_path, expected_100):
-    folder = write_config(tmp_path / "team", GOOD)
+    folder = write_config(tmp_path / "team", GOOD)          # no team project: refused before a record is made
     out = ranked(folder, tmp_path / "r.db")
-    assert out.returncode == 1
-    assert "error: the submission has no new-forward.py; a team project needs it" in out.stdout
+    assert out.returncode == 1 and out.stdout == "" and not (tmp_path / "r.db").exists()
+    assert out.stderr.strip() == f"error: {folder} is not a team project (no new-forward.py): make one with " \
+                                 "python -m ece408_op init DIR and run this in it, or give --team DIR"
     link = team_project(tmp_path / "linked")
     (link / "new-forward.py").unlink()
     (link / "new-forward.py").symlink_to("/etc/passwd")
@@ -461,8 +462,9 @@ def test_postgresql_url_without_psycopg_is_one_line():
             "from ece408_op.cli import main; sys.exit(main(['ranking', '--db', 'postgresql://u:secret@127.0.0.1:9/x']))")
     out = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 1 and out.stdout == ""
-    assert out.stderr.strip() == ("error: ECE408_DB is a PostgreSQL URL but psycopg is not installed; "
-                                  "pip install 'ece408_op[grade]' (or psycopg[binary])")
+    assert out.stderr.strip() == ("error: ECE408_DB is a PostgreSQL URL but psycopg is not installed: "
+                                  "pip install 'ece408_op[grade]' (in a clone of the repository: pip install "
+                                  "'.[grade]')")
 
 
 @pytest.mark.slow

@@ -37,7 +37,8 @@ def test_init_makes_the_template_and_refuses_a_used_folder(tmp_path):
     again = cli("init", tmp_path / "team")
     assert again.returncode == 1 and again.stdout == ""
     assert again.stderr.strip() == (f"error: {tmp_path / 'team'} already exists and is not an empty folder; "
-                                    "choose a new folder for the team")
+                                    "choose a new folder for the team (or restore the template's files it lacks: "
+                                    f"python -m ece408_op init {tmp_path / 'team'} --restore)")
 
 
 def test_template_is_the_course_interface():

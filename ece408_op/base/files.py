@@ -1,8 +1,10 @@
 """Files every layer writes the same way.
 
-* ``user_cache_dir(*parts)``: the one rule for the user's cache folder:
-  ``$XDG_CACHE_HOME/ece408_op/...`` (default ``~/.cache/ece408_op/...``); compiled modules, autotuning,
-  Numba's cache and the Fashion-MNIST files live under it.
+* ``user_folder(kind, *parts)``: the one rule for the user's folders of each kind (config, data,
+  state, cache): ``$XDG_<KIND>_HOME/ece408_op/...`` (default ``~/.config``, ``~/.local/share``,
+  ``~/.local/state``, ``~/.cache``); on Windows where the XDG variable is not set, ``%APPDATA%`` for
+  config and ``%LOCALAPPDATA%`` for the others. ``user_cache_dir(*parts)``: the cache's, where
+  compiled modules, autotuning, Numba's cache and the Fashion-MNIST files live.
 * ``atomic_write(path, data)``: a temporary file in the same folder, then a rename: readers see the
   old file or the new one, never a part (``create_beside`` and ``replace_with`` are its two steps, for
   a caller that reports their failures apart).
@@ -12,7 +14,9 @@
   at most ``limit`` bytes; each refusal its own exception, for the caller's one-line message.
 """
 import errno
+import ntpath
 import os
+import posixpath
 import stat
 import tempfile
 from pathlib import Path
@@ -55,11 +59,13 @@ def file_kind(mode):
 def read_regular(path, limit, follow_links=False):
     """The bytes of ``path`` (see the module docstring). Raises IsLink, NotRegular, TooLarge (each a
     Refused), FileNotFoundError, or the OSError of the open or the read."""
-    # O_NONBLOCK, O_NOCTTY and O_NOFOLLOW are POSIX's: Windows (a client packing a folder) has none,
-    # and there a link is refused by the caller's lstat instead; O_BINARY is Windows' (no newline
-    # translation)
+    # O_BINARY: Windows' C library would otherwise read text (CRLF turned into LF, Ctrl-Z an end);
+    # without O_NOFOLLOW (Windows) a link is found by lstat before the open
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    if not follow_links and not nofollow and os.path.islink(path):
+        raise IsLink()
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0) | \
-        (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+        (0 if follow_links else nofollow)
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -85,11 +91,40 @@ def read_regular(path, limit, follow_links=False):
         os.close(fd)
 
 
+# kind -> (XDG variable, its default under the home folder, the Windows variable, its sub-folder there)
+USER_FOLDERS = {"config": ("XDG_CONFIG_HOME", ".config", "APPDATA", ""),
+                "data": ("XDG_DATA_HOME", ".local/share", "LOCALAPPDATA", ""),
+                "state": ("XDG_STATE_HOME", ".local/state", "LOCALAPPDATA", "state"),
+                "cache": ("XDG_CACHE_HOME", ".cache", "LOCALAPPDATA", "cache")}
+WINDOWS_DEFAULTS = {"APPDATA": "AppData\\Roaming", "LOCALAPPDATA": "AppData\\Local"}     # under the home folder
+
+
+def user_folder_text(kind, *parts, environ=None, windows=None, home=None):
+    """The user's folder of ``kind`` for ece408_op, joined with ``parts``, as text in the system's own
+    form. The facts default to this system's (``os.environ``, ``os.name``, the home folder); a test
+    gives another system's. RuntimeError where a home folder is needed and there is none."""
+    environ = os.environ if environ is None else environ
+    windows = os.name == "nt" if windows is None else windows
+    join = ntpath.join if windows else posixpath.join
+    xdg, default, win_variable, win_sub = USER_FOLDERS[kind]
+    given = environ.get(xdg, "").strip()
+    if given:
+        return join(given, "ece408_op", *parts)
+    if windows:
+        base = environ.get(win_variable, "").strip() or join(home or str(Path.home()), WINDOWS_DEFAULTS[win_variable])
+        return join(base, "ece408_op", *((win_sub,) if win_sub else ()), *parts)
+    return join(home or str(Path.home()), default, "ece408_op", *parts)
+
+
+def user_folder(kind, *parts):
+    """``user_folder_text`` of this system, as a Path."""
+    return Path(user_folder_text(kind, *parts))
+
+
 def user_cache_dir(*parts):
-    """$XDG_CACHE_HOME (default ~/.cache) / ece408_op / parts; RuntimeError where there is no home folder
-    to expand (as ``Path.home()``)."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg) if xdg else Path.home() / ".cache").joinpath("ece408_op", *parts)
+    """The user's cache folder / ece408_op / parts (``user_folder``); RuntimeError where there is no
+    home folder to expand (as ``Path.home()``)."""
+    return user_folder("cache", *parts)
 
 
 def create_beside(path, suffix=""):

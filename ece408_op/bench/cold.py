@@ -85,7 +85,8 @@ def _profile_rows(profile):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ece408_op.bench.cold", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ece408_op.bench.cold", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--net", required=True, choices=sorted(NETWORKS))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--then", default="", help="comma-separated batches, each a first forward after --batch")

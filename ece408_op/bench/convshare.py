@@ -51,7 +51,8 @@ def _time(torch, model, x, repeats):
 
 def main(argv=None):
     from .cold import NETWORKS, build_network
-    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.convshare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.convshare", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--nets", default="convnext_tiny:64,convnext_tiny:1,densenet121:64,resnet18:1",
                         help="NAME:BATCH, comma-separated, of " + ", ".join(NETWORKS))
     parser.add_argument("--repeats", type=int, default=20)

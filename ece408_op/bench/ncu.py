@@ -161,7 +161,8 @@ def profile(argv, kernels=None, keep_csv=None, say=print, env=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.ncu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.ncu", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--kernels", help="profile only kernels whose name matches this regular expression")
     parser.add_argument("--csv", help="keep ncu's raw CSV here")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")

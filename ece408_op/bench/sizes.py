@@ -121,7 +121,8 @@ def run(nets, batch, repeats, log=print):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ece408_op.bench.sizes", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ece408_op.bench.sizes", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--nets", default="resnet50,mobilenet_v2")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=15)

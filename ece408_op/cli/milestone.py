@@ -113,14 +113,15 @@ def _usage_error(script, milestone, reason):
     return UsageError(f"{usage(script, milestone)}\nerror: {reason}")
 
 
-def _check_model(text, script, milestone):
-    """A model argument must name a checkpoint: UsageError (the usage, then where it was looked
-    for) where none is found; ModelError where one is found but incomplete (no params file)."""
+def _check_model(text):
+    """A model argument must name a checkpoint: a UsageError of one line (where it was looked for,
+    the known names) where none is found; ModelError where one is found but incomplete (no params
+    file)."""
     from ..mx.models import ModelNotFound, resolve_model
     try:
         resolve_model(text)
     except ModelNotFound as exc:
-        raise _usage_error(script, milestone, exc) from exc
+        raise UsageError(f"error: {exc}") from exc
 
 
 def _integer(text):
@@ -184,7 +185,7 @@ def parse_args(argv, script, milestone="m2"):
     if len(models) == 2:
         raise fail(f"two models, {models[0]!r} and {models[1]!r}: give at most one")
     if models:
-        _check_model(models[0], script, milestone)
+        _check_model(models[0])
         args.model = models[0]
     if sizes:
         text, size = sizes[0]

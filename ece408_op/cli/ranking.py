@@ -8,9 +8,6 @@ from .errors import ArgumentParser, run
 
 
 def command(argv):
-    from . import remote
-    if remote.wanted(argv):                            # --server / $ECE408_SERVER: the class's service
-        return remote.ranking(argv)
     parser = ArgumentParser(prog="ece408_op ranking",
                             description="Teams by their fastest valid total Op Time (every model's Correctness "
                                         "equal to the reference run's), one row per team; only runs measured with "

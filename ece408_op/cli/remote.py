@@ -1,12 +1,12 @@
 """The service's client on the command line: ``submit --server`` and ``ranking --server``
-(cli/submit.py and cli/ranking.py hand over here when --server or $ECE408_SERVER is given), and
-the options every client command shares. The HTTP is ``service/client.py``; nothing here needs
-MXNet, a GPU or a sandbox."""
+(``cli.main`` hands ``submit`` and ``ranking`` over here when --server or $ECE408_SERVER is given,
+before their local modules are imported), and the options every client command shares. The HTTP
+is ``service/client.py``; nothing here needs MXNet, a GPU or a sandbox."""
 import os
 
 from ..course import RANKED as MILESTONES
 from ..grading.request import DEFAULT_SIZE
-from .errors import ArgumentParser
+from .errors import ArgumentParser, run
 from .teamargs import check_size, team_folder
 
 SERVER_ENV = "ECE408_SERVER"
@@ -73,3 +73,8 @@ def ranking(argv):
     args = parser.parse_args(argv)
     from ..service import client
     return client.ranking(connect(args), args.milestone, args.size, "csv" if args.csv else "json" if args.json else "table")
+
+
+def main(name, argv):
+    """The --server form of the command ``name`` (``submit`` or ``ranking``)."""
+    return run({"submit": submit, "ranking": ranking}[name], argv)

@@ -1,19 +1,9 @@
 """``python -m ece408_op serve``: the class's submission service (HTTP, the queue in the
 database) with its local workers, or with --slurm one Slurm job per queued job. Secrets never on
 the command line: the database URL in $ECE408_DB, the instructor's token in its file (made on the
-first start) or $ECE408_INSTRUCTOR_TOKEN."""
+first start) or $ECE408_INSTRUCTOR_TOKEN. ``--detach`` and ``--stop``: ``cli/background.py``."""
+from .argtypes import count, positive, whole
 from .errors import ArgumentParser, run
-from .submit import positive, whole
-
-
-def count(text):
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-count.__name__ = "whole number"
 
 
 def command(argv):
@@ -76,8 +66,22 @@ def command(argv):
                         help=f"close a connection whose request headers have not all arrived in this time (default "
                              f"{HEADER_SECONDS:g})")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    background = parser.add_mutually_exclusive_group()
+    background.add_argument("--detach", action="store_true",
+                            help="run in the background (its log and process id in STATE_DIR) and return once it "
+                                 "answers, or say in one line why it did not start")
+    background.add_argument("--stop", action="store_true",
+                            help="stop the service --detach started on --port, and wait until it has exited")
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     args = parser.parse_args(argv)
+    if args.stop or args.detach:
+        from ..service.server import bind
+        from . import background as bg
+        state_dir = args.state_dir or default_state_dir()
+        if args.stop:
+            return bg.stop(args.port, state_dir)
+        hint = bg.stop_command(args.port, args.state_dir, DEFAULT_PORT, args.state_dir is not None)
+        return bg.detach(argv, args.host, args.port, state_dir, hint, bind)
     if args.db and args.db.startswith(("postgresql://", "postgres://")):
         parser.error("a PostgreSQL URL holds a password: put it in $ECE408_DB (or the password in ~/.pgpass), not "
                      "on the command line, which every user of this machine can read in ps")

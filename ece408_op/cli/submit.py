@@ -2,36 +2,16 @@
 (each command in a sandbox, the course's ``* Running <command>`` transcript, no record), or
 with ``--submit m2|m3|final`` a ranked run of the team's forward (the grader's harness measures
 it; a record for the ranking)."""
-import math
-
-from ..course import RANKED
+from ..course import MILESTONES, RANKED
 from ..grading import request as req, runner
 from ..grading.development import run_development
 from ..grading.machine import check_device
 from ..grading.sandbox import ENGINES, Limits
 from ..grading.store import DB_ENV, Delivery, default_sqlite_path, describe, open_store
+from ..team.project import require_files
+from .argtypes import positive, whole
 from .errors import ArgumentParser, run
 from .teamargs import check_size, team_folder
-
-
-def positive(text):
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(text)
-    return value
-
-
-positive.__name__ = "finite positive number"
-
-
-def whole(text):
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-whole.__name__ = "positive whole number"
 
 
 def add_run_options(parser):
@@ -87,9 +67,6 @@ def check_repeats(parser, repeats, ranked=True):
 
 
 def command(argv):
-    from . import remote
-    if remote.wanted(argv):                            # --server / $ECE408_SERVER: the class's service
-        return remote.submit(argv)
     parser = ArgumentParser(prog="ece408_op submit",
                             description="Run a submission folder's rai_build.yml in a sandbox like the course "
                                         "server (a development run); --submit measures the team's forward with "
@@ -118,6 +95,7 @@ def command(argv):
         build = run_development(folder, options)
         print("* Development run: no record is stored (ranked runs: --submit m2|m3|final)")
         return 0 if build.status == "ok" else (build.exit_code or 1)
+    require_files(folder, MILESTONES[args.submit].files)    # a folder that is no team's: refused, nothing stored
     request = req.SubmitRequest(folder, args.submit, args.size, args.name, args.hidden_model,
                                    options=options, repeats=args.repeats)
     check_device(args.submit)                   # before opening anything: a clear error

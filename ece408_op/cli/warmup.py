@@ -10,6 +10,7 @@ now, so that the first milestone or network run does not wait for the compiler. 
 """
 import time
 
+from ..base.extras import install_hint
 from ..errors import Ece408Error, UsageError
 from .errors import ArgumentParser, run
 
@@ -30,7 +31,8 @@ def command(argv):
     from ..conv import direct, numba_env
     if not direct.available():
         raise Ece408Error(f"the CPU path's Numba kernels are unavailable ({numba_env.unavailable()}); the CPU "
-                          "path uses its im2col + BLAS fallback. Install Numba: pip install numba")
+                          "path uses its im2col + BLAS fallback. Numba comes with the mxnet extra: "
+                          f"{install_hint('mxnet')}")
     start = time.perf_counter()
     layers = direct.warm_up_kernels()
     folder = numba_env.cache_folder()

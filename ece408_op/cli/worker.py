@@ -4,7 +4,7 @@ $ECE408_TOKEN or --token-file, never from the command line."""
 import argparse
 
 from .errors import ArgumentParser, run
-from .submit import positive
+from .argtypes import positive
 
 
 def command(argv):

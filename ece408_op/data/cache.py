@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.processes import pid_alive
 from ..errors import DataError
 from .checks import ORDERS
 from .files import fsync_folder, list_folder, remove_quietly, storage_error
@@ -90,16 +91,6 @@ def sweep_leftovers(dest):
     return removed
 
 
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_npm_temp(tmp_dir=None):
     """Remove ``ece408-npm-*`` folders of killed fetches from the temporary folder: ours name
     their process (removed once it is gone); an earlier version's, without one, after 6 hours."""
@@ -114,7 +105,7 @@ def sweep_npm_temp(tmp_dir=None):
             continue
         match = re.match(rf"{NPM_TMP_PREFIX}(\d+)-", name)
         try:
-            stale = (not _pid_alive(int(match.group(1))) if match
+            stale = (not pid_alive(int(match.group(1))) if match
                      else time.time() - os.stat(tmp_dir / name).st_mtime > _STALE_TMP_SECONDS)
         except OSError:
             continue

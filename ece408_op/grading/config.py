@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..base.extras import install_hint
 from ..base.files import IsLink, NotRegular, TooLarge, read_regular
 from ..errors import Ece408Error
 
@@ -213,8 +214,7 @@ def load_config(folder):
     try:
         import yaml
     except ImportError:
-        raise ConfigError(path, ["cannot be read here: PyYAML is not installed (pip install pyyaml, a dependency "
-                                 "of this package)"]) from None
+        raise ConfigError(path, [f"cannot be read here: PyYAML is not installed ({install_hint('mxnet')})"]) from None
     text = read_config_text(path)
     try:
         document = yaml.load(text, Loader=_loader())

@@ -98,7 +98,7 @@ def run_job(job, console, lease=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ece408_op.grading.measure")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="ece408_op.grading.measure")
     parser.add_argument("--channel", required=True)
     args = parser.parse_args(argv)
     from . import channel

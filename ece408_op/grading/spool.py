@@ -12,6 +12,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from ..base.files import user_folder
 from .record import Record, SpooledError, StoreError
 
 SPOOL_ENV = "ECE408_SPOOL"
@@ -23,8 +24,7 @@ def spool_dir():
     """Where records wait that the database refused ($ECE408_SPOOL, else the user's state folder)."""
     if os.environ.get(SPOOL_ENV):
         return Path(os.environ[SPOOL_ENV])
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "ece408_op" / "spool"
+    return user_folder("state", "spool")
 
 
 def spool(record, url=None, folder=None):

@@ -18,6 +18,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from ..base.extras import install_hint
+from ..base.files import user_folder
 from .record import COLUMNS, Record, SpooledError, StoreError, insert_statement
 from .spool import move_spool, spool, spool_dir, spooled_files, spooled_record, stored_or_spooled
 
@@ -72,8 +74,7 @@ MIGRATIONS = [
 
 
 def default_sqlite_path():
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "ece408_op" / "submissions.db"
+    return user_folder("data", "submissions.db")
 
 
 def warn(text):
@@ -313,8 +314,8 @@ class PostgresStore(Store):
         try:
             import psycopg
         except ImportError as exc:
-            raise StoreError(f"{DB_ENV} is a PostgreSQL URL but psycopg is not installed; "
-                             "pip install 'ece408_op[grade]' (or psycopg[binary])") from exc
+            raise StoreError(f"{DB_ENV} is a PostgreSQL URL but psycopg is not installed: "
+                             f"{install_hint('grade')}") from exc
         self.psycopg = psycopg
         try:
             return psycopg.connect(self.url, connect_timeout=30)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..base.extras import install_hint
 from ..errors import GpuError
 from . import cudadrv
 from .build import build_cubin
@@ -25,8 +26,8 @@ def driver():
     try:
         import pycuda.driver as cuda
     except ImportError as exc:
-        raise GpuError("PyCUDA is not installed; run: pip install 'ece408_op[gpu]' "
-                       "(needs an NVIDIA driver and the CUDA toolkit)") from exc
+        raise GpuError(f"PyCUDA is not installed: {install_hint('gpu')}; it needs an NVIDIA driver and the "
+                       "CUDA toolkit") from exc
     return cuda
 
 

@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 
+from ..base.extras import install_hint
 from ..errors import Ece408Error
 
 _EXPIRED_ALIASES = {"bool": bool, "int": int, "float": float, "complex": complex,
@@ -56,8 +57,10 @@ def import_mxnet():
         warnings.simplefilter("ignore")
         try:
             import mxnet
+        except ModuleNotFoundError:
+            raise                                # not installed: the command line names the extra that brings it
         except ImportError as exc:
-            raise Ece408Error(f"MXNet is not importable ({exc}); run: pip install 'mxnet==1.9.1' 'numpy<2'") from exc
+            raise Ece408Error(f"MXNet is not importable ({exc}); install it again: {install_hint('mxnet')}") from exc
         except OSError as exc:                   # libmxnet.so's own libraries missing (libgomp1)
             raise Ece408Error(f"MXNet's library cannot be loaded ({exc}); install the system library "
                               "it names (e.g. apt-get install libgomp1 libquadmath0)") from exc

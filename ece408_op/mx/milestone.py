@@ -13,6 +13,7 @@ arguments, usage, --ncu) and by a ranked run's measuring process (``grading/meas
 Importing it imports no MXNet (the run does): the command line parses its arguments first.
 """
 import contextlib
+import sys
 from dataclasses import dataclass
 
 from ..console import Console
@@ -20,6 +21,8 @@ from ..errors import UsageError
 
 DEFAULT_MODEL = "ece408-high"
 MAX_SIZE = 10000
+NO_TEAM = ("* No team project here: the course's reference forward ran (your own: python -m ece408_op init "
+           "DIR, then run this in DIR or give --team DIR)")
 
 
 class _NoClock:
@@ -50,16 +53,23 @@ class Args:
         return {**extra, "team": "1"} if self.use_team else extra
 
 
+def looks_for_a_team(milestone, args):
+    """Whether ``milestone`` runs a team's forward where it finds one: not m1, ``--kernel N`` or
+    ``--fuse``, which ask for the staff's."""
+    return milestone.custom and args.kernel is None and not args.fuse
+
+
 def team_runtime(milestone, args, device=None):
     """The TeamRuntime of the team project to run (``--team DIR``, else this folder where it is
     one), its kernels compiled for ``device``; None where the milestone runs our own forward
     (m1, ``--kernel N``: the staff's reference versions, or no team project here)."""
-    from ..team.project import find_team
-    if not milestone.custom or args.kernel is not None or args.fuse:
+    from ..team.project import find_team, require_files
+    if not looks_for_a_team(milestone, args):
         return None
     team_dir = find_team(args.team)
     if team_dir is None:
         return None
+    require_files(team_dir, milestone.files)            # one line before any output where one is missing
     from ..team.client import numba_cache_dir, time_limit_from_env
     from ..team.runtime import TeamRuntime
     image = None
@@ -84,7 +94,12 @@ def run_milestone(milestone, args, console=None, clock=None, runtime=None):
     runtime = runtime or team_runtime(milestone, args, device)
     with runtime or contextlib.nullcontext():
         args.use_team = runtime is not None
-        return _run(milestone, args, console, clock, device)
+        accuracy = _run(milestone, args, console, clock, device)
+    if runtime is None and looks_for_a_team(milestone, args):
+        # said, as the transcript looks the same either way: on stderr (stdout stays the course's
+        # transcript), after the run (an error stays one line)
+        print(NO_TEAM, file=sys.stderr, flush=True)
+    return accuracy
 
 
 def _run(milestone, args, console, clock, device):

@@ -530,7 +530,7 @@ def cases():
         Case(MESSAGE, "checkpoint without its params file", ckpt("no-params"),
              E(message=r"no-params-symbol.json has no no-params-NNNN.params beside it")),
         Case(MESSAGE, "unknown model name", unknown_model,
-             E(status=2, usage=True, message=r"model 'ece408-nope' not found: looked for ece408-nope-symbol.json in")),
+             E(status=2, message=r"model 'ece408-nope' not found: looked for ece408-nope-symbol.json in")),
         Case(FETCH, "server sending one byte every 0.2 s (--timeout 3)",
              lambda ctx: _fetch_from(ctx, _mirror_with(lambda b: faults.Trickle(b, 0.2)), "--timeout", 3),
              E(message=r"did not finish within the 3 s deadline"), within(20)),

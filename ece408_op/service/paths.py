@@ -1,19 +1,17 @@
-"""Where the service keeps its files, per user (XDG folders): the server's database and state
-folder (the instructor's token, the Slurm workers' token and logs), the client's login."""
-import os
+"""Where the service keeps its files, per user (``base.files.user_folder``: XDG folders, or
+%APPDATA% / %LOCALAPPDATA% on Windows): the server's database and state folder (the instructor's
+token, the Slurm workers' token and logs), the client's login."""
 from pathlib import Path
 
-
-def _xdg(variable, default):
-    return Path(os.environ.get(variable) or Path.home() / default)
+from ..base.files import user_folder
 
 
 def default_state_dir():
-    return _xdg("XDG_STATE_HOME", ".local/state") / "ece408_op" / "service"
+    return user_folder("state", "service")
 
 
 def default_db():
-    return str(_xdg("XDG_DATA_HOME", ".local/share") / "ece408_op" / "service.db")
+    return str(user_folder("data", "service.db"))
 
 
 def instructor_token_file(state_dir=None):
@@ -21,4 +19,4 @@ def instructor_token_file(state_dir=None):
 
 
 def login_file():
-    return _xdg("XDG_CONFIG_HOME", ".config") / "ece408_op" / "login.json"
+    return user_folder("config", "login.json")

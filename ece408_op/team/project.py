@@ -35,15 +35,23 @@ class TeamFile:
         return {"name": self.name, "sha256": self.sha256, "size": self.size}
 
 
-def init(dest):
-    """Make a team project in ``dest`` (new or empty) from the template; returns the paths written."""
+def init(dest, restore=False):
+    """Make a team project in ``dest`` (new or empty) from the template; returns the paths written.
+    ``restore``: into an existing folder, only the template's files it lacks (a deleted
+    new-forward.py), every file it has kept as it is."""
     dest = Path(dest)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise TeamError(f"{dest} already exists and is not an empty folder; choose a new folder for the team")
+    if restore:
+        if not dest.is_dir():
+            raise TeamError(f"{dest}: no such folder to restore; make a new project: python -m ece408_op init {dest}")
+    elif dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise TeamError(f"{dest} already exists and is not an empty folder; choose a new folder for the team "
+                        f"(or restore the template's files it lacks: python -m ece408_op init {dest} --restore)")
     try:
         dest.mkdir(parents=True, exist_ok=True)
         written = []
         for name in TEMPLATE_FILES:
+            if restore and os.path.lexists(dest / name):
+                continue
             shutil.copyfile(TEMPLATE / name, dest / name)
             written.append(dest / name)
     except OSError as exc:
@@ -72,10 +80,17 @@ def find_team(explicit=None, cwd=None):
 
 
 def require_files(folder, names):
-    missing = [n for n in names if not (Path(folder) / n).exists()]
-    if missing:
-        raise TeamError(f"the team folder {folder} has no {', '.join(missing)}; "
-                        f"copy it from a new project (python -m ece408_op init DIR)")
+    """TeamError (one line, saying how to mend it) unless the team ``folder`` holds every file of
+    ``names`` (a milestone's files: ``course.MILESTONES[...].files``)."""
+    missing = [n for n in names if not (Path(folder) / n).is_file()]
+    if not missing:
+        return
+    if not is_team_dir(folder):
+        where = "this folder" if os.path.abspath(folder) == os.getcwd() else str(folder)
+        raise TeamError(f"{where} is not a team project (no {', '.join(missing)}): make one with python -m "
+                        "ece408_op init DIR and run this in it, or give --team DIR")
+    raise TeamError(f"the team folder {folder} has no {' or '.join(missing)}; restore the template's (your other "
+                    f"files are kept): python -m ece408_op init {folder} --restore")
 
 
 @dataclass(frozen=True)
@@ -131,8 +146,3 @@ def read_team_files(folder, names, max_bytes=MAX_FILE_BYTES):
         files.append((name, data))
         taken.append(TeamFile(name, hashlib.sha256(data).hexdigest(), len(data)))
     return TeamFiles(tuple(files), tuple(taken))
-
-
-def copy_files(folder, names, dest, max_bytes=MAX_FILE_BYTES):
-    """Copy ``names`` from the team ``folder`` into ``dest`` (each read once); returns [TeamFile]."""
-    return read_team_files(folder, names, max_bytes).write(dest)

@@ -197,7 +197,7 @@ class Worker:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="ece408_op.team.worker")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="ece408_op.team.worker")
     parser.add_argument("--part", choices=("cpu", "gpu"), required=True)
     parser.add_argument("--dir", required=True)
     parser.add_argument("--control", type=int, required=True)
