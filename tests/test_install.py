@@ -343,3 +343,21 @@ def test_the_wheel_requires_what_the_table_says(built_wheel):
     assert [r for r in requires if "extra ==" not in r] == ["httpx<1,>=0.27"] or \
         [r for r in requires if "extra ==" not in r] == ["httpx>=0.27,<1"], requires
     assert any(r.startswith("mxnet==1.9.1") and 'extra == "mxnet"' in r for r in requires), requires
+
+
+def test_token_files_and_rosters_as_windows_writes_and_reads_them(tmp_path):
+    """Without O_NOFOLLOW (Windows has none) token files are still written; a token file or a
+    roster saved with a byte order mark (Notepad, Excel's "CSV UTF-8") reads as without it."""
+    code = (WINDOWS_LACKS + "import os\ndel os.O_NOFOLLOW\n"
+            "from ece408_op.service.instructor_client import write_token\n"
+            f"write_token({str(tmp_path / 'w.token')!r}, 'ece408_' + '0' * 16 + '_' + 'a' * 43)\n")
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "w.token").read_text().strip().startswith("ece408_")
+    from ece408_op.service.client import read_token_file
+    from ece408_op.service.roster import roster_names
+    token = "ece408_" + "1" * 16 + "_" + "b" * 43
+    (tmp_path / "bom.token").write_bytes(b"\xef\xbb\xbf" + token.encode() + b"\r\n")
+    assert read_token_file(tmp_path / "bom.token") == token
+    (tmp_path / "roster.csv").write_bytes(b"\xef\xbb\xbfteam,email\r\nred,r@x\r\nblue,b@x\r\n")
+    assert roster_names(tmp_path / "roster.csv") == ["red", "blue"]

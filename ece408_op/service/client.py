@@ -1,7 +1,7 @@
 """The team's client: what ``submit --server``, ``jobs``, ``ranking --server`` and ``login`` do
 over HTTP, and the connection the instructor's client (instructor_client.py) uses too. It needs
 httpx and nothing of the GPU: no MXNet, no PyCUDA, no nvcc, no sandbox, no NumPy, no FastAPI
-(``pip install 'ece408_op[client]'`` on a laptop is enough).
+(the base install, ``pip install ece408_op``, is enough on a laptop of any system).
 
 Where the token comes from, first found: ``$ECE408_TOKEN``; the file ``--token-file`` or
 ``$ECE408_TOKEN_FILE`` names; for the instructor's commands on the server's own machine, the
@@ -36,6 +36,7 @@ TOKEN_FILE_ENV = "ECE408_TOKEN_FILE"
 PATIENCE = 600.0                   # seconds a follow waits for a service that went away
 SUBMIT_PATIENCE = 60.0             # seconds a request is retried while the service answers 503
 SUBMIT_SLOW_PATIENCE = 600.0       # seconds a submission waits for a slow service (sent again under its key)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # POSIX's; Windows has none (and no links a team makes there)
 
 
 class ClientError(Ece408Error):
@@ -71,7 +72,7 @@ def loopback(host):
 
 def read_token_file(path):
     try:
-        text = Path(path).read_text().strip()
+        text = Path(path).read_text(encoding="utf-8-sig").strip()      # a BOM from a Windows editor
     except OSError as exc:
         raise ClientError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
     if not looks_like_token(text):
@@ -388,7 +389,7 @@ def login(url, token):
     path = login_file()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({"server": url, "token": token}, f)
     os.replace(tmp, path)

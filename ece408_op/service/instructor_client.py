@@ -8,7 +8,7 @@ import re
 import time
 from pathlib import Path
 
-from .client import table
+from .client import NOFOLLOW, table
 from .runs import printable, shown
 
 
@@ -20,7 +20,7 @@ def token_file_name(name):
 
 def write_token(path, token):
     """``token`` and a newline in the file ``path`` (mode 600; a link there is refused)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     os.chmod(path, 0o600)

@@ -7,7 +7,7 @@ from .client import ClientError
 def roster_names(path):
     """Team names of a roster CSV: its ``team`` column where the header has one, else the first."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:      # Excel's "CSV UTF-8" begins with a BOM
             rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ClientError(f"cannot read the roster {path}: {exc}") from None
