@@ -17,7 +17,7 @@ from . import pages
 from . import upload as uploads
 from .api import ROUTERS
 from .db import Unavailable
-from .http import DOWN_RETRY, AccessLog, error
+from .http import DOWN_RETRY, AccessLog, NoNul, error
 from .jobs import QUEUED, Lost, Refused
 from .live import Hub
 from .logs import flush_repeats, log
@@ -65,6 +65,7 @@ def make_app(service):
     app = FastAPI(title="ece408_op submission service", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.service = service
+    app.add_middleware(NoNul)
     app.add_middleware(AccessLog)
 
     @app.exception_handler(Refused)

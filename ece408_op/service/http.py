@@ -70,9 +70,19 @@ async def read_json(request):
 def text_field(data, name, what):
     """``data[name]`` where it is non-empty text without NUL; Refused (400) otherwise."""
     value = data.get(name)
-    if not isinstance(value, str) or not value.strip() or "\0" in value:
+    if not isinstance(value, str) or not value.strip() or "\0" in value or not encodable(value):
         raise Refused(400, f"{name} is {what} (text)")
     return value
+
+
+def encodable(text):
+    """Whether ``text`` is valid Unicode (no lone surrogate, which JSON's escapes can carry and
+    neither the database nor a response can hold)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 IDEMPOTENCY = re.compile(r"^[A-Za-z0-9._:-]{8,100}$")
@@ -130,6 +140,23 @@ def parse_deadline(text):
     if moment.tzinfo is None:
         raise Refused(400, "a deadline needs its time zone (e.g. -06:00 or Z): the server's clock is UTC")
     return moment.timestamp(), moment.isoformat(sep=" ")
+
+
+class NoNul:
+    """A NUL anywhere in the path or the query string (raw or ``%00``) is answered 400 at once: no
+    text column of either database stores one, and no name, id or number holds one."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+            query = scope.get("query_string", b"")
+            if any(b"\0" in part or b"%00" in part for part in (raw, query.upper(), raw.upper())):
+                response = error(400, "the request's address holds a NUL character")
+                return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 class AccessLog:

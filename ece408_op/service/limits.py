@@ -13,6 +13,7 @@ With the upload's caps (``serve --max-upload`` as sent, the archive's caps unpac
 the memory and CPU that uploads take (docs/service.md states the figures).
 """
 import asyncio
+import contextlib
 import json
 from collections import Counter
 from contextlib import asynccontextmanager
@@ -96,12 +97,12 @@ def stream(streams, ticket, events):
     async def run():
         ended = asyncio.ensure_future(ticket.closed.wait())
         source = events.__aiter__()
+        step = None
         try:
             while True:
                 step = asyncio.ensure_future(source.__anext__())
                 done, _ = await asyncio.wait({step, ended}, return_when=asyncio.FIRST_COMPLETED)
                 if step not in done:
-                    step.cancel()
                     yield {"event": "gone", "data": json.dumps(ticket.why or "the stream was closed")}
                     return
                 try:
@@ -112,7 +113,12 @@ def stream(streams, ticket, events):
         finally:
             ended.cancel()
             streams.close(ticket)
-            await source.aclose()
+            if step is not None and not step.done():     # the source is inside a step: end that first
+                step.cancel()
+                with contextlib.suppress(BaseException):
+                    await step
+            with contextlib.suppress(RuntimeError):
+                await source.aclose()
     return run()
 
 

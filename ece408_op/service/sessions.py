@@ -4,7 +4,8 @@ keeps a session cookie instead; the token itself is never stored in the browser.
 The cookie holds 256 random bits (``secrets.token_urlsafe(32)``); the database keeps only their
 SHA-256, with the owner and the id of the token that opened the session. A session counts while
 it has not expired (``LIFETIME``) and that token is not revoked: revoking or rotating a team's
-token ends its sessions; logging out deletes the row. The cookie is HttpOnly (no script reads
+token ends its sessions; logging out deletes the row; a team holds at most ``MAX_SESSIONS`` (a
+new login ends its oldest). The cookie is HttpOnly (no script reads
 it), SameSite=Strict (no other site's page sends it) and Secure where the request came over TLS
 (directly, or through a proxy that ``serve --forwarded-allow-ips`` trusts).
 
@@ -21,6 +22,7 @@ from .tokens import Principal
 
 COOKIE = "ece408_session"
 LIFETIME = 7 * 24 * 3600                 # seconds a session lasts (a week: a deadline's run-up)
+MAX_SESSIONS = 32                        # a team's (or the instructor's) live sessions: the oldest end first
 VALUE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 
 
@@ -38,6 +40,9 @@ def open_session(db, token_id, principal, now=None):
         tx.execute("INSERT INTO service_sessions (id, token_id, kind, name, created_at, expires_at) "
                    "VALUES (?, ?, ?, ?, ?, ?)", (digest(value), token_id, principal.kind, principal.name, now,
                                                  now + LIFETIME))
+        tx.execute("DELETE FROM service_sessions WHERE kind = ? AND name = ? AND id NOT IN (SELECT id FROM "
+                   "service_sessions WHERE kind = ? AND name = ? ORDER BY created_at DESC, id LIMIT ?)",
+                   (principal.kind, principal.name, principal.kind, principal.name, MAX_SESSIONS))
     return value
 
 
@@ -65,5 +70,11 @@ def csrf(value):
     return hmac.new(value.encode("ascii"), b"ece408 page form", hashlib.sha256).hexdigest()[:32]
 
 
+def same_text(a, b):
+    """Whether the texts ``a`` and ``b`` are equal, in time independent of where they differ (any
+    characters: hmac.compare_digest takes ASCII text only)."""
+    return hmac.compare_digest(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
+
+
 def check_csrf(value, given):
-    return bool(value) and isinstance(given, str) and hmac.compare_digest(csrf(value), given)
+    return bool(value) and isinstance(given, str) and same_text(csrf(value), given)

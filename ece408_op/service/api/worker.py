@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from .. import jobs
 from ..auth import worker
-from ..http import check_job_id, read_json
+from ..http import check_job_id, encodable, read_json
 from ..jobs import Lost, Refused
 from ..logs import log
 from ..runs import Record, printable
@@ -154,8 +154,12 @@ def check_record(job, data):
         return None
     if job["kind"] != "ranked" or not isinstance(data, dict):
         raise Refused(400, "only a ranked job has a record (a JSON object)")
-    if "\\u0000" in json.dumps(data):
-        raise Refused(400, "the record holds a NUL character, which no text column stores")
+    try:
+        text = json.dumps(data, allow_nan=False, ensure_ascii=False)
+    except ValueError:
+        raise Refused(400, "the record holds a number that is not finite (NaN or infinity)") from None
+    if "\\u0000" in text or not encodable(text):
+        raise Refused(400, "the record holds a NUL character or a lone surrogate, which no text column stores")
     try:
         record = Record(**data)
     except TypeError as exc:

@@ -1,7 +1,6 @@
 """Logging in and out: the login form takes a token once (checked as the API checks one, the
 same failure limit) and opens a session (sessions.py); logging out ends it. The form carries its
 own CSRF pair (a cookie on /login and a field), as there is no session yet."""
-import hmac
 import secrets
 
 from fastapi import Request
@@ -49,7 +48,7 @@ async def login(request: Request):
         return login_answer(request, 429, refusal)
     fields = await read_form(request)
     pair = request.cookies.get(LOGIN_COOKIE, "")
-    if not pair or not hmac.compare_digest(pair, fields.get("login", "")):
+    if not pair or not sessions.same_text(pair, fields.get("login", "")):
         return login_answer(request, 403, "the login form is stale or came from another site; "
                                           "try again on this one")
     token = (fields.get("token") or "").strip()
