@@ -143,19 +143,21 @@ def parse_deadline(text):
 
 
 class NoNul:
-    """A NUL anywhere in the path or the query string (raw or ``%00``) is answered 400 at once: no
-    text column of either database stores one, and no name, id or number holds one."""
+    """A NUL in the request's address (raw or ``%00``) is answered at once: in the path 404 (no
+    job, page or file has one in its name), in the query string 400. No text column of either
+    database stores a NUL, and no name, id or number holds one."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
-            query = scope.get("query_string", b"")
-            if any(b"\0" in part or b"%00" in part for part in (raw, query.upper(), raw.upper())):
-                response = error(400, "the request's address holds a NUL character")
-                return await response(scope, receive, send)
+            raw = (scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")).upper()
+            query = scope.get("query_string", b"").upper()
+            if b"\0" in raw or b"%00" in raw or "\0" in scope["path"]:
+                return await error(404, "no such page or job here")(scope, receive, send)
+            if b"\0" in query or b"%00" in query:
+                return await error(400, "the request's query holds a NUL character")(scope, receive, send)
         return await self.app(scope, receive, send)
 
 

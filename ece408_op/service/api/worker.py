@@ -147,6 +147,24 @@ async def job_finish(request: Request, job_id: str):
     return {"ok": True, "state": job["state"]}
 
 
+TEXT, NUMBER, WHOLE, FLAG, LIST, OBJECT, NONE = "text", "number", "whole", "flag", "list", "object", "none"
+RECORD_FIELDS = {"id": (TEXT,), "created_at": (TEXT,), "team": (TEXT,), "milestone": (TEXT,), "size": (WHOLE,),
+                 "status": (TEXT,), "exit_code": (WHOLE, NONE), "op_time": (NUMBER, NONE), "correct": (FLAG,),
+                 "models": (LIST,), "git_commit": (TEXT, NONE), "content_hash": (TEXT, NONE),
+                 "device": (TEXT, NONE), "engine": (TEXT, NONE), "image": (TEXT, NONE), "host": (TEXT, NONE),
+                 "duration_s": (NUMBER, NONE), "transcript": (TEXT,), "team_files": (LIST,), "isolated": (FLAG,),
+                 "options": (OBJECT, NONE), "options_key": (TEXT, NONE), "reason": (TEXT, NONE)}
+
+
+def of_type(value, kinds):
+    """Whether ``value`` (from JSON) is one of ``kinds`` (RECORD_FIELDS' names; a flag is no number)."""
+    flag = isinstance(value, bool)
+    return any({TEXT: isinstance(value, str), FLAG: flag, LIST: isinstance(value, list),
+                OBJECT: isinstance(value, dict), NONE: value is None,
+                WHOLE: isinstance(value, int) and not flag and -2 ** 31 <= value < 2 ** 31,
+                NUMBER: isinstance(value, (int, float)) and not flag}[k] for k in kinds)
+
+
 def check_record(job, data):
     if data is None:
         if job["kind"] == "ranked":
@@ -160,6 +178,10 @@ def check_record(job, data):
         raise Refused(400, "the record holds a number that is not finite (NaN or infinity)") from None
     if "\\u0000" in text or not encodable(text):
         raise Refused(400, "the record holds a NUL character or a lone surrogate, which no text column stores")
+    wrong = [name for name, kinds in RECORD_FIELDS.items() if name in data and not of_type(data[name], kinds)]
+    if wrong:
+        raise Refused(400, f"the record's {', '.join(wrong[:5])} {'is' if len(wrong) == 1 else 'are'} not of "
+                           "their type")
     try:
         record = Record(**data)
     except TypeError as exc:

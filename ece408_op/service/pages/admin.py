@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 from starlette.responses import RedirectResponse, Response
 
 from .. import jobs, overview, standings
-from ..http import parse_deadline
+from ..http import parse_deadline, text_field
 from ..jobs import Refused
 from ..logs import log
 from ..runs import MILESTONES, printable
@@ -85,7 +85,7 @@ async def admin_deadlines(request: Request, viewer=Depends(instructor)):
 async def admin_revoke(request: Request, viewer=Depends(instructor)):
     service = service_of(request)
     fields = await read_form(request, viewer.value)
-    name = fields.get("name") or ""
+    name = text_field(fields, "name", "a team's name")
     await service.run(service.tokens.revoke_team, name)
     service.streams.end_team(name, "the team's token was revoked")
     log("team.revoked", team=name, via="page")
