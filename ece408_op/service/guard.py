@@ -48,8 +48,9 @@ def raise_descriptor_limit():
 class Guard:
     """The connections of one server: at most ``budget`` at once, the waiting ones given way."""
 
-    def __init__(self, budget, header_seconds=HEADER_SECONDS):
-        self.budget = max(8, budget)
+    def __init__(self, reserved, header_seconds=HEADER_SECONDS, limit=None):
+        self.reserved = reserved + RESERVE
+        self.limit = limit                       # a fixed descriptor limit (tests); None: the process's own
         self.header_seconds = header_seconds
         self.open = set()
         self.waiting = OrderedDict()              # connections not serving a request, oldest first
@@ -58,9 +59,19 @@ class Guard:
 
     @classmethod
     def for_this_process(cls, reserved, header_seconds=HEADER_SECONDS):
-        """A guard whose budget is the soft descriptor limit (raised to the hard one) less
-        ``reserved`` (the database pool, the workers) and RESERVE."""
-        return cls(raise_descriptor_limit() - reserved - RESERVE, header_seconds)
+        """A guard for this process, its soft descriptor limit raised to the hard one first."""
+        raise_descriptor_limit()
+        return cls(reserved, header_seconds)
+
+    @property
+    def budget(self):
+        """Connections at most: the soft descriptor limit as it is now (an administrator may lower it
+        under a running server: ``prlimit --pid``) less ``reserved`` (the database's pool, the
+        workers' pipes, the log) and RESERVE; at least 8."""
+        limit = self.limit or resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            limit = 1 << 20
+        return max(8, limit - self.reserved)
 
     def admit(self, conn):
         """Whether ``conn`` may open: True, after closing the oldest waiting connection where the
