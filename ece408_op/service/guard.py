@@ -24,7 +24,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .logs import log
 
-RESERVE = 64                        # descriptors kept for everything but the connections
+RESERVE = 160                       # descriptors kept for everything but the connections: the event loop
+                                    # accepts up to 100 at once before any of them is seen here
 HEADER_SECONDS = 10.0
 RETRY = 5                           # seconds a refused client waits
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: %d\r\n"

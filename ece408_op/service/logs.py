@@ -41,8 +41,8 @@ def stamp(seconds=None):
 class Repeats:
     """How often each key was written in its current window; what is past the cap is counted."""
 
-    LINES = 20
-    WINDOW = 10.0
+    LINES = 5
+    WINDOW = 60.0
 
     def __init__(self):
         self.windows = {}                    # key -> [window start, lines written, lines held back]
