@@ -102,6 +102,14 @@ def public(job):
     return {k: job[k] for k in PUBLIC}
 
 
+def summary(job):
+    """The job as a listing shows it: its files counted, not listed (a development upload may hold
+    10,000 of them, and a listing holds many jobs)."""
+    view = {k: job[k] for k in PUBLIC if k != "files"}
+    view["file_count"] = len(job["files"])
+    return view
+
+
 def _select(where, lock=""):
     return f"SELECT {', '.join(JOB_COLUMNS)} FROM service_jobs WHERE {where}{lock}"
 
@@ -336,6 +344,10 @@ def add_chunks(db, job_id, lease, chunks, now=None):
     with db.transaction() as tx:
         job = _held(tx, job_id, lease)
         top = job["next_seq"]
+        numbers = sorted(seq for seq, _ in chunks)
+        if numbers and (numbers[0] > top or numbers != list(range(numbers[0], numbers[0] + len(numbers)))):
+            raise Refused(400, f"chunk numbers follow on from {top} without a gap (a follower reads each after "
+                               "the last it has)")
         for seq, text in chunks:
             _append(tx, job_id, seq, text, now)
             top = max(top, seq + 1)

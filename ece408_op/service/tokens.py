@@ -272,6 +272,7 @@ class FailureLimiter:
         self.max_failures = max_failures
         self.window = window
         self._failures = {}
+        self._lanes = {}                          # address -> when its last check in the slow lane was
         self._lock = threading.Lock()
 
     def _recent(self, address, now):
@@ -293,6 +294,18 @@ class FailureLimiter:
             if times is None or len(times) < self.max_failures:
                 return 0.0
             return max(0.0, times[0] + self.window - now)
+
+    def slow_lane(self, address, every=1.0):
+        """Whether a limited ``address`` may have one token checked now: once every ``every``
+        seconds (the next check of that address waits its turn)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._lanes.get(address, 0.0) < every:
+                return False
+            self._lanes[address] = now
+            if len(self._lanes) > 100_000:
+                self._lanes.pop(next(iter(self._lanes)))
+            return True
 
     def fail(self, address):
         now = time.monotonic()

@@ -88,7 +88,7 @@ async def list_jobs(request: Request, principal=Depends(team_or_instructor)):
     limit = int_param(request.query_params, "limit", 1, 1000, 50)
     owner = principal.name if principal.kind == "team" else request.query_params.get("team")
     found = await service.run(jobs.listing, service.db, owner, limit)
-    return {"jobs": [public(j) for j in found]}
+    return {"jobs": [jobs.summary(j) for j in found]}
 
 
 @router.get("/{job_id}")

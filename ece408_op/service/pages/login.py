@@ -43,15 +43,15 @@ async def login_form(request: Request):
 async def login(request: Request):
     service = service_of(request)
     where = address(request)
-    refusal, _ = limited(service, where)
+    fields = await read_form(request)
+    token = (fields.get("token") or "").strip()
+    refusal, _ = limited(service, where, token)
     if refusal:
         return login_answer(request, 429, refusal)
-    fields = await read_form(request)
     pair = request.cookies.get(LOGIN_COOKIE, "")
     if not pair or not sessions.same_text(pair, fields.get("login", "")):
         return login_answer(request, 403, "the login form is stale or came from another site; "
                                           "try again on this one")
-    token = (fields.get("token") or "").strip()
     principal = await check_token(service, token, where, request.url.path)
     if not principal:
         return login_answer(request, 401, "the token was not accepted (mistyped, revoked or rotated); "
