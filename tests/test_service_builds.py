@@ -454,3 +454,26 @@ def test_a_profiler_the_worker_lacks_is_one_line_and_the_run_goes_on(tmp_path, s
            "* Running nsys profile -o /build/timeline python -c pass\n" \
            "* nsys is not installed on this worker; the command was not run\n" \
            "* Running echo after\nafter\n" in out.stdout
+
+
+@pytest.mark.timeout(600)
+def test_a_teams_oldest_build_folders_go_past_its_quota(tmp_path):
+    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-quota", "0.001"]).start()
+    try:
+        tokens = svc.add_teams("kappa", "lambda")
+        team = dev_team(tmp_path / "kappa", ["python /src/make_build.py"], files={"make_build.py": MAKE_HONEST})
+        first, second = (job_id_of(svc.cli("submit", team, token=tokens["kappa"]).stderr) for _ in range(2))
+        other = job_id_of(svc.cli("submit", team, token=tokens["lambda"]).stderr)   # another team's: its own quota
+        out = svc.cli("jobs", "download", first, token=tokens["kappa"], cwd=tmp_path)
+        assert out.returncode == 2 and re.fullmatch(
+            rf"error: the build folder of job {first} was deleted on \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC to keep your "
+            r"team's build folders within 1 KiB \(the newest are kept\)\n", out.stderr), out.stderr
+        for job_id, token in ((second, tokens["kappa"]), (other, tokens["lambda"])):
+            down = svc.cli("jobs", "download", job_id, "-o", tmp_path / job_id, token=token)
+            assert down.returncode == 0 and tree(tmp_path / job_id)[0] == expected_honest(), down.stderr
+        builds = svc.root / "state" / "ece408_op" / "service" / "builds"
+        assert sorted(p.name.split("-")[0] for p in builds.glob("*.tar.gz")) == sorted([second, other])
+        with login(svc.url, tokens["kappa"]) as browser:
+            assert "to keep the team's build folders within its quota" in browser.get(f"/jobs/{first}").text
+    finally:
+        svc.close()

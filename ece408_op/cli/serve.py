@@ -31,7 +31,7 @@ days.__name__ = "number of days, 0 or more"
 def command(argv):
     from ..grading.sandbox import ENGINES
     from ..service.guard import HEADER_SECONDS
-    from ..service.buildstore import KEEP_DAYS
+    from ..service.buildstore import KEEP_DAYS, QUOTA_MIB
     from ..service.state import Settings
     from ..service.jobs import Rules
     from ..service.paths import default_db, default_state_dir
@@ -76,6 +76,8 @@ def command(argv):
     parser.add_argument("--keep-builds", type=days, default=KEEP_DAYS, metavar="DAYS",
                         help=f"days a development run's build folder is kept for 'jobs download' (default "
                              f"{KEEP_DAYS:g}; 0: none kept), under STATE_DIR/builds")
+    parser.add_argument("--build-quota", type=positive, default=QUOTA_MIB, metavar="MIB",
+                        help=f"MiB of build folders kept per team; past it its oldest are deleted (default {QUOTA_MIB})")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
                         help="failed token checks an address may make per minute (default 20)")
     parser.add_argument("--forwarded-allow-ips", metavar="ADDRESSES",
@@ -106,7 +108,7 @@ def command(argv):
     rules = Rules(ranked_per_hour=args.ranked_per_hour, development_per_hour=args.development_per_hour,
                   max_waiting=args.max_waiting, job_timeout=args.job_timeout, lease=args.lease)
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
-                        keep_builds=args.keep_builds * 86400)
+                        keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20))
     slurm = None
     if args.slurm:
         from ..service.slurm import SlurmOptions

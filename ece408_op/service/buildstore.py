@@ -8,7 +8,8 @@ team only (the instructor: any job's).
   folder's bounds (``buildfolder.check``), then renamed into place and recorded, in a transaction
   that checks the lease again, with its size, SHA-256, counts and expiry (``service_builds``). A
   run attempted again replaces the build of its earlier attempt.
-* **Kept** on disk, ``<state>/builds/<job id>-<sha256>.tar.gz``, not in the database: a build
+* **Kept** on disk, ``<state>/builds/<job id>-<sha256>.tar.gz``, at most ``serve --build-quota MIB``
+  (1024) of them per team (where a new one passes it, the team's oldest are deleted), not in the database: a build
   folder may be hundreds of MiB, and in the database it would make every backup and every copy of
   the queue that large, hold SQLite's one writer while it is written, and pass through the pool's
   connections; on disk it is streamed to the client from its file, and deleting it frees the disk
@@ -29,19 +30,22 @@ from pathlib import Path
 from starlette.responses import StreamingResponse
 
 from . import buildfolder
+from .archive import size_text
 from .db import Unavailable
 from .http import check_size
 from .jobs import DONE, ENDED, Lost, Refused, when
 from .logs import log
 
 KEEP_DAYS = 7.0
+QUOTA_MIB = 1024                      # MiB of build folders kept per team (as stored): the oldest go first
 RECEIVE_SECONDS = 600.0               # a build folder's body arrives within this, or 408
 SWEEP_EVERY = 600.0                   # seconds between two looks for files no row names
 ORPHAN_AGE = 3600.0                   # a file no row names is deleted once this old
 INCOMING = ".incoming-"
 CHUNK = 1 << 20
 COLUMNS = ("job_id", "team", "bytes", "sha256", "files", "folders", "data_bytes", "created_at", "expires_at",
-           "deleted_at")
+           "deleted_at", "deleted_why")
+EXPIRED, QUOTA = "expired", "quota"             # why a build folder was deleted
 
 
 def kept_for(seconds):
@@ -54,18 +58,20 @@ def kept_for(seconds):
 
 
 class BuildStore:
-    """The folder the archives are kept in, and how long each is kept (seconds)."""
+    """The folder the archives are kept in, how long each is kept (seconds), and how many bytes of
+    them a team may have kept at once (its oldest deleted first)."""
 
-    def __init__(self, folder, keep_seconds):
+    def __init__(self, folder, keep_seconds, quota=QUOTA_MIB << 20):
         self.folder = Path(folder)
         self.keep = float(keep_seconds)
+        self.quota = int(quota)
 
     @classmethod
     def of(cls, settings):
         """The store ``settings`` asks for, or None where the service keeps no build folders."""
         if not settings.build_dir or settings.keep_builds <= 0:
             return None
-        return cls(settings.build_dir, settings.keep_builds)
+        return cls(settings.build_dir, settings.keep_builds, settings.build_quota)
 
     def path(self, job_id, sha256):
         return self.folder / f"{job_id}-{sha256}.tar.gz"
@@ -74,10 +80,13 @@ class BuildStore:
     async def body_to_file(self, request, cap):
         """The request's body written to a new file here: (path, size, SHA-256). 413 past ``cap``
         bytes, 408 past RECEIVE_SECONDS; the file is removed where it fails."""
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.folder / f"{INCOMING}{secrets.token_hex(8)}"
         digest, size = hashlib.sha256(), 0
-        out = open(path, "xb")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            out = open(path, "xb")
+        except OSError as exc:
+            raise not_stored(exc) from None
         try:
             async def read():
                 nonlocal size
@@ -98,6 +107,8 @@ class BuildStore:
                 await asyncio.wait_for(read(), RECEIVE_SECONDS)
             except asyncio.TimeoutError:
                 raise Refused(408, f"the build folder did not arrive within {RECEIVE_SECONDS:g} s") from None
+            except OSError as exc:
+                raise not_stored(exc) from None
             out.close()
         except BaseException:
             out.close()
@@ -107,31 +118,53 @@ class BuildStore:
 
     def accept(self, db, job_id, lease, incoming, size, sha256, checked, now=None):
         """Put the checked archive ``incoming`` in place and record it, if the worker still holds
-        the job (Lost otherwise); the row. A build of the job's earlier attempt is replaced."""
+        the job (Lost otherwise); the row. A build of the job's earlier attempt is replaced; the
+        team's oldest build folders are deleted where its kept ones would pass the quota."""
         now = time.time() if now is None else now
         final = self.path(job_id, sha256)
         existed = final.exists()                    # the same bytes kept already (a post sent again)
-        os.replace(incoming, final)
+        try:
+            os.replace(incoming, final)
+        except OSError as exc:
+            raise not_stored(exc) from None
         files = sum(1 for e in checked.entries if e.data is not None)
         row = dict(job_id=job_id, bytes=size, sha256=sha256, files=files, folders=len(checked.entries) - files,
-                   data_bytes=checked.total, created_at=now, expires_at=now + self.keep, deleted_at=None)
+                   data_bytes=checked.total, created_at=now, expires_at=now + self.keep, deleted_at=None,
+                   deleted_why=None)
         try:
             with db.transaction() as tx:
                 job = tx.one("SELECT team, state, lease FROM service_jobs WHERE id = ?" + tx.lock_suffix(), (job_id,))
                 if job is None or job[1] != "running" or job[2] != lease:
                     raise Lost(job_id)
                 row["team"] = job[0]
-                earlier = tx.one("SELECT sha256, deleted_at FROM service_builds WHERE job_id = ?", (job_id,))
+                earlier = tx.one("SELECT sha256 FROM service_builds WHERE job_id = ? AND deleted_at IS NULL", (job_id,))
                 tx.execute("DELETE FROM service_builds WHERE job_id = ?", (job_id,))
                 tx.execute(f"INSERT INTO service_builds ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                            tuple(row[c] for c in COLUMNS))
+                over = self._over_quota(tx, row["team"], now)
         except BaseException:
             if not existed:
                 final.unlink(missing_ok=True)
             raise
         if earlier is not None and earlier[0] != sha256:
             self.path(job_id, earlier[0]).unlink(missing_ok=True)
+        for old_job, old_sha in over:
+            self.path(old_job, old_sha).unlink(missing_ok=True)
         return row
+
+    def _over_quota(self, tx, team, now):
+        """Mark deleted the team's kept build folders past the quota, newest kept first (the one
+        just stored is always kept); their (job id, sha256), whose files go after the commit."""
+        rows = tx.all("SELECT job_id, sha256, bytes FROM service_builds WHERE team = ? AND deleted_at IS NULL "
+                      "ORDER BY created_at DESC, job_id", (team,))
+        total, over = 0, []
+        for i, (job_id, sha256, size) in enumerate(rows):
+            total += size
+            if i and total > self.quota:
+                over.append((job_id, sha256))
+        for job_id, sha256 in over:
+            tx.execute("UPDATE service_builds SET deleted_at = ?, deleted_why = ? WHERE job_id = ?", (now, QUOTA, job_id))
+        return over
 
     # ------------------------------------------------------------ reading
     def open(self, row):
@@ -150,8 +183,8 @@ class BuildStore:
         if rows:
             with db.transaction() as tx:
                 for job_id, sha256 in rows:
-                    tx.execute("UPDATE service_builds SET deleted_at = ? WHERE job_id = ? AND sha256 = ?",
-                               (now, job_id, sha256))
+                    tx.execute("UPDATE service_builds SET deleted_at = ?, deleted_why = ? WHERE job_id = ? AND "
+                               "sha256 = ? AND deleted_at IS NULL", (now, EXPIRED, job_id, sha256))
         return [job_id for job_id, _ in rows]
 
     def sweep(self, db, now=None):
@@ -170,6 +203,11 @@ class BuildStore:
                 path.unlink(missing_ok=True)
                 gone.append(path.name)
         return gone
+
+
+def not_stored(exc):
+    """The refusal of a build folder the server's disk could not take (full, read-only...)."""
+    return Refused(507, f"the server could not store the build folder ({exc.strerror or exc})")
 
 
 def lookup(db, job_id):
@@ -239,6 +277,10 @@ async def response(service, job):
     kept = kept_for(row["expires_at"] - row["created_at"])
     gone = Refused(410, f"the build folder of job {job_id} expired on {when(row['expires_at'])} (this service keeps "
                         f"build folders {kept})")
+    if row["deleted_why"] == QUOTA:
+        quota = service.builds.quota if service.builds is not None else QUOTA_MIB << 20
+        raise Refused(410, f"the build folder of job {job_id} was deleted on {when(row['deleted_at'])} to keep your "
+                           f"team's build folders within {size_text(quota)} (the newest are kept)")
     if row["deleted_at"] is not None or row["expires_at"] < time.time():
         raise gone
     if service.builds is None:

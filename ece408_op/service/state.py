@@ -10,7 +10,7 @@ import anyio
 
 from . import jobs
 from . import upload as uploads
-from .buildstore import KEEP_DAYS, BuildStore
+from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
 from .db import Unavailable
 from .limits import Streams, Uploads
 from .logs import log
@@ -35,6 +35,7 @@ class Settings:
     upload_checks: int = 2                       # uploads checked (unpacked, hashed) at once
     build_dir: str = None                        # where build folders are kept (serve: <state folder>/builds)
     keep_builds: float = KEEP_DAYS * 86400       # seconds a build folder is kept (0: none kept)
+    build_quota: int = QUOTA_MIB << 20           # bytes of build folders a team may have kept
 
 
 class Service:

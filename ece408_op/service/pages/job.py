@@ -69,7 +69,7 @@ def build_view(row):
     if row is None:
         return None
     return {**buildstore.shown(row), "gone": row["deleted_at"] is not None or row["expires_at"] < time.time(),
-            "mib": f"{row['data_bytes'] / 2**20:.1f}"}
+            "mib": f"{row['data_bytes'] / 2**20:.1f}", "why": row["deleted_why"], "deleted_at": row["deleted_at"]}
 
 
 @router.get("/jobs/{job_id}/build")
