@@ -5,12 +5,12 @@
 # 8 files): machine.txt, pytest.txt, and the test's transcript.txt, download.txt, listing.txt,
 # report.ncu-rep, ncu-import.txt, serve.log.
 #
-#   From a copy of this tree in /work/main/.wt-build (docs: DEVICE.md), with Fashion-MNIST's test
-#   split in .wt-build/.gpu-data (the worker checks for its data) and .devkit beside it:
-#       cd .wt-build && bash tests/gpu_build_profile.sh
+#   From the checkout's root on that machine, with the environment kit in .devkit and Fashion-MNIST's
+#   test split in .gpudata/fashion-mnist (docs/tests.md; the worker checks for its data):
+#       bash tests/gpu_build_profile.sh          (DEVKIT=DIR: the kit elsewhere; OUT=DIR: where files go)
 cd "$(dirname "$0")/.." || exit 1
-source "${DEVKIT:-../.devkit}/env.sh" || exit 1
-[ -d .gpu-data ] && export ECE408_DATA_DIR="$PWD/.gpu-data"
+source "${DEVKIT:-.devkit}/env.sh" || exit 1
+[ -d .gpudata/fashion-mnist ] && export ECE408_DATA_DIR="$PWD/.gpudata/fashion-mnist"
 export GPU_OUT="${OUT:-/tmp/gpu-build-profile}"
 mkdir -p "$GPU_OUT"
 {

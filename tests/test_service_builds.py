@@ -81,6 +81,15 @@ def dev_team(folder, commands, files=None):
     return team_project(folder, commands=commands, files=files)
 
 
+def submit_build(svc, folder, token, script=MAKE_HONEST):
+    """A development run by ``token``'s team that runs ``script`` (it writes /build), run to its end
+    and exiting 0; (its output, its job id)."""
+    out = svc.cli("submit", dev_team(folder, ["python /src/make_build.py"], files={"make_build.py": script}),
+                  token=token)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    return out, job_id_of(out.stderr)
+
+
 def tree(folder):
     """{relative path: (bytes, mode)} of the files, and the set of folders, under ``folder``."""
     files, folders = {}, set()
@@ -220,10 +229,7 @@ def test_an_expired_build_folder_is_deleted_and_says_so(tmp_path):
     svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--keep-builds", "0.0001"]).start()
     try:
         token = svc.add_teams("eps")["eps"]
-        out = svc.cli("submit", dev_team(tmp_path / "eps", ["python /src/make_build.py"],
-                                         files={"make_build.py": MAKE_HONEST}), token=token)
-        assert out.returncode == 0, out.stderr
-        job_id = job_id_of(out.stderr)
+        _, job_id = submit_build(svc, tmp_path / "eps", token)
         builds = svc.root / "state" / "ece408_op" / "service" / "builds"
         assert len(list(builds.glob(f"{job_id}-*.tar.gz"))) == 1
         svc.wait_for_log(f"build.expired job={job_id}", timeout=60)
@@ -244,10 +250,7 @@ def test_an_expired_build_folder_is_deleted_and_says_so(tmp_path):
 @pytest.mark.timeout(600)
 def test_a_build_folder_past_the_entries_bound_comes_back_cut(tmp_path, service):
     token = service.add_teams("zeta")["zeta"]
-    out = service.cli("submit", dev_team(tmp_path / "zeta", ["python /src/make_many.py"],
-                                         files={"make_many.py": MAKE_MANY}), token=token)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
-    job_id = job_id_of(out.stderr)
+    out, job_id = submit_build(service, tmp_path / "zeta", token, MAKE_MANY)
     assert "\n* The build folder holds more than 10000 entries: f10000 and every entry after it are left out\n" \
         in out.stdout
     assert kept_line(job_id, 10000, "0.0").search(out.stdout), out.stdout[-2000:]
@@ -259,10 +262,7 @@ def test_a_build_folder_past_the_entries_bound_comes_back_cut(tmp_path, service)
 @pytest.mark.timeout(600)
 def test_a_hostile_build_folder_is_left_out_line_by_line(tmp_path, service):
     token = service.add_teams("eta")["eta"]
-    out = service.cli("submit", dev_team(tmp_path / "eta", ["python /src/make_build.py"],
-                                         files={"make_build.py": MAKE_HOSTILE}), token=token)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
-    job_id = job_id_of(out.stderr)
+    out, job_id = submit_build(service, tmp_path / "eta", token, MAKE_HOSTILE)
     text = out.stdout
     for line in ("* Left out of the build folder: a:b: the character :, which Windows and macOS cannot store",
                  "* Left out of the build folder: fifo: a FIFO (files and folders only; a link is never followed)",
@@ -288,9 +288,8 @@ def test_a_hostile_build_folder_is_left_out_line_by_line(tmp_path, service):
     assert folders <= {"sub", "sub/deeper", "empty-folder", "links"} | {"/".join(["d"] * n) for n in range(1, 33)}
     assert not any(os.path.islink(os.path.join(r, n)) for r, ds, fs in os.walk(tmp_path / "got") for n in ds + fs)
     # the worker and the server went on: the next job of the same worker runs and keeps its build
-    again = service.cli("submit", dev_team(tmp_path / "eta2", ["python /src/make_build.py"],
-                                           files={"make_build.py": MAKE_HONEST}), token=token)
-    assert again.returncode == 0 and kept_line(job_id_of(again.stderr), 4, "0.0").search(again.stdout)
+    again, again_id = submit_build(service, tmp_path / "eta2", token)
+    assert kept_line(again_id, 4, "0.0").search(again.stdout)
     assert "Traceback" not in service.log() and "slot_error" not in service.log()
 
 
@@ -461,9 +460,8 @@ def test_a_teams_oldest_build_folders_go_past_its_quota(tmp_path):
     svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-quota", "0.001"]).start()
     try:
         tokens = svc.add_teams("kappa", "lambda")
-        team = dev_team(tmp_path / "kappa", ["python /src/make_build.py"], files={"make_build.py": MAKE_HONEST})
-        first, second = (job_id_of(svc.cli("submit", team, token=tokens["kappa"]).stderr) for _ in range(2))
-        other = job_id_of(svc.cli("submit", team, token=tokens["lambda"]).stderr)   # another team's: its own quota
+        first, second = (submit_build(svc, tmp_path / f"kappa{i}", tokens["kappa"])[1] for i in range(2))
+        other = submit_build(svc, tmp_path / "lambda", tokens["lambda"])[1]          # another team's: its own quota
         out = svc.cli("jobs", "download", first, token=tokens["kappa"], cwd=tmp_path)
         assert out.returncode == 2 and re.fullmatch(
             rf"error: the build folder of job {first} was deleted on \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC to keep your "

@@ -2,8 +2,6 @@
 database) with its local workers, or with --slurm one Slurm job per queued job. Secrets never on
 the command line: the database URL in $ECE408_DB, the instructor's token in its file (made on the
 first start) or $ECE408_INSTRUCTOR_TOKEN."""
-import math
-
 from .errors import ArgumentParser, run
 from .submit import positive, whole
 
@@ -19,10 +17,7 @@ count.__name__ = "whole number"
 
 
 def days(text):
-    value = float(text)
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(text)
-    return value
+    return 0.0 if float(text) == 0 else positive(text)
 
 
 days.__name__ = "number of days, 0 or more"
