@@ -80,7 +80,8 @@ def test_profile_table_marks_the_fewest_rows_past_90_percent_of_the_gpu_time():
     assert [line.split("  ")[-1] for line in gpu] == ["conv_forward v7 (strip)", "[CUDA memcpy HtoD] x, k", "im2col v5",
                                                      "[CUDA memcpy DtoH] y", "[memset] y"]
     assert [tuple(line.split()[:2]) for line in gpu] == [("60.00%", "60.00%"), ("20.00%", "80.00%"),
-                                                         ("12.00%", "92.00%"), ("6.00%", "98.00%"), ("2.00%", "100.00%")]
+                                                         ("12.00%", "92.00%"), ("6.00%", "98.00%"),
+                                                         ("2.00%", "100.00%")]
     marked = [line.split("  ")[-1] for line in gpu if line.split()[2] == "*"]
     assert marked == ["conv_forward v7 (strip)", "[CUDA memcpy HtoD] x, k", "im2col v5"]     # 80% is not past 90%
     assert rows["[host copy] y -> caller"].split()[:2] == ["host", "-"]

@@ -398,7 +398,8 @@ def test_hostile_archives_on_the_worker_route_and_a_cut_download(tmp_path):
                 answer = w.post(route, headers=lease, content=data)
                 assert answer.status_code == 400 and why in answer.json()["error"], (why, answer.text)
                 assert answer.json()["error"].startswith("the build folder's archive is refused: ")
-            assert w.post(route, headers={"X-Lease": "0" * 32}, content=tar_gz([({"name": "a"}, b"1")])).status_code == 409
+            wrong = {"X-Lease": "0" * 32}
+            assert w.post(route, headers=wrong, content=tar_gz([({"name": "a"}, b"1")])).status_code == 409
             assert raw_post(svc.port, route, {"Authorization": f"Bearer {worker}", **lease,
                                               "Content-Length": str(1 << 30)}) == 413
             # a team's token cannot post one
@@ -425,7 +426,8 @@ def test_hostile_archives_on_the_worker_route_and_a_cut_download(tmp_path):
                       env={"ECE408_SERVER": f"http://127.0.0.1:{proxy.port}"})
         assert cut.returncode == 2
         assert re.fullmatch(rf"error: the download of job {job_id}'s build folder was cut short (after \d+ bytes "
-                            r"\(RemoteProtocolError\)|\(\d+ of \d+ bytes\)); run the command again\n", cut.stderr), cut.stderr
+                            r"\(RemoteProtocolError\)|\(\d+ of \d+ bytes\)); run the command again\n",
+                            cut.stderr), cut.stderr
         assert not (tmp_path / "cut").exists() and not list(tmp_path.glob(".cut.partial-*"))
         whole = svc.cli("jobs", "download", job_id, "-o", tmp_path / "whole", token=token)
         assert whole.returncode == 0, whole.stderr

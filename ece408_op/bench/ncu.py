@@ -45,8 +45,8 @@ def find_ncu():
     else a one-line GpuError."""
     path = nsight.find("ncu")
     if path is None:
-        raise GpuError(f"ncu (Nsight Compute) not found on the PATH, in /usr/local/cuda/bin or /opt/nvidia/nsight-compute; "
-                       f"install it or set {NCU_ENV} to its path")
+        raise GpuError(f"ncu (Nsight Compute) not found on the PATH, in /usr/local/cuda/bin or "
+                       f"/opt/nvidia/nsight-compute; install it or set {NCU_ENV} to its path")
     return path
 
 

@@ -46,8 +46,8 @@ def command(argv):
     parser.add_argument("--db-connections", type=whole, metavar="N",
                         help="at most N database connections open at once (default $ECE408_DB_CONNECTIONS, else 32 "
                              "for PostgreSQL, 8 for SQLite); keep it under the server's max_connections")
-    parser.add_argument("--state-dir", metavar="DIR", help=f"the instructor's token file, Slurm files and build folders (default "
-                                                            f"{default_state_dir()})")
+    parser.add_argument("--state-dir", metavar="DIR", help=f"the instructor's token file, Slurm files and build "
+                                                            f"folders (default {default_state_dir()})")
     parser.add_argument("--instructor-token-file", metavar="PATH", help="the instructor's token (made, mode 600, "
                                                                         "where missing; default STATE_DIR/instructor.token)")
     parser.add_argument("--workers", type=count, metavar="N",
@@ -72,7 +72,8 @@ def command(argv):
                         help=f"days a development run's build folder is kept for 'jobs download' (default "
                              f"{KEEP_DAYS:g}; 0: none kept), under STATE_DIR/builds")
     parser.add_argument("--build-quota", type=positive, default=QUOTA_MIB, metavar="MIB",
-                        help=f"MiB of build folders kept per team; past it its oldest are deleted (default {QUOTA_MIB})")
+                        help=f"MiB of build folders kept per team; past it its oldest are deleted (default "
+                             f"{QUOTA_MIB})")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
                         help="failed token checks an address may make per minute (default 20)")
     parser.add_argument("--forwarded-allow-ips", metavar="ADDRESSES",

@@ -48,7 +48,8 @@ class Profile:
         running = 0.0
         for name in sorted(gpu, key=lambda n: -gpu[n]):
             running += gpu[name]
-            rows.append(f"{100 * gpu[name] / whole:7.2f}%  {100 * running / whole:6.2f}%  {'*' if name in marked else ' '}  "
+            mark = "*" if name in marked else " "
+            rows.append(f"{100 * gpu[name] / whole:7.2f}%  {100 * running / whole:6.2f}%  {mark}  "
                         + _stats(self.samples[name]) + f"  {name}")
         for name in sorted(self.host, key=lambda n: -totals[n]):
             rows.append(f"{'host':>8}  {'-':>7}     " + _stats(self.samples[name]) + f"  {name}")

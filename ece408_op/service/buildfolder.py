@@ -142,8 +142,9 @@ def _add(tar, found, name, mode, packed, max_bytes):
 def check(data, max_bytes=MAX_BYTES, max_entries=MAX_ENTRIES):
     """The entries of the archive ``data`` (``archive.read``'s Checked) within the build folder's
     bounds; UploadError (one line) otherwise."""
-    if len(data) > sent_cap(max_bytes, max_entries):
-        raise UploadError(f"the build folder's archive is {mib(len(data))}; at most {mib(sent_cap(max_bytes, max_entries))}")
+    cap = sent_cap(max_bytes, max_entries)
+    if len(data) > cap:
+        raise UploadError(f"the build folder's archive is {mib(len(data))}; at most {mib(cap)}")
     try:
         return read(inflate(data, raw_cap(max_bytes, max_entries)), max_bytes, max_entries)
     except UploadError as exc:

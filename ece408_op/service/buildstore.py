@@ -139,8 +139,8 @@ class BuildStore:
                 row["team"] = job[0]
                 earlier = tx.one("SELECT sha256 FROM service_builds WHERE job_id = ? AND deleted_at IS NULL", (job_id,))
                 tx.execute("DELETE FROM service_builds WHERE job_id = ?", (job_id,))
-                tx.execute(f"INSERT INTO service_builds ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                           tuple(row[c] for c in COLUMNS))
+                tx.execute(f"INSERT INTO service_builds ({', '.join(COLUMNS)}) "
+                           f"VALUES ({', '.join('?' * len(COLUMNS))})", tuple(row[c] for c in COLUMNS))
                 over = self._over_quota(tx, row["team"], now)
         except BaseException:
             if not existed:
@@ -163,7 +163,8 @@ class BuildStore:
             if i and total > self.quota:
                 over.append((job_id, sha256))
         for job_id, sha256 in over:
-            tx.execute("UPDATE service_builds SET deleted_at = ?, deleted_why = ? WHERE job_id = ?", (now, QUOTA, job_id))
+            tx.execute("UPDATE service_builds SET deleted_at = ?, deleted_why = ? WHERE job_id = ?",
+                       (now, QUOTA, job_id))
         return over
 
     # ------------------------------------------------------------ reading

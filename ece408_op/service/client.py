@@ -1,7 +1,8 @@
 """The team's client: what ``submit --server``, ``jobs`` (``jobs download``: a development run's
-build folder), ``ranking --server`` and ``login`` do over HTTP, and the connection the instructor's client (instructor_client.py) uses too. It needs
-httpx and nothing of the GPU: no MXNet, no PyCUDA, no nvcc, no sandbox, no NumPy, no FastAPI
-(``pip install 'ece408_op[client]'`` on a laptop is enough).
+build folder), ``ranking --server`` and ``login`` do over HTTP, and the connection the instructor's
+client (instructor_client.py) uses too. It needs httpx and nothing of the GPU: no MXNet, no
+PyCUDA, no nvcc, no sandbox, no NumPy, no FastAPI (``pip install 'ece408_op[client]'`` on a laptop
+is enough).
 
 Where the token comes from, first found: ``$ECE408_TOKEN``; the file ``--token-file`` or
 ``$ECE408_TOKEN_FILE`` names; for the instructor's commands on the server's own machine, the

@@ -1,6 +1,6 @@
 """A team's jobs: queue an upload, list them, show one, its transcript, follow it live (SSE),
-download a development run's build folder, cancel it. A team reaches its own jobs only (another team's id answers 404, as no job does);
-the instructor reaches every job."""
+download a development run's build folder, cancel it. A team reaches its own jobs only (another
+team's id answers 404, as no job does); the instructor reaches every job."""
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.background import BackgroundTask

@@ -1,6 +1,7 @@
 """The workers' routes: claim a job (waiting for one), fetch its upload, post its transcript's
 chunks and heartbeats under the job's lease (``X-Lease``), give it back, send a development run's
-build folder (``buildstore.receive``), finish it with its record. Every route of this router takes a worker's token only (the router's dependency)."""
+build folder (``buildstore.receive``), finish it with its record. Every route of this router takes
+a worker's token only (the router's dependency)."""
 import asyncio
 import json
 import re
