@@ -20,7 +20,7 @@ import zlib
 import httpx
 import pytest
 
-from servicekit import Service, job_id_of
+from servicekit import Service, job_id_of, started_postgres
 from teams import team_project
 
 pytestmark = [pytest.mark.service, pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")]
@@ -457,9 +457,19 @@ def test_a_profiler_the_worker_lacks_is_one_line_and_the_run_goes_on(tmp_path, s
            "* Running echo after\nafter\n" in out.stdout
 
 
+@pytest.fixture
+def postgres(tmp_path):
+    server = started_postgres(tmp_path / "pg")
+    yield server
+    server.stop()
+
+
 @pytest.mark.timeout(600)
-def test_a_teams_oldest_build_folders_go_past_its_quota(tmp_path):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-quota", "0.001"]).start()
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_teams_oldest_build_folders_go_past_its_quota(tmp_path, request, database):
+    env = {"ECE408_DB": request.getfixturevalue("postgres").url} if database == "postgresql" else {}
+    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-quota", "0.001"],
+                  env=env).start()
     try:
         tokens = svc.add_teams("kappa", "lambda")
         first, second = (submit_build(svc, tmp_path / f"kappa{i}", tokens["kappa"])[1] for i in range(2))
@@ -475,5 +485,22 @@ def test_a_teams_oldest_build_folders_go_past_its_quota(tmp_path):
         assert sorted(p.name.split("-")[0] for p in builds.glob("*.tar.gz")) == sorted([second, other])
         with login(svc.url, tokens["kappa"]) as browser:
             assert "to keep the team's build folders within its quota" in browser.get(f"/jobs/{first}").text
+    finally:
+        svc.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_service_that_keeps_no_build_folders_says_so_and_its_worker_goes_on(tmp_path):
+    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--keep-builds", "0"]).start()
+    try:
+        token = svc.add_teams("mu")["mu"]
+        for i in range(2):                                  # the same worker runs the next job
+            out, job_id = submit_build(svc, tmp_path / f"mu{i}", token)
+            assert "\n* The build folder is not kept: HTTP 404: this service keeps no build folders (serve " \
+                   "--keep-builds 0)\n" in out.stdout, out.stdout[-2000:]
+        down = svc.cli("jobs", "download", job_id, token=token, cwd=tmp_path)
+        assert down.returncode == 2 and "kept no build folder" in down.stderr
+        assert not (svc.root / "state" / "ece408_op" / "service" / "builds").exists()
+        assert svc.log().count("worker.ready") == 1 and "worker.stopped" not in svc.log()
     finally:
         svc.close()

@@ -230,8 +230,8 @@ def shown(row):
 async def receive(service, request, job_id, lease):
     """``POST /api/worker/jobs/{id}/build``: the archive received, checked, stored; the answer."""
     store = service.builds
-    if store is None:
-        raise Refused(403, "this service keeps no build folders (serve --keep-builds 0)")
+    if store is None:                               # 404, not 403: a worker reads 401 and 403 as its token refused
+        raise Refused(404, "this service keeps no build folders (serve --keep-builds 0)")
     job = await service.run(_held_job, service.db, job_id, lease)
     if job[0] != "development":
         raise Refused(400, "only a development run keeps its build folder")
