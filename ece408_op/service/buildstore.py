@@ -264,7 +264,7 @@ def _check_file(path):
 
 async def response(service, job):
     """The download of ``job``'s build folder (the job already checked as the asker's), or
-    Refused with why there is none: 404 (none kept), 410 (deleted once expired)."""
+    Refused with why there is none: 404 (none kept), 410 (deleted: expired, or past the team's quota)."""
     row = await service.run(lookup, service.db, job["id"])
     job_id = job["id"]
     if row is None:
