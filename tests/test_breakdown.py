@@ -55,3 +55,42 @@ def test_table_without_layers_has_no_layer_part():
     clock.mark("data")
     text = clock.table()
     assert "Custom layers against the host link" not in text and "total" in text
+
+
+# ---------------------------------------------------------------------------- --profile's kernel table
+
+def _profile(samples, host=()):
+    from ece408_op.kernels.profile import Profile
+    profile = Profile()
+    for name, seconds in samples:
+        profile.add(name, seconds, host=name in host)
+    return profile
+
+
+def test_profile_table_marks_the_fewest_rows_past_90_percent_of_the_gpu_time():
+    # a fixture of a run's timings: two kernels, the copies, a memset, and the host copy (host clock)
+    samples = [("conv_forward v7 (strip)", 0.0030), ("conv_forward v7 (strip)", 0.0030), ("im2col v5", 0.0012),
+               ("[CUDA memcpy HtoD] x, k", 0.0020), ("[CUDA memcpy DtoH] y", 0.0006), ("[memset] y", 0.0002),
+               ("[host copy] y -> caller", 0.0500)]
+    lines = _profile(samples, host={"[host copy] y -> caller"}).table().splitlines()
+    assert lines[0].split() == ["Time(%)", "Cum(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"]
+    rows = {line.split("  ")[-1].strip(): line for line in lines[1:-1]}
+    gpu = [line for line in lines[1:-1] if not line.lstrip().startswith("host")]
+    # heaviest first; the share of the GPU time (10 ms: the host copy is not in it), and its running sum
+    assert [line.split("  ")[-1] for line in gpu] == ["conv_forward v7 (strip)", "[CUDA memcpy HtoD] x, k", "im2col v5",
+                                                     "[CUDA memcpy DtoH] y", "[memset] y"]
+    assert [tuple(line.split()[:2]) for line in gpu] == [("60.00%", "60.00%"), ("20.00%", "80.00%"),
+                                                         ("12.00%", "92.00%"), ("6.00%", "98.00%"),
+                                                         ("2.00%", "100.00%")]
+    marked = [line.split("  ")[-1] for line in gpu if line.split()[2] == "*"]
+    assert marked == ["conv_forward v7 (strip)", "[CUDA memcpy HtoD] x, k", "im2col v5"]     # 80% is not past 90%
+    assert rows["[host copy] y -> caller"].split()[:2] == ["host", "-"]
+    assert lines[-1] == ("* the 3 row(s) (2 kernel(s)) that together take 92.0% of the GPU time: the fewest past 90%")
+
+
+def test_profile_marks_pass_90_percent_strictly():
+    from ece408_op.kernels.profile import heaviest
+    assert heaviest({"a": 9.0, "b": 1.0}) == ["a", "b"]              # exactly 90% is not more than 90%
+    assert heaviest({"a": 9.5, "b": 0.5}) == ["a"]
+    assert heaviest({"a": 0.0}) == [] and heaviest({}) == []
+    assert heaviest({f"k{i}": 1.0 for i in range(10)}) == [f"k{i}" for i in range(10)]   # even: all ten

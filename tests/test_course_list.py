@@ -201,10 +201,11 @@ def test_ncu_command_and_table():
 
 def test_ncu_missing_is_one_line(monkeypatch):
     # bad input: a machine without Nsight Compute
+    from ece408_op.base import nsight
     monkeypatch.setenv(ncu.NCU_ENV, "/nonexistent/ncu")
-    monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
-    monkeypatch.setattr(ncu.glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(ncu.os.path, "isfile", lambda path: False)
+    monkeypatch.setattr(nsight.shutil, "which", lambda name, path=None: None)
+    monkeypatch.setattr(nsight.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(nsight.os.path, "isfile", lambda path: False)
     with pytest.raises(GpuError, match=r"^ncu \(Nsight Compute\) not found"):
         ncu.find_ncu()
 

@@ -307,7 +307,7 @@ def test_profile_table_format():
     profile.add("conv_forward v7 (strip)", 0.0006)
     profile.add("[CUDA memcpy DtoH] y", 0.03)
     lines = profile.table().splitlines()
-    assert lines[0].split() == ["Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"]
+    assert lines[0].split() == ["Time(%)", "Cum(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"]
     assert lines[1].endswith("[CUDA memcpy DtoH] y") and "96.77%" in lines[1]
     assert "2" in lines[2].split() and "500.000us" in lines[2].replace(" ", "")
 

@@ -113,7 +113,8 @@ def test_ctrl_c_detaches_and_the_job_goes_on(tmp_path, service):
     again = service.cli("jobs", "show", job_id, "--follow", token=token)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("\nfirst\n") == 1 and again.stdout.endswith(
-        "second\n* Development run: no record is stored (ranked runs: --submit m2|m3|final)\n")
+        "second\n* The build folder is empty: nothing is kept\n* Development run: no record is stored (ranked runs: "
+        "--submit m2|m3|final)\n")
     assert service.job(job_id)["state"] == "done"
 
 

@@ -5,4 +5,5 @@
     processes.py  whether a process id names a running process
     extras.py     what the base install and each extra need (setup.py reads it), and the one-line
                   hint where a command's extra is missing
+    nsight.py     where NVIDIA's profilers (ncu, nsys) are on this machine
 """

@@ -17,14 +17,13 @@ report), so nothing here calls it.
 """
 import argparse
 import csv
-import glob
 import io
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
+from ..base import nsight
 from ..errors import GpuError
 
 # metric -> column; the FLOP rate is 2 x FFMA + FADD + FMUL thread instructions per second (FP32 only:
@@ -38,18 +37,17 @@ METRICS = {
     "sm__sass_thread_inst_executed_op_hfma_pred_on.sum.per_second": "hfma_per_s",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",
 }
-NCU_ENV = "ECE408_NCU"            # the ncu executable, where it is not on the PATH
+NCU_ENV = nsight.env_variable("ncu")   # the ncu executable, where it is not on the PATH
 
 
 def find_ncu():
-    """ncu's path: $ECE408_NCU, the PATH, the CUDA toolkit, /opt/nvidia/nsight-compute/*; else a one-line GpuError."""
-    candidates = [os.environ.get(NCU_ENV), shutil.which("ncu"), "/usr/local/cuda/bin/ncu",
-                  *sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)]
-    for path in candidates:
-        if path and os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    raise GpuError(f"ncu (Nsight Compute) not found on the PATH, in /usr/local/cuda/bin or /opt/nvidia/nsight-compute; "
-                   f"install it or set {NCU_ENV} to its path")
+    """ncu's path (``base.nsight.find``: $ECE408_NCU, the PATH, the CUDA toolkit, /opt/nvidia/nsight-compute/*);
+    else a one-line GpuError."""
+    path = nsight.find("ncu")
+    if path is None:
+        raise GpuError(f"ncu (Nsight Compute) not found on the PATH, in /usr/local/cuda/bin or "
+                       f"/opt/nvidia/nsight-compute; install it or set {NCU_ENV} to its path")
+    return path
 
 
 def command(argv, log_file, ncu="ncu", kernels=None):

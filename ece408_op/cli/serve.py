@@ -6,9 +6,17 @@ from .argtypes import count, positive, whole
 from .errors import ArgumentParser, run
 
 
+def days(text):
+    return 0.0 if float(text) == 0 else positive(text)
+
+
+days.__name__ = "number of days, 0 or more"
+
+
 def command(argv):
     from ..grading.sandbox import ENGINES
     from ..service.guard import HEADER_SECONDS
+    from ..service.buildstore import KEEP_DAYS, QUOTA_MIB
     from ..service.state import Settings
     from ..service.jobs import Rules
     from ..service.paths import default_db, default_state_dir
@@ -28,8 +36,8 @@ def command(argv):
     parser.add_argument("--db-connections", type=whole, metavar="N",
                         help="at most N database connections open at once (default $ECE408_DB_CONNECTIONS, else 32 "
                              "for PostgreSQL, 8 for SQLite); keep it under the server's max_connections")
-    parser.add_argument("--state-dir", metavar="DIR", help=f"the instructor's token file and Slurm files (default "
-                                                            f"{default_state_dir()})")
+    parser.add_argument("--state-dir", metavar="DIR", help=f"the instructor's token file, Slurm files and build "
+                                                            f"folders (default {default_state_dir()})")
     parser.add_argument("--instructor-token-file", metavar="PATH", help="the instructor's token (made, mode 600, "
                                                                         "where missing; default STATE_DIR/instructor.token)")
     parser.add_argument("--workers", type=count, metavar="N",
@@ -50,6 +58,12 @@ def command(argv):
                         help=f"a worker silent this long loses its job (back to the queue once; default {rules.lease:g})")
     parser.add_argument("--max-upload", type=positive, default=MAX_UPLOAD / 2**20, metavar="MIB",
                         help=f"largest upload, compressed (default {MAX_UPLOAD / 2**20:g} MiB)")
+    parser.add_argument("--keep-builds", type=days, default=KEEP_DAYS, metavar="DAYS",
+                        help=f"days a development run's build folder is kept for 'jobs download' (default "
+                             f"{KEEP_DAYS:g}; 0: none kept), under STATE_DIR/builds")
+    parser.add_argument("--build-quota", type=positive, default=QUOTA_MIB, metavar="MIB",
+                        help=f"MiB of build folders kept per team; past it its oldest are deleted (default "
+                             f"{QUOTA_MIB})")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
                         help="failed token checks an address may make per minute (default 20)")
     parser.add_argument("--forwarded-allow-ips", metavar="ADDRESSES",
@@ -93,7 +107,8 @@ def command(argv):
             worker_args += [flag, value]
     rules = Rules(ranked_per_hour=args.ranked_per_hour, development_per_hour=args.development_per_hour,
                   max_waiting=args.max_waiting, job_timeout=args.job_timeout, lease=args.lease)
-    settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures)
+    settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
+                        keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20))
     slurm = None
     if args.slurm:
         from ..service.slurm import SlurmOptions

@@ -7,6 +7,7 @@ run as processes, in a sandbox).
     scratch.py     a run's scratch folder (src, build, channel, art), left-overs of killed runners
     channel.py     the socket the measuring process reports on (never the printed text)
     runner.py      development runs of rai_build.yml; ranked runs (--submit): build, measure, record
+    profilers.py   ncu and nsys in a development run's commands: run where the worker has them, else one line
     transcript.py  "* Running <command>" and the runner's lines; a model's figures
     record.py      a run's record: one row of the runs table, its insert, the errors of storing it
     spool.py       records waiting for their database: retries, the spool folder, delivery

@@ -1,12 +1,14 @@
 """Development runs (``submit`` without ``--submit``): the commands of the submission's
 rai_build.yml, each announced as ``* Running <command>``, each in its own sandbox with the
 submission's copy at /src (read-only, links outside it left out) and a shared /build. The
-transcript is all it gives: no record, no ranking."""
+transcript is all it gives (no record, no ranking), and to a caller that asks, the /build folder
+as the commands left it (``keep_build``: the service's worker sends it to the server)."""
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 
+from . import profilers
 from . import transcript as tx
 from .config import load_config, split_command
 from ..course import COURSE_MODELS
@@ -58,9 +60,12 @@ def harness_mounts(sandbox):
     return mounts, env
 
 
-def run_development(folder, options, transcript=None):
+def run_development(folder, options, transcript=None, keep_build=None):
     """Validate ``folder/rai_build.yml``, copy the submission, run its commands, each in a
-    sandbox. Returns BuildResult (no record: a development run is not ranked)."""
+    sandbox (a profiler's command as ``profilers.prepare`` says). Returns BuildResult (no record: a
+    development run is not ranked). ``keep_build(folder, transcript)``, where given, is called with
+    the host's folder that was /build once the commands have ended (however they ended), before the
+    scratch folder is removed: the service's worker packs it there."""
     config = load_config(folder)
     transcript = transcript or Transcript()
     check_timeout(options.timeout)
@@ -85,8 +90,13 @@ def run_development(folder, options, transcript=None):
         try:
             for command in config.commands:
                 transcript.line(tx.running_line(command))
-                step = Step(split_command(command), mounts, env, "/build", gpu=config.gpu_count > 0)
-                result = execute(sandbox, step, transcript, options.timeout, label=command)
+                argv, note = profilers.prepare(split_command(command), sandbox.engine, env.get("PATH"))
+                if argv is None:
+                    transcript.line(note)                # a profiler this worker cannot run: the run goes on
+                    continue
+                out = profilers.CounterErrors(transcript) if profilers.tool_of(argv) == "ncu" else transcript
+                step = Step(argv, mounts, env, "/build", gpu=config.gpu_count > 0)
+                result = execute(sandbox, step, out, options.timeout, label=command)
                 results.append(result)
                 if result.status != "ok":
                     status = "timeout" if result.status == "timeout" else "failed"
@@ -97,6 +107,8 @@ def run_development(folder, options, transcript=None):
         except KeyboardInterrupt:
             transcript.line(tx.killed_line("SIGINT"))
             status = "killed"
+        if keep_build is not None:
+            keep_build(scratch.build, transcript)
     return BuildResult(status, results, transcript.text(), sandbox.engine, sandbox.image_id,
                        time.monotonic() - started)
 

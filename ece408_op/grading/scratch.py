@@ -88,9 +88,10 @@ class Found:
         self.parts, self.path, self.info, self.descend = parts, path, info, True
 
 
-def walk_folder(root):
+def walk_folder(root, skip_caches=True):
     """Every entry under the folder ``root`` (str or bytes; names come back of the same type), each
-    folder's entries in name order, version control and caches (IGNORED, ``*.pyc``) left out.
+    folder's entries in name order, version control and caches (IGNORED, ``*.pyc``) left out unless
+    ``skip_caches`` is False (a build folder is taken whole).
     Paths come from the system's own listing (no path module joins them), so that names are
     ``parts`` on every platform. The OSError of a folder that cannot be listed propagates, its
     ``filename`` set."""
@@ -101,7 +102,7 @@ def walk_folder(root):
             entries = sorted(listing, key=lambda e: e.name)
         for entry in entries:
             raw = os.fsencode(entry.name)
-            if raw in IGNORED or raw.endswith(b".pyc"):
+            if skip_caches and (raw in IGNORED or raw.endswith(b".pyc")):
                 continue
             found = Found(parts + (entry.name,), entry.path, entry.stat(follow_symlinks=False))
             yield found

@@ -253,4 +253,4 @@ class GpuDevice:
         start = time.perf_counter()
         yield
         if self.profile is not None:
-            self.profile.add(name, time.perf_counter() - start)
+            self.profile.add(name, time.perf_counter() - start, host=True)

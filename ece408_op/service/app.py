@@ -1,9 +1,9 @@
 """The HTTP application (FastAPI): the API's routers (api/: jobs, ranking, instructor, worker)
 and the class's pages (pages/), assembled on one application with what they share.
 
-``make_app(service)`` puts the Service (state.py) on ``app.state.service``, starts the live hub
-and the lease reaper with the application (``lifespan``) and maps the service's exceptions to
-its one-line JSON errors: a refusal (jobs.Refused) to its status, the database away to 503 with
+``make_app(service)`` puts the Service (state.py) on ``app.state.service``, starts the live hub,
+the lease reaper and the build folders' reaper with the application (``lifespan``) and maps the
+service's exceptions to its one-line JSON errors: a refusal (jobs.Refused) to its status, the database away to 503 with
 ``Retry-After``, a lease no longer held to 409, a bad upload to 400. Database work runs in
 threads (``anyio.to_thread``), each transaction on a connection borrowed from a bounded pool
 (db.py)."""
@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from . import jobs
+from . import buildstore, jobs
 from . import pages
 from . import upload as uploads
 from .api import ROUTERS
@@ -54,6 +54,7 @@ def make_app(service):
         except Unavailable as exc:
             service.down(exc)
         service.tasks.append(asyncio.ensure_future(reaper(service)))
+        service.tasks.append(asyncio.ensure_future(buildstore.reaper(service)))
         log("server.ready", db=service.db.shown)
         try:
             yield

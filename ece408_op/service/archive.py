@@ -28,8 +28,9 @@ checked entry by entry, and written back out entry by entry by ``unpack``.
 
 ``unpack`` writes exactly the entries ``read`` returned into an empty folder, each folder and
 file made by this code (``O_EXCL``, ``O_NOFOLLOW``, relative to its parent folder's
-descriptor), so that nothing outside the folder is touched; on an archive ``read`` took, only
-the system (a full disk) can make it fail.
+descriptor; by path inside that new folder where the system has no such calls: Windows), so that
+nothing outside the folder is touched; on an archive ``read`` took, only the system (a full disk)
+can make it fail.
 """
 import hashlib
 import os
@@ -52,6 +53,7 @@ DEVICE_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
                          | {f"{d}{i}" for d in ("COM", "LPT") for i in (*"0123456789", "\u00b9", "\u00b2", "\u00b3")})
 POSIX_MAGIC, GNU_MAGIC = b"ustar\x0000", b"ustar  \x00"
 ZERO = bytes(BLOCK)
+DIR_FD = os.open in os.supports_dir_fd and os.mkdir in os.supports_dir_fd    # False on Windows
 KINDS = {b"1": "a hard link", b"2": "a symbolic link", b"3": "a character device", b"4": "a block device",
          b"6": "a FIFO", b"7": "a contiguous file", b"S": "a sparse file", b"K": "a GNU long link name",
          b"g": "a PAX global header", b"V": "a volume label", b"M": "a multi-volume continuation",
@@ -382,11 +384,31 @@ def unpack(checked, dest):
             tree[parts[:-1]][parts[-1]] = entry
         else:
             tree.setdefault(parts, {})
+    if not DIR_FD:
+        _write_by_path(tree, (), dest)
+        return
     root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         _write_folder(tree, (), root)
     finally:
         os.close(root)
+
+
+def _write_by_path(tree, parts, folder):
+    """``_write_folder`` where the system opens nothing relative to a folder's descriptor (Windows:
+    ``jobs download`` on a laptop): each folder and file made by its path, ``O_EXCL``, inside the
+    empty folder ``unpack`` was given, where nothing but what this code makes can be in the way."""
+    for name, entry in tree.get(parts, {}).items():
+        path = os.path.join(folder, name)
+        if entry is None:
+            os.mkdir(path, 0o755)
+            _write_by_path(tree, parts + (name,), path)
+            continue
+        mode = 0o755 if entry.executable else 0o644
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
+        with os.fdopen(out, "wb") as f:
+            f.write(entry.data)
+        os.chmod(path, mode)
 
 
 def _write_folder(tree, parts, fd):

@@ -47,13 +47,17 @@ class Api:
                                    timeout=httpx.Timeout(30.0, connect=10.0))
         self.patience = patience
 
-    def call(self, method, path, lease=None, body=None, timeout=30.0, patience=None):
+    def call(self, method, path, lease=None, body=None, timeout=30.0, patience=None, content=None):
+        """``body``: JSON; ``content``: bytes (a build folder's tar.gz), sent again as they are on a retry."""
         deadline = time.monotonic() + (self.patience if patience is None else patience)
         delay, said = 0.25, False
-        headers = {"X-Lease": lease} if lease else None
+        headers = {"X-Lease": lease} if lease else {}
+        if content is not None:
+            headers["Content-Type"] = "application/gzip"
         while True:
             try:
-                response = self.client.request(method, path, json=body, headers=headers, timeout=timeout)
+                response = self.client.request(method, path, json=body, content=content, headers=headers or None,
+                                               timeout=timeout)
             except self.httpx.TransportError as exc:
                 why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:

@@ -1,7 +1,8 @@
-"""The team's client: what ``submit --server``, ``jobs``, ``ranking --server`` and ``login`` do
-over HTTP, and the connection the instructor's client (instructor_client.py) uses too. It needs
-httpx and nothing of the GPU: no MXNet, no PyCUDA, no nvcc, no sandbox, no NumPy, no FastAPI
-(the base install, ``pip install ece408_op``, is enough on a laptop of any system).
+"""The team's client: what ``submit --server``, ``jobs`` (``jobs download``: a development run's
+build folder), ``ranking --server`` and ``login`` do over HTTP, and the connection the instructor's
+client (instructor_client.py) uses too. It needs httpx and nothing of the GPU: no MXNet, no
+PyCUDA, no nvcc, no sandbox, no NumPy, no FastAPI (the base install, ``pip install ece408_op``, is
+enough on a laptop of any system).
 
 Where the token comes from, first found: ``$ECE408_TOKEN``; the file ``--token-file`` or
 ``$ECE408_TOKEN_FILE`` names; for the instructor's commands on the server's own machine, the
@@ -15,6 +16,7 @@ development: every command succeeded); 1 when it ran but is not valid, failed, w
 or stopped; 2 when it was refused (usage, token, rules, an unreachable service). Ctrl-C while
 following detaches: the job goes on, and the line printed says how to follow it again.
 """
+import hashlib
 import ipaddress
 import json
 import os
@@ -372,6 +374,65 @@ def cancel(client, job_id):
     return 0
 
 
+def download(client, job_id, out=None):
+    """``jobs download``: fetch the job's build folder, check it (its length and SHA-256 as the
+    service sent them, then the archive check with the build folder's bounds) and unpack it into
+    ``out`` (default ``build-<id>``), which must not exist or be an empty folder: all of it is
+    written, or nothing."""
+    from . import buildfolder
+    dest = Path(out or f"build-{job_id}")
+    exists = f"{printable(str(dest))} exists and is not an empty folder; give another with -o DIR"
+    if dest.is_symlink() or dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ClientError(exists)
+    data, sha256 = fetch_build(client, job_id)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ClientError(f"the build folder of job {job_id} did not arrive as the service sent it (its SHA-256 "
+                          "differs); run the command again")
+    try:
+        checked = buildfolder.check(data)
+    except uploads.UploadError as exc:
+        raise ClientError(f"job {job_id}: {exc}") from None
+    try:
+        buildfolder.unpack_into(checked, dest)
+    except FileExistsError:
+        raise ClientError(exists) from None
+    except OSError as exc:
+        raise ClientError(f"cannot write the build folder into {printable(str(dest))}: {exc.strerror or exc}") from None
+    files = sum(1 for e in checked.entries if e.data is not None)
+    client.out.write(f"Job {job_id}'s build folder: {files} files, {buildfolder.mib(checked.total)}, in {dest}\n")
+    return 0
+
+
+def fetch_build(client, job_id):
+    """(the archive's bytes, its SHA-256 as the service gave it); ClientError where the service
+    refuses or the download is cut short."""
+    from .buildfolder import sent_cap
+    got = 0
+    try:
+        with client.http.stream("GET", f"/api/jobs/{job_id}/build",
+                                timeout=client.httpx.Timeout(60.0, connect=15.0)) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ClientError(error_line(response))
+            length = int(response.headers.get("content-length", "-1"))
+            sha256 = response.headers.get("x-build-sha256", "")
+            if not 0 <= length <= sent_cap():
+                raise ClientError(f"the service sent a build folder of {length} bytes; at most {sent_cap()} are taken")
+            parts = []
+            for chunk in response.iter_raw():
+                got += len(chunk)
+                if got > length:
+                    break
+                parts.append(chunk)
+    except client.httpx.TransportError as exc:
+        raise ClientError(f"the download of job {job_id}'s build folder was cut short after {got} bytes "
+                          f"({type(exc).__name__}); run the command again") from None
+    if got != length:
+        raise ClientError(f"the download of job {job_id}'s build folder was cut short ({got} of {length} bytes); "
+                          "run the command again")
+    return b"".join(parts), sha256
+
+
 def ranking(client, milestone=None, size=None, fmt="table"):
     params = {"format": fmt}
     if milestone:
@@ -396,5 +457,5 @@ def login(url, token):
     return who, path
 
 
-__all__ = ["Client", "ClientError", "connect", "submit", "show", "listing", "cancel", "ranking", "login",
+__all__ = ["Client", "ClientError", "connect", "submit", "show", "listing", "cancel", "download", "ranking", "login",
            "resolve_server", "resolve_token", "check_url", "read_token_file", "loopback", "table"]

@@ -119,6 +119,23 @@ MIGRATIONS = [
             PRIMARY KEY (job_id, lease))""",
      "ALTER TABLE service_teams ADD COLUMN name_key TEXT",
      "CREATE UNIQUE INDEX service_teams_key ON service_teams (name_key)"],
+    # 4: the development runs' build folders. The archives are files under the server's state folder
+    # (buildstore.py: hundreds of MiB do not belong in the queue's database); here each one's size as
+    # stored, SHA-256, what it holds, when it goes, when it went and why (expired, or past the team's quota)
+    ["""CREATE TABLE service_builds (
+            job_id TEXT PRIMARY KEY,
+            team TEXT NOT NULL,
+            bytes BIGINT NOT NULL,
+            sha256 TEXT NOT NULL,
+            files INTEGER NOT NULL,
+            folders INTEGER NOT NULL,
+            data_bytes BIGINT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            deleted_at DOUBLE PRECISION,
+            deleted_why TEXT)""",
+     "CREATE INDEX service_builds_expiry ON service_builds (deleted_at, expires_at)",
+     "CREATE INDEX service_builds_team ON service_builds (team, deleted_at, created_at)"],
 ]
 
 

@@ -7,12 +7,14 @@ development run (``runner.run_development``) of the unpacked upload, exactly as 
 The transcript goes to stdout as it comes (the runner's ``Transcript``: team output escaped,
 ``* Running ...`` lines), which the worker streams to the server. The outcome goes to file
 descriptor the worker names (``result_fd``), which no team process inherits: for a ranked run the record the runner stores
-through its store (``FdStore.add``), for a development run its status; one JSON line.
+through its store (``FdStore.add``), for a development run its status and what it packed of its
+build folder into the file the worker names (``build_archive``, ``buildfolder.pack``); one JSON line.
 
 The worker stops a job (cancelled, past its time limit, the worker itself stopping) with
 SIGTERM: the runner ends every process of the run and writes a ``killed`` record.
 """
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -22,6 +24,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 from ..errors import Ece408Error
+from . import buildfolder
 from .runs import (Options, Record, Stopped, SubmitRequest, TeamError, Transcript, killed_line, run_development,
                    stop_on_signals, submit)
 
@@ -73,10 +76,25 @@ def run_ranked(spec, transcript, store):
                          transcript=transcript.text(), reason=str(exc).splitlines()[0][:500]))
 
 
+def keep_build(archive, kept, folder, transcript):
+    """Pack the run's build folder into ``archive`` (``buildfolder.pack``), its lines of what was
+    left out into the transcript; ``kept`` gets its summary, or the note of why there is none."""
+    try:
+        packed = buildfolder.pack(folder, archive)
+    except Exception as exc:                        # noqa: BLE001  the run's result still goes back
+        kept["note"] = one_line(f"it could not be packed ({getattr(exc, 'strerror', None) or exc})")
+        return
+    for line in packed.notes:
+        transcript.line(line)
+    kept["summary"] = packed.summary()
+
+
 def run_dev(spec, transcript, out):
+    kept = {}
+    keep = functools.partial(keep_build, spec["build_archive"], kept) if spec.get("build_archive") else None
     try:
         with stop_on_signals():                     # SIGTERM: the runner stops every command of the run
-            build = run_development(spec["folder"], options_of(spec), transcript)
+            build = run_development(spec["folder"], options_of(spec), transcript, keep_build=keep)
         result = {"status": "ok" if build.status == "ok" else build.status, "exit_code": build.exit_code}
     except Ece408Error as exc:
         for line in str(exc).splitlines():
@@ -85,6 +103,8 @@ def run_dev(spec, transcript, out):
     except Stopped as exc:                          # before or after the commands (they catch it themselves)
         transcript.line(killed_line(exc.signal_name))
         result = {"status": "killed", "exit_code": None, "reason": f"stopped ({exc.signal_name})"}
+    result["build"] = kept.get("summary")
+    result["build_note"] = kept.get("note") or (None if "summary" in kept else "the run ended before its commands ran")
     out.write(json.dumps({"development": result}) + "\n")
     out.flush()
 

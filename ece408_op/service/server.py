@@ -284,6 +284,8 @@ def serve(options):
 
 def _serve(options, db, sock, uvicorn, gpu_indices):
     settings = options.settings
+    if settings.build_dir is None:
+        settings.build_dir = str(Path(options.state_dir or default_state_dir()) / "builds")
     host_name = socket.gethostname()
     slots = local_slots(options.workers, gpu_indices()) if options.slurm is None else []
     local_name = f"{host_name}/local"

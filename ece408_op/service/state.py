@@ -10,6 +10,7 @@ import anyio
 
 from . import jobs
 from . import upload as uploads
+from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
 from .db import Unavailable
 from .limits import Streams, Uploads
 from .logs import log
@@ -32,6 +33,9 @@ class Settings:
     upload_seconds: float = 120.0                # an upload's body arrives within this, or 408
     upload_reads: int = 16                       # bodies read at once on the whole server
     upload_checks: int = 2                       # uploads checked (unpacked, hashed) at once
+    build_dir: str = None                        # where build folders are kept (serve: <state folder>/builds)
+    keep_builds: float = KEEP_DAYS * 86400       # seconds a build folder is kept (0: none kept)
+    build_quota: int = QUOTA_MIB << 20           # bytes of build folders a team may have kept
 
 
 class Service:
@@ -52,6 +56,7 @@ class Service:
         self.rankings = Rankings(self)            # the ranking as the API and the pages show it
         self.streams = Streams()                  # live streams per team, session and address
         self.uploads = Uploads(settings.upload_reads, settings.upload_checks)
+        self.builds = BuildStore.of(settings)    # the development runs' build folders, or None
 
     def started(self, hub):
         """Bind to the running event loop (the application's start)."""

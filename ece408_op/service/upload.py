@@ -31,8 +31,8 @@ from .jobs import KINDS
 from .runs import (CONFIG_NAME, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, MILESTONE_FILES,
                    printable, read_team_files, walk_folder)
 
-__all__ = ["Checked", "Entry", "MAX_UPLOAD", "UploadError", "caps", "check", "config_text", "pack_development",
-           "pack_ranked", "size_text", "unpack"]
+__all__ = ["Checked", "Entry", "MAX_UPLOAD", "UploadError", "add_entry", "caps", "check", "config_text", "inflate",
+           "name_left_out", "pack_development", "pack_ranked", "size_text", "unpack"]
 
 MAX_UPLOAD = 16 << 20                 # bytes as sent (compressed): serve --max-upload
 
@@ -46,18 +46,24 @@ def caps(kind):
 
 # ---------------------------------------------------------------------------- packing (client)
 
+def add_entry(tar, entry):
+    """Add ``entry`` (an Entry) to the tarfile ``tar`` as ``archive.read`` takes it: a folder or a
+    regular file of mode 755 or 644, no owner, no time."""
+    info = tarfile.TarInfo(entry.name)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    if entry.data is None:
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    else:
+        info.size, info.mode = len(entry.data), 0o755 if entry.executable else 0o644
+        tar.addfile(info, io.BytesIO(entry.data))
+
+
 def _tar(entries):
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for entry in entries:
-            info = tarfile.TarInfo(entry.name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            if entry.data is None:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            else:
-                info.size, info.mode = len(entry.data), 0o755 if entry.executable else 0o644
-                tar.addfile(info, io.BytesIO(entry.data))
+            add_entry(tar, entry)
     return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
 
 
@@ -68,7 +74,7 @@ def pack_ranked(folder, milestone):
     return _tar([Entry(name, data) for name, data in files.files]), list(files.taken)
 
 
-def _left_out(parts, taken):
+def name_left_out(parts, taken):
     """Why the entry at ``parts`` is not packed (the service would refuse its name), or None."""
     name = "/".join(parts)
     problem = name_problem(parts[-1])
@@ -96,7 +102,7 @@ def pack_development(folder, max_bytes=MAX_SUBMISSION_BYTES, max_entries=MAX_SUB
     try:
         for found in walk_folder(root):
             name, mode = "/".join(found.parts), found.info.st_mode
-            why = _left_out(found.parts, taken)
+            why = name_left_out(found.parts, taken)
             if why is None and not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
                 why = (f"{'a symbolic link' if stat.S_ISLNK(mode) else 'not a file or a folder'} (the service "
                        "takes files and folders only)")
@@ -138,7 +144,7 @@ def _read(path, name, limit):
 
 # ---------------------------------------------------------------------------- checking (server, worker)
 
-def _inflate(data, cap):
+def inflate(data, cap):
     """The gzip stream ``data`` decompressed, at most ``cap`` bytes; UploadError otherwise."""
     if data[:2] != b"\x1f\x8b":
         raise UploadError("the upload is not a gzip-compressed tar (python -m ece408_op submit --server packs one)")
@@ -175,7 +181,7 @@ def check(data, kind, milestone=None, max_upload=MAX_UPLOAD):
         raise UploadError(f"a ranked job names a milestone ({', '.join(MILESTONE_FILES)}), not "
                           f"{printable(str(milestone), 20)}")
     max_bytes, max_entries = caps(kind)
-    checked = read(_inflate(data, raw_cap(max_bytes, max_entries)), max_bytes, max_entries)
+    checked = read(inflate(data, raw_cap(max_bytes, max_entries)), max_bytes, max_entries)
     _check_contents(checked, kind, milestone)
     return checked
 

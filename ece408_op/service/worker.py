@@ -14,7 +14,8 @@ on a machine without one a CPU slot (m2 and CPU development runs). Each slot:
 4. stops the child (SIGTERM: the runner ends every process of the run) when the job is
    cancelled, passes its time limit, or the lease is lost;
 5. ends the job with its outcome: the record of a ranked run (the runner's, from the child's
-   private descriptor), the status of a development run.
+   private descriptor), the status of a development run, after sending the development run's
+   build folder, which the child packed when its commands ended (``send_build``).
 
 The worker holds a worker token, never database credentials. Network trouble and a server that
 restarts are waited out (every call retried for ``--patience`` seconds): the job goes on and
@@ -53,6 +54,8 @@ from .runs import device_name, gpu_indices
 CLAIM_WAIT = 20.0
 STOP_GRACE = 30.0                       # seconds a stopped child has to end its run before SIGKILL
 KEPT = 1 << 20                          # characters of transcript kept for a record the child never wrote
+NO_BUILD = "the run's process gave none"  # where the child gave no build folder and no reason
+BUILD_TIMEOUT = 300.0                   # seconds a build folder's post may take (sent, checked, stored)
 SECRET_ENV = ("ECE408_TOKEN", "ECE408_TOKEN_FILE", "ECE408_INSTRUCTOR_TOKEN", "ECE408_DB", PARENT_ENV)
 
 
@@ -249,7 +252,37 @@ class Slot:
             except OSError as exc:
                 return self.failed(job, sender, f"the worker could not unpack the upload into {tmp} "
                                                 f"({exc.strerror or exc})")
-            return self.execute(job, folder, sender, beat)
+            archive = Path(tmp) / "build.tar.gz" if job["kind"] == "development" else None
+            outcome = self.execute(job, folder, sender, beat, archive)
+            if isinstance(outcome, dict):
+                self.send_build(job, lease, sender, outcome, archive)
+            return outcome
+
+    def send_build(self, job, lease, sender, outcome, archive):
+        """A development run's build folder (the child packed it into ``archive``) sent to the
+        server before the job ends, and the transcript's line saying how to download it, or why
+        there is none."""
+        summary, note = outcome.pop("build", None), outcome.pop("build_note", None)
+        if job["kind"] != "development":
+            return
+        if summary is None:
+            sender.add(f"* No build folder is kept: {note or NO_BUILD}\n")
+            return
+        if not summary["files"] and not summary["folders"]:
+            sender.add("* The build folder is empty: nothing is kept\n")
+            return
+        try:
+            kept = self.api.call("POST", f"/api/worker/jobs/{job['id']}/build", lease, content=archive.read_bytes(),
+                                 timeout=BUILD_TIMEOUT).json()
+        except OSError as exc:
+            sender.add(f"* The build folder is not kept: the worker could not read its archive "
+                       f"({exc.strerror or exc})\n")
+            return
+        except (Refusal, Unreachable) as exc:
+            sender.add(f"* The build folder is not kept: {one_line(getattr(exc, 'answer', None) or exc)}\n")
+            return
+        sender.add(f"* The build folder ({kept['files']} files, {kept['data_bytes'] / 2**20:.1f} MiB) is kept until "
+                   f"{kept['expires']}: python -m ece408_op jobs download {job['id']}\n")
 
     def failed(self, job, sender, reason):
         """The end of a job that failed before or around its run: ``reason`` in its transcript."""
@@ -268,18 +301,20 @@ class Slot:
             outcome = {"status": "error"}
         log("job.finished", job=job["id"], status=outcome["status"], slot=self.name)
 
-    def spec(self, job, folder, result_fd):
+    def spec(self, job, folder, result_fd, archive=None):
         return {"kind": job["kind"], "folder": str(folder), "milestone": job.get("milestone"), "size": job.get("size"),
                 "team": job["team"], "record_id": job.get("record_id"), "timeout": job["time_limit"],
                 "engine": self.options.engine, "scratch": self.options.scratch,
-                "hidden_model": self.options.hidden_model, "result_fd": result_fd}
+                "hidden_model": self.options.hidden_model, "result_fd": result_fd,
+                "build_archive": str(archive) if archive else None}
 
-    def execute(self, job, folder, sender, beat):
-        """Run the job in its child; returns what ends it (the finish call's body), "release"
-        (the worker is stopping) or None (the lease is lost). Whatever happens here, the child
-        does not outlive it."""
+    def execute(self, job, folder, sender, beat, archive=None):
+        """Run the job in its child (a development run packs its build folder into ``archive``);
+        returns what ends it (the finish call's body, with the build's summary), "release" (the
+        worker is stopping) or None (the lease is lost). Whatever happens here, the child does not
+        outlive it."""
         limit = float(job["time_limit"])
-        spec = self.spec(job, folder, None)
+        spec = self.spec(job, folder, None, archive)
         read_fd, write_fd = os.pipe()
         spec["result_fd"] = write_fd
         try:
@@ -380,7 +415,8 @@ class Slot:
         if dev is None:
             return self.without_result(job, "error", f"the run's process ended without a result ({ended})")
         status = "timeout" if late else dev["status"]
-        return {"status": status, "exit_code": dev.get("exit_code"), "reason": dev.get("reason"), "record": None}
+        return {"status": status, "exit_code": dev.get("exit_code"), "reason": dev.get("reason"), "record": None,
+                "build": dev.get("build"), "build_note": dev.get("build_note")}
 
     def without_result(self, job, status, reason, transcript=""):
         """The end of a job whose child gave no result (crashed, or never started)."""

@@ -9,6 +9,7 @@
     GET  /api/jobs/{id}                       team: its own (another team's id: 404); instructor: any
     GET  /api/jobs/{id}/transcript            the transcript so far, as text
     GET  /api/jobs/{id}/events?after=SEQ      server-sent events: queued (place), line, notice, end
+    GET  /api/jobs/{id}/build                 a development run's build folder (tar.gz) while it is kept
     POST /api/jobs/{id}/cancel
     GET  /api/ranking?milestone=&size=&format=table|csv|json   team or instructor (a team:          ranking.py
                                               pseudonyms for the other teams where the instructor chose them on /admin)
@@ -22,6 +23,7 @@
     GET  /api/worker/jobs/{id}/upload                worker (X-Lease): the job's upload
     POST /api/worker/jobs/{id}/chunks {chunks}       worker: transcript chunks [[seq, text]]
     POST /api/worker/jobs/{id}/heartbeat, /finish {status, exit_code, reason, record}, /release
+    POST /api/worker/jobs/{id}/build                 worker: a development run's build folder (tar.gz)
 
 Tokens travel only in ``Authorization: Bearer``; an error is JSON ``{"error": "one line"}``
 (``Retry-After`` where waiting helps: 429, and 503 while the database is down).

@@ -1,12 +1,12 @@
 """A team's jobs: queue an upload, list them, show one, its transcript, follow it live (SSE),
-cancel it. A team reaches its own jobs only (another team's id answers 404, as no job does);
-the instructor reaches every job."""
+download a development run's build folder, cancel it. A team reaches its own jobs only (another
+team's id answers 404, as no job does); the instructor reaches every job."""
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.background import BackgroundTask
 from sse_starlette import EventSourceResponse
 
-from .. import jobs, limits
+from .. import buildstore, jobs, limits
 from .. import upload as uploads
 from ..auth import team, team_or_instructor
 from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, read_body
@@ -100,6 +100,12 @@ async def show_job(request: Request, job=Depends(own_job)):
 async def show_transcript(request: Request, job=Depends(own_job)):
     service = service_of(request)
     return PlainTextResponse(await service.run(jobs.transcript, service.db, job["id"]))
+
+
+@router.get("/{job_id}/build")
+async def download_build(request: Request, job=Depends(own_job)):
+    """The development run's build folder as its worker sent it (a tar.gz), while it is kept."""
+    return await buildstore.response(service_of(request), job)
 
 
 @router.post("/{job_id}/cancel")

@@ -1,6 +1,7 @@
 """The workers' routes: claim a job (waiting for one), fetch its upload, post its transcript's
-chunks and heartbeats under the job's lease (``X-Lease``), give it back, finish it with its
-record. Every route of this router takes a worker's token only (the router's dependency)."""
+chunks and heartbeats under the job's lease (``X-Lease``), give it back, send a development run's
+build folder (``buildstore.receive``), finish it with its record. Every route of this router takes
+a worker's token only (the router's dependency)."""
 import asyncio
 import json
 import re
@@ -9,7 +10,7 @@ import time
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from .. import jobs
+from .. import buildstore, jobs
 from ..auth import worker
 from ..http import check_job_id, encodable, read_json
 from ..jobs import Lost, Refused
@@ -116,6 +117,12 @@ async def job_release(request: Request, job_id: str, principal=Depends(worker)):
     service.hub.queue_changed()
     service.hub.wake_claim(gpu_needed=False)
     return {"ok": True}
+
+
+@router.post("/jobs/{job_id}/build")
+async def job_build(request: Request, job_id: str):
+    """The development run's build folder (the tar.gz body), under the job's lease, before its end."""
+    return await buildstore.receive(service_of(request), request, check_job_id(job_id), lease_of(request))
 
 
 @router.post("/jobs/{job_id}/finish")

@@ -10,6 +10,7 @@ step. One module a page, each with its routes on a router of pages (errors.py):
     GET  /jobs/{id}              a job: its place in the queue, its transcript live, its verdict         job.py
     GET  /jobs/{id}/events       its live part (the transcript's lines as text, the place, the verdict)
     GET  /jobs/{id}/transcript   the transcript as plain text
+    GET  /jobs/{id}/build        a development run's build folder (tar.gz) while it is kept
     POST /jobs/{id}/cancel
     GET  /admin                  the instructor: queue, workers, teams, deadlines, names, CSV export     admin.py
     POST /admin/names            whether teams see the other teams' names or pseudonyms

@@ -1,15 +1,17 @@
 """A job's page (``/jobs/{id}``): its place in the queue while it waits, its transcript live as
 its worker sends it (``/jobs/{id}/events``: lines as escaped text, the place, the verdict), the
-verdict at its end; the transcript as plain text; cancelling it. A team opens its own jobs only
+verdict at its end; the transcript as plain text; a development run's build folder while it is
+kept (``/jobs/{id}/build``, the tar.gz ``jobs download`` fetches); cancelling it. A team opens its own jobs only
 (another team's answers 404, as the API does)."""
 import json
+import time
 
 from fastapi import Depends, Request
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.responses import PlainTextResponse, RedirectResponse
 
-from .. import jobs, limits, overview, standings
+from .. import buildstore, jobs, limits, overview, standings
 from ..filters import as_text, place_text
 from ..http import JOB_ID, address, after_param
 from ..jobs import ENDED, QUEUED, Refused
@@ -53,11 +55,28 @@ async def job_page(request: Request, job_id: str, viewer=Depends(member)):
     view = await with_place(service, job)
     chunks = await service.run(overview.chunks, service.db, job["id"])
     record = await record_of(service, job)
+    kept = await service.run(buildstore.lookup, service.db, job["id"]) if job["kind"] == "development" else None
     return site_of(request).render(
         "job.html", viewer, job=job, place=place_text(view) if job["state"] == QUEUED else None,
         transcript=as_text("".join(t for _, t in chunks)), after=chunks[-1][0] if chunks else -1, record=record,
         layers=standings.layers_of(record.models) if record else [], ended=job["state"] in ENDED,
-        files=files_of(job["files"]))
+        files=files_of(job["files"]), build=build_view(kept))
+
+
+def build_view(row):
+    """What the page says of the job's build folder: None (none kept), else its counts, size and
+    expiry, and whether it is still there."""
+    if row is None:
+        return None
+    return {**buildstore.shown(row), "gone": row["deleted_at"] is not None or row["expires_at"] < time.time(),
+            "mib": f"{row['data_bytes'] / 2**20:.1f}", "why": row["deleted_why"], "deleted_at": row["deleted_at"]}
+
+
+@router.get("/jobs/{job_id}/build")
+async def job_build(request: Request, job_id: str, viewer=Depends(member)):
+    """The build folder's tar.gz, as ``jobs download`` fetches it (the error page where there is none)."""
+    job = await own_job(request, viewer.principal, job_id)
+    return await buildstore.response(service_of(request), job)
 
 
 @router.get("/jobs/{job_id}/events")
