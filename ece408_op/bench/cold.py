@@ -92,6 +92,9 @@ def main(argv=None):
     parser.add_argument("--then", default="", help="comma-separated batches, each a first forward after --batch")
     parser.add_argument("--mode", choices=("ours", "cudnn"), default="ours")
     parser.add_argument("--precision", default=None)
+    parser.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32",
+                        help="the network's and the input's type (fp16/bf16: .half()/.bfloat16())")
+    parser.add_argument("--channels-last", action="store_true", help="the network and the input channels-last")
     parser.add_argument("--cache", help="the GPU cache folder (ECE408_GPU_CACHE; and ECE408_CUBIN_CACHE below it)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
@@ -108,12 +111,14 @@ def main(argv=None):
     torch.backends.cudnn.benchmark = args.mode == "cudnn"
     start = time.perf_counter()
     torch.manual_seed(408)
-    model = build_network(args.net).cuda().eval()
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    layout = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = build_network(args.net).cuda().eval().to(dtype=dtype, memory_format=layout)
     if args.mode == "ours":
         kwargs = {"precision": args.precision} if args.precision else {}
         swap_convolutions(model, **kwargs)
     size = input_size(args.net)
-    x = torch.rand(args.batch, 3, size, size, device="cuda")
+    x = torch.rand(args.batch, 3, size, size, device="cuda", dtype=dtype).contiguous(memory_format=layout)
     _sync(torch)
     built = time.perf_counter() - start
     profile = None
@@ -125,10 +130,11 @@ def main(argv=None):
     if profile is not None:
         profile.disable()
     result = {"net": args.net, "batch": args.batch, "mode": args.mode, "precision": args.precision,
+              "dtype": args.dtype, "channels_last": args.channels_last,
               "device": torch.cuda.get_device_name(), "import_s": round(imported, 3), "build_s": round(built, 3),
               "first_s": round(first, 3), "second_s": round(_forward(torch, model, x), 4), "then": {}}
     for batch in [int(b) for b in args.then.split(",") if b]:
-        other = torch.rand(batch, 3, size, size, device="cuda")
+        other = torch.rand(batch, 3, size, size, device="cuda", dtype=dtype).contiguous(memory_format=layout)
         result["then"][str(batch)] = round(_forward(torch, model, other), 3)
     if profile is not None:
         result["profile"] = _profile_rows(profile)
