@@ -85,17 +85,17 @@ def encodable(text):
     return True
 
 
-IDEMPOTENCY = re.compile(r"^[A-Za-z0-9._:-]{8,100}$")
+IDEMPOTENCY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
 def idempotency_key(request):
-    """The ``Idempotency-Key`` header's value (8 to 100 letters, digits or ``._:-``), or None where
-    there is none; Refused (400) where it is malformed."""
+    """The ``Idempotency-Key`` header's value (1 to 200 visible ASCII characters, e.g. a UUID), or
+    None where there is none; Refused (400) where it is malformed."""
     key = request.headers.get("idempotency-key")
     if key is None:
         return None
     if not IDEMPOTENCY.match(key):
-        raise Refused(400, "Idempotency-Key is 8 to 100 letters, digits or ._:- (the client makes one per "
+        raise Refused(400, "Idempotency-Key is 1 to 200 visible ASCII characters (the client makes one per "
                            "submission)")
     return key
 

@@ -92,9 +92,10 @@ async def job_chunks(request: Request, job_id: str):
     chunks = data.get("chunks")
     if not isinstance(chunks, list) or len(chunks) > jobs.MAX_CHUNKS or not all(
             isinstance(c, list) and len(c) == 2 and type(c[0]) is int and 0 <= c[0] < jobs.MAX_SEQ
-            and isinstance(c[1], str) and len(c[1]) <= jobs.MAX_CHUNK and "\0" not in c[1] for c in chunks):
+            and isinstance(c[1], str) and len(c[1]) <= jobs.MAX_CHUNK and "\0" not in c[1] and encodable(c[1])
+            for c in chunks):
         raise Refused(400, f"chunks is a list of at most {jobs.MAX_CHUNKS} [seq, text] pairs (seq from 0 to "
-                           f"{jobs.MAX_SEQ - 1}, text without NUL)")
+                           f"{jobs.MAX_SEQ - 1}, text without NUL or lone surrogates)")
     chunks = [(c[0], c[1]) for c in chunks]
     cancel = await service.run(jobs.add_chunks, service.db, check_job_id(job_id), lease_of(request), chunks)
     service.hub.chunks_posted(job_id, chunks)
@@ -141,7 +142,12 @@ async def job_finish(request: Request, job_id: str):
     job = await service.run(jobs.get, service.db, check_job_id(job_id))
     if job is None:
         raise Lost(job_id)
-    record = check_record(job, data.get("record"))
+    try:
+        record = check_record(job, data.get("record"))
+    except Refused:
+        if job["lease"] != lease:                  # not this worker's job (any more): that is the answer
+            raise Lost(job_id) from None
+        raise
     job = await service.run(jobs.finish, service.db, job_id, lease, status, exit_code, reason, record,
                             end_lines(job, record))
     if record is not None and job["state"] == jobs.DONE:
