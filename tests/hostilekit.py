@@ -345,8 +345,7 @@ def exchange(url, payload, timeout=10.0, source=None, pause_after=None, pause=0.
                 break
             first = first if first is not None else time.monotonic() - started
             data += chunk
-            status, headers, body = parse_response(data)
-            if status is not None and "content-length" in headers and len(body) >= int(headers["content-length"]):
+            if whole(data):
                 break
     finally:
         sock.close()
@@ -354,8 +353,24 @@ def exchange(url, payload, timeout=10.0, source=None, pause_after=None, pause=0.
     return status, headers, body, first
 
 
+def whole(data):
+    """Whether ``data`` holds a whole response: its headers and the body they announce."""
+    if b"\r\n\r\n" not in data:
+        return False
+    status, headers, body = parse_response(data)
+    if status is None:
+        return False
+    if status in (204, 304) or 100 <= status < 200:
+        return True
+    if "content-length" in headers:
+        return len(body) >= int(headers["content-length"])
+    return headers.get("transfer-encoding", "").lower() == "chunked" and body.endswith(b"0\r\n\r\n")
+
+
 def request_bytes(method, path, host="127.0.0.1", headers=None, body=b""):
-    lines = [f"{method} {path} HTTP/1.1".encode("latin-1"), f"Host: {host}".encode()]
+    target = "".join(c if ord(c) < 128 else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                     for c in path)                     # non-ASCII as UTF-8, percent-encoded
+    lines = [f"{method} {target} HTTP/1.1".encode("ascii"), f"Host: {host}".encode()]
     for name, value in (headers or {}).items():
         lines.append((name.encode("latin-1") if isinstance(name, str) else name) + b": " +
                      (value.encode("latin-1") if isinstance(value, str) else value))
