@@ -1,7 +1,8 @@
 """A curious team against a real service (SQLite and PostgreSQL): another team's jobs, transcripts,
 streams, pages and plots by a leaked id, session fixation and CSRF on the pages, a team's token
 and session on the workers' and the instructor's routes, cancel storms, a queue flooded by one
-team (the fair claim must hold: a team with one job waits behind one job at most), many logins."""
+team (the fair claim must hold: a team with one job waits behind one job at most), many logins, file
+lists that swell every job listing, wrong tokens from an address other teams share."""
 import re
 import threading
 import time
@@ -9,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from hostilekit import (DATABASES, Worker, csrf_of, development, login, percentile, postgres_server, start_service,
-                        submit_development, submit_ranked, timed, tracebacks)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (CONFIG, DATABASES, Worker, csrf_of, login, member, percentile, postgres_server, start_service,
+                        submit_development, submit_ranked, tar_gz, timed, tracebacks)  # noqa: F401  postgres_server: a fixture
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -263,3 +264,47 @@ def test_many_logins_keep_the_sessions_bounded(svc):
     live = sum(1 for c in cookies if session_get(svc, c, "/team").status_code == 200)
     assert login(svc.url, token, source="127.0.0.4")                   # another address is not held back
     assert live <= 100, f"{live} of 300 sessions of one team are live at once"
+
+
+@pytest.mark.timeout(200)
+def test_a_team_s_file_lists_do_not_swell_everyone_s_job_lists(svc):
+    """A team queues ten development runs of 10,000 empty files with long names (100 KB each as
+    sent): the instructor's job list (``jobs list``, 50 jobs) and page stay small and fast; a job's
+    file list is not carried by every listing."""
+    token = svc.add_teams("many-files")["many-files"]
+    body = tar_gz([member("rai_build.yml", CONFIG)] + [member(f"d{i // 100}/{'n' * 200}{i}", b"")
+                                                       for i in range(9_990)], level=9)
+    assert len(body) < 200_000
+    jobs = [submit_development(svc, token, body=body) for _ in range(10)]
+    assert all(j.status_code == 201 for j in jobs), [j.text[:100] for j in jobs if j.status_code != 201]
+    admin = login(svc.url, svc.instructor_token)
+    try:
+        with svc.http(svc.instructor_token) as http:
+            started = time.monotonic()
+            listing = http.get("/api/jobs")
+            took = time.monotonic() - started
+        page = [timed("GET", svc.url, "/admin", cookie=admin)[1] for _ in range(3)]
+        assert listing.status_code == 200
+        assert len(listing.content) < 2 << 20, f"the instructor's job list is {len(listing.content) >> 20} MiB"
+        assert took < 1.0 and min(page) < 1.0, f"the job list took {took:.2f} s, /admin {min(page):.2f} s"
+    finally:
+        for job in jobs:
+            svc.admin("POST", f"/api/jobs/{job.json()['id']}/cancel")
+
+
+def test_wrong_tokens_from_a_shared_address_lock_out_no_other_team(tmp_path):
+    """Students behind one campus NAT share an address: one of them sends 25 wrong tokens (the
+    limit is 20 a minute); another team at that address, with its valid token, is still served
+    (the API and the login form), while the guesser stays limited."""
+    svc = start_service(tmp_path / "nat", "sqlite", None)
+    try:
+        token = svc.add_teams("behind-nat")["behind-nat"]
+        nat = "127.0.0.6"
+        guesses = [timed("GET", svc.url, "/api/jobs", token=f"ece408_{i:016x}_{'G' * 43}", source=nat)[0]
+                   for i in range(25)]
+        assert guesses[:20] == [401] * 20 and 429 in guesses[20:], guesses
+        status, _ = timed("GET", svc.url, "/api/jobs", token=token, source=nat)
+        assert status == 200, f"a valid token at the shared address: {status}"
+        assert login(svc.url, token, source=nat)
+    finally:
+        svc.close()
