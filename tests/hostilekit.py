@@ -135,7 +135,8 @@ class Worker:
 
     def claim(self, wait=0, gpu=False, slot="s0"):
         """The claim (job and lease) or None (204)."""
-        answer = self.http.post("/api/worker/claim", json={"slot": slot, "gpu": gpu, "device": "AMD EPYC", "wait": wait})
+        answer = self.http.post("/api/worker/claim", json={"slot": slot, "gpu": gpu, "device": "AMD EPYC",
+                                                          "wait": wait})
         assert answer.status_code in (200, 204), answer.text
         return answer.json() if answer.status_code == 200 else None
 

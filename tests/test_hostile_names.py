@@ -90,8 +90,8 @@ def test_teams_import_and_teams_add_refuse_look_alikes_in_one_line(svc, tmp_path
     one line, nothing added); ``teams add`` of a look-alike of an existing team likewise."""
     tag = f"{time.monotonic_ns() % 10**9}"
     roster = tmp_path / "roster.csv"
-    rows = [["team", "members"]] + [[unique(n, tag), "someone"] for pair in ("NFC and NFD", "a backslash and its escape")
-                                    for n in PAIRS[pair]]
+    pairs = ("NFC and NFD", "a backslash and its escape")
+    rows = [["team", "members"]] + [[unique(n, tag), "someone"] for pair in pairs for n in PAIRS[pair]]
     with open(roster, "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
     before = team_names(svc)

@@ -229,7 +229,7 @@ HEADERS = {
     "Last-Event-ID": [str(2**64), "\u00e9"],
     "Content-Length": ["-1", "abc", "99999999999999999999"],
 }
-HEADER_ROUTES = [("GET", "/api/jobs", "team"), ("GET", "/", "team_cookie"), ("GET", "/api/jobs/{job}/events", "team"),
+HEADER_ROUTES = [("GET", "/api/jobs", "team"), ("GET", "/", "team_cookie"),      # streams: test_hostile_streams.py
                  ("POST", "/api/worker/jobs/{job}/heartbeat", "worker"), ("GET", "/login", None)]
 
 
@@ -291,7 +291,7 @@ def test_records_a_worker_sends_never_break_the_service(svc):
     log_before = len(svc.log())
     problems = []
 
-    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(field=st.sampled_from(FIELDS), value=JSON)
     def one(field, value):
         claim = held.current()

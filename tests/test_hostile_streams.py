@@ -90,7 +90,7 @@ def test_one_team_s_streams_cannot_take_every_descriptor(svc, people, kind):
     flood = Flood(svc.url, FLOOD, payload).open()
     try:
         flood.poll(3)
-        served = probe(svc, tokens["bystander"])
+        served = probe(svc, tokens["bystander"], seconds=6)
         flood.poll(1)
         problems = check_flood(svc, flood, served, log_before)
     finally:
@@ -112,7 +112,7 @@ def test_slowloris_cannot_stop_the_service(svc, people, sources):
     served = []
     try:
         started = time.monotonic()
-        while time.monotonic() - started < (40 if sources == 1 else 12):
+        while time.monotonic() - started < (30 if sources == 1 else 12):
             flood.trickle_step()
             flood.poll(0.5)
             if len(served) < 8:
@@ -121,7 +121,7 @@ def test_slowloris_cannot_stop_the_service(svc, people, sources):
         flood.poll(0.5)
         problems = check_flood(svc, flood, served, log_before, capped=False)
         if sources == 1 and flood.still_open() > FLOOD // 10:
-            problems.append(f"{flood.still_open()} of {FLOOD} connections still held after 40 s without a "
+            problems.append(f"{flood.still_open()} of {FLOOD} connections still held after 30 s without a "
                             "complete request")
     finally:
         flood.close()
@@ -186,8 +186,7 @@ def test_a_revoked_team_s_streams_close_within_a_second(svc, how):
 
 # ---------------------------------------------------------------------------- cursors
 
-CURSORS = [str(2**64), str(2**63), str(2**63 - 1), str(-2**63 - 1), str(2**31), "-5", "1e3", "0x10", " 7", "٣",
-           "9" * 400]
+CURSORS = [str(2**64), str(2**63), str(2**63 - 1), str(-2**63 - 1), str(2**31), "1e3", "0x10", "٣", "9" * 400]
 
 
 @pytest.mark.timeout(120)
@@ -200,13 +199,13 @@ def test_a_stream_cursor_of_any_size_never_breaks_a_stream(svc, people, where):
     cookie = login(svc.url, tokens["bystander"])
     log_before = len(svc.log())
     problems = []
+    job, bearer = jobs["bystander"], {"Authorization": f"Bearer {tokens['bystander']}"}
     for cursor in CURSORS:
-        for path, auth in ((f"/api/jobs/{jobs['bystander']}/events", {"Authorization": f"Bearer {tokens['bystander']}"}),
-                           (f"/jobs/{jobs['bystander']}/events", {})):
+        for path, auth in ((f"/api/jobs/{job}/events", bearer), (f"/jobs/{job}/events", {})):
             headers = {**auth, **({"Last-Event-ID": cursor.encode()} if where == "Last-Event-ID" else {})}
             params = {"after": cursor} if where == "after=" else None
             try:
-                with httpx.Client(base_url=svc.url, timeout=httpx.Timeout(5, read=1.0),
+                with httpx.Client(base_url=svc.url, timeout=httpx.Timeout(5, read=0.5),
                                   cookies={"ece408_session": cookie}) as http:
                     with http.stream("GET", path, params=params, headers=headers) as answer:
                         if answer.status_code >= 500:

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from hostilekit import (CONFIG, DATABASES, bomb_upload, development, exchange, folder, is_error_body, member,
-                        percentile, postgres_server, proc_kib, remote_worker, request_bytes, reset_peak, start_service, tar_gz,
-                        timed, tracebacks)  # noqa: F401  postgres_server: a fixture
+                        percentile, postgres_server, proc_kib, remote_worker, request_bytes, reset_peak, start_service,
+                        tar_gz, timed, tracebacks)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow,
@@ -132,7 +132,7 @@ def test_a_refusal_the_headers_decide_comes_before_the_body(svc, rule):
     size = BIG if rule != "larger than the cap" else 64 << 20
     try:
         status, answer_headers, body, first = exchange(svc.url, request_bytes("POST", path, headers={
-            **headers, "Content-Length": str(size)}, body=None), timeout=8)
+            **headers, "Content-Length": str(size)}, body=None), timeout=5)
         assert status == expected, (rule, status, body[:200])
         assert first is not None and first < 3, f"{rule}: answered after {first} s"
         assert is_error_body(status, answer_headers, body)

@@ -157,10 +157,10 @@ def test_a_gap_in_the_numbers_loses_no_line_for_a_follower(svc):
 # ---------------------------------------------------------------------------- a long run's end
 
 LONG_OUTPUT = {                       # each ends with a line of its own: "SPILL-" "ENDS" (not in the command)
-    "3 MB of lines": "import sys\nfor i in range(30000): sys.stdout.write('%05d' % i + 'y' * 94 + '\\n')\n"
+    "1.5 MB of lines": "import sys\nfor i in range(15000): sys.stdout.write('%05d' % i + 'y' * 94 + '\\n')\n"
                      "print('SPILL-' + 'ENDS')\n",
-    "one 3 MB line": "import sys\nsys.stdout.write('z' * 3000000 + '\\n')\nprint('SPILL-' + 'ENDS')\n",
-    "3 MB of bytes": "import os, sys\nsys.stdout.buffer.write(os.urandom(3000000) + b'\\n')\nsys.stdout.flush()\n"
+    "one 1.5 MB line": "import sys\nsys.stdout.write('z' * 1500000 + '\\n')\nprint('SPILL-' + 'ENDS')\n",
+    "1.5 MB of bytes": "import os, sys\nsys.stdout.buffer.write(os.urandom(1500000) + b'\\n')\nsys.stdout.flush()\n"
                      "print('SPILL-' + 'ENDS')\n",
 }
 
