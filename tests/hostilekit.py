@@ -51,6 +51,20 @@ def postgres_server(tmp_path_factory):
         holder[0].stop()
 
 
+def module_service(name, *args, then=None):
+    """A module-scoped fixture ``svc``: a service of that module on each database in turn, started
+    with ``args`` (``then(svc)`` after its start), closed after the module's tests."""
+    @pytest.fixture(scope="module", params=DATABASES)
+    def svc(request, tmp_path_factory, postgres_server):
+        service = start_service(tmp_path_factory.mktemp(f"{name}-{request.param}"), request.param, postgres_server,
+                                args=args)
+        if then is not None:
+            then(service)
+        yield service
+        service.close()
+    return svc
+
+
 def start_service(root, database, postgres, workers=0, args=(), env=None):
     """A started Service on ``database`` (sqlite: its own file; postgresql: a new database of the
     module's server); ``svc.db_url`` is what ``records``/``chunks`` take (None: the SQLite file)."""
@@ -493,6 +507,26 @@ def timed(method, url, path, token=None, cookie=None, timeout=10.0, source=None,
             return answer.status_code, time.monotonic() - started
     except httpx.HTTPError as exc:
         return type(exc).__name__, time.monotonic() - started
+
+
+def bystander_during(svc, token, attackers, timeout=200):
+    """Run the threads ``attackers`` (not started yet) to their end while another team asks for
+    its jobs in a loop: [(status, seconds)] of that team's requests meanwhile."""
+    during, done = [], threading.Event()
+
+    def ask():
+        while not done.is_set():
+            during.append(timed("GET", svc.url, "/api/jobs", token=token, timeout=30))
+            time.sleep(0.05)
+    watcher = threading.Thread(target=ask)
+    watcher.start()
+    for t in attackers:
+        t.start()
+    for t in attackers:
+        t.join(timeout)
+    done.set()
+    watcher.join(60)
+    return during
 
 
 def percentile(values, q):

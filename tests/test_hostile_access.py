@@ -10,20 +10,15 @@ import time
 import httpx
 import pytest
 
-from hostilekit import (CONFIG, DATABASES, Worker, csrf_of, login, member, percentile, postgres_server, start_service,
-                        submit_development, submit_ranked, tar_gz, timed,
+from hostilekit import (CONFIG, Worker, bystander_during, csrf_of, login, member, module_service, percentile,
+                        postgres_server, start_service, submit_development, submit_ranked, tar_gz, timed,
                         tracebacks)  # noqa: F401  postgres_server: a fixture
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"access-{request.param}"), request.param, postgres_server,
-                            args=["--max-waiting", "60", "--development-per-hour", "1000", "--ranked-per-hour", "1000",
-                                  "--max-failures", "100000"])
-    yield service
-    service.close()
+svc = module_service("access", "--max-waiting", "60", "--development-per-hour", "1000", "--ranked-per-hour", "1000",
+                     "--max-failures", "100000")
 
 
 def session_get(svc, cookie, path, **kwargs):
@@ -179,27 +174,16 @@ def test_a_cancel_storm_ends_each_job_once_and_slows_no_one(svc):
     calm = submit_development(svc, tokens["calm"]).json()["id"]
     quiet = [timed("GET", svc.url, "/api/jobs", token=tokens["calm"])[1] for _ in range(10)]
     log_before = len(svc.log())
-    statuses, during, done = [], [], threading.Event()
+    statuses = []
 
     def storm(ids):
         with httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {tokens['stormer']}"},
                           timeout=60) as http:
             for job_id in ids:
                 statuses.append(http.post(f"/api/jobs/{job_id}/cancel").status_code)
-
-    def bystander():
-        while not done.is_set():
-            during.append(timed("GET", svc.url, "/api/jobs", token=tokens["calm"], timeout=30)[1])
     targets = [running] * 200 + [waiting[i % 10] for i in range(200)] + [calm] * 100
-    threads = [threading.Thread(target=storm, args=(targets[i::20],)) for i in range(20)]
-    watcher = threading.Thread(target=bystander)
-    watcher.start()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(200)
-    done.set()
-    watcher.join(60)
+    during = [took for _, took in bystander_during(
+        svc, tokens["calm"], [threading.Thread(target=storm, args=(targets[i::20],)) for i in range(20)])]
     worker.lines(claim, ["after the storm\n"])
     worker.finish(claim)
     worker.close()

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from hostilekit import (DATABASES, Worker, postgres_server, ranked_everywhere, ranked_teams_api, remote_worker,
-                        start_service, submit_ranked)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (Worker, module_service, postgres_server, ranked_everywhere, ranked_teams_api, remote_worker,
+                        submit_ranked)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
 from teams import PLAIN, team_project
 
@@ -25,12 +25,7 @@ ORDERS = ("cancel, then finish", "finish, then cancel", "both at once")
 TRIES = 24
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"counting-{request.param}"), request.param, postgres_server,
-                            args=["--lease", "3", "--ranked-per-hour", "100"])
-    yield service
-    service.close()
+svc = module_service("counting", "--lease", "3", "--ranked-per-hour", "100")
 
 
 def end_lines(transcript):

@@ -13,7 +13,8 @@ import time
 import httpx
 import pytest
 
-from hostilekit import DATABASES, Worker, csrf_of, login, postgres_server, start_service, submit_ranked  # noqa: F401
+from hostilekit import (Worker, csrf_of, login, module_service, postgres_server,
+                        submit_ranked)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
 
 from ece408_op.grading.names import printable
@@ -41,12 +42,7 @@ PAIRS = {                              # "{}": where each test puts a tag of its
     "a plus formula": ("+team{}", "'+team{}"),
 }
 
-
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"names-{request.param}"), request.param, postgres_server)
-    yield service
-    service.close()
+svc = module_service("names")
 
 
 def unique(name, tag):

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostilekit import (DATABASES, Worker, exchange, is_error_body, login, postgres_server, request_bytes,
-                        start_service, submit_ranked, tracebacks)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (Worker, exchange, is_error_body, login, module_service, postgres_server, request_bytes,
+                        submit_ranked, tracebacks)  # noqa: F401  postgres_server: a fixture
 from pagekit import record_of
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
@@ -33,12 +33,7 @@ TEXT_VALUES = ["", "-1", "0", "1.5", "1e3", "NaN", "inf", "9" * 40, "%00", "%ff"
                "\u00fc", "\u202e", "a%00b", "%0d%0aSet-Cookie:%20x=1", "..%2f..%2fetc%2fpasswd", "\u0663"]
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"requests-{request.param}"), request.param, postgres_server,
-                            args=["--max-failures", "1000000", "--ranked-per-hour", "100000", "--max-waiting", "1000"])
-    yield service
-    service.close()
+svc = module_service("requests", "--max-failures", "1000000", "--ranked-per-hour", "100000", "--max-waiting", "1000")
 
 
 @pytest.fixture(scope="module")

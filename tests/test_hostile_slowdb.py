@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from hostilekit import (DATABASES, db_path, development, postgres_server, remote_worker, start_service,
+from hostilekit import (db_path, development, module_service, postgres_server, remote_worker,
                         submit_development)  # noqa: F401  postgres_server: a fixture
 from servicekit import job_id_of
 from teams import team_project
@@ -24,12 +24,7 @@ pytestmark = [pytest.mark.service, pytest.mark.slow]
 HELD = 75.0                                 # seconds the writes are held: past the client's 60 s
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"slowdb-{request.param}"), request.param, postgres_server,
-                            args=["--development-per-hour", "2"])
-    yield service
-    service.close()
+svc = module_service("slowdb", "--development-per-hour", "2")
 
 
 def jobs_of(svc, team):

@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 
-from hostilekit import (DATABASES, EventStream, Flood, Worker, csrf_of, is_error_body, login, open_streams,
-                        postgres_server,
-                        request_bytes, start_service, submit_ranked, timed, tracebacks)  # noqa: F401
+from hostilekit import (EventStream, Flood, Worker, csrf_of, is_error_body, login, module_service, open_streams,
+                        postgres_server, request_bytes, submit_ranked, timed,
+                        tracebacks)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
@@ -22,15 +22,14 @@ LIMIT = 1024                         # the server's open files (soft and hard), 
 FLOOD = 1100
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"streams-{request.param}"), request.param, postgres_server,
-                            args=["--max-failures", "100000"])
+def limit_files(service):
+    """The server's open files limited to LIMIT, as a small class server has them."""
     out = subprocess.run(["prlimit", "--pid", str(service.proc.pid), f"--nofile={LIMIT}:{LIMIT}"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    yield service
-    service.close()
+
+
+svc = module_service("streams", "--max-failures", "100000", then=limit_files)
 
 
 @pytest.fixture(scope="module")

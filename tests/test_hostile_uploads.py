@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from hostilekit import (CONFIG, DATABASES, bomb_upload, development, exchange, folder, is_error_body, member,
-                        percentile, postgres_server, proc_kib, remote_worker, request_bytes, reset_peak, start_service,
+from hostilekit import (CONFIG, bomb_upload, bystander_during, development, exchange, folder, is_error_body, member,
+                        module_service, percentile, postgres_server, proc_kib, remote_worker, request_bytes, reset_peak,
                         tar_gz, timed, tracebacks)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
 
@@ -25,12 +25,7 @@ ENDED = ("done", "failed", "cancelled")
 RULES = ["--lease", "5", "--development-per-hour", "5", "--ranked-per-hour", "5", "--max-waiting", "3"]
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"uploads-{request.param}"), request.param, postgres_server,
-                            args=RULES)
-    yield service
-    service.close()
+svc = module_service("uploads", *RULES)
 
 
 def team(svc, name):
@@ -162,25 +157,12 @@ def test_bombs_of_a_team_over_its_limit_cost_the_server_little(svc, bomb):
     pid = svc.proc.pid
     before = proc_kib(pid, "VmRSS")
     reset_peak(pid)
-    answers, during, done = [], [], threading.Event()
+    answers = []
 
     def bomber():
         answers.append(exchange(svc.url, request_bytes("POST", "/api/jobs?kind=development", headers={
             "Authorization": f"Bearer {hostile}", "Content-Type": "application/gzip"}, body=bomb), timeout=120))
-
-    def bystander():
-        while not done.is_set():
-            during.append(timed("GET", svc.url, "/api/jobs", token=honest, timeout=30))
-            time.sleep(0.05)
-    threads = [threading.Thread(target=bomber) for _ in range(12)]
-    watcher = threading.Thread(target=bystander)
-    watcher.start()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(150)
-    done.set()
-    watcher.join(60)
+    during = bystander_during(svc, honest, [threading.Thread(target=bomber) for _ in range(12)], timeout=150)
     grown = (proc_kib(pid, "VmHWM") - before) / 1024
     statuses = sorted(a[0] for a in answers)
     assert statuses == [429] * 12, statuses

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import python_command
-from hostilekit import (DATABASES, EventStream, Worker, db_path, development, open_streams, postgres_server,
+from hostilekit import (EventStream, Worker, db_path, development, module_service, open_streams, postgres_server,
                         remote_worker, start_service, submit_development, submit_ranked,
                         tracebacks)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
@@ -24,12 +24,7 @@ pytestmark = [pytest.mark.service, pytest.mark.slow]
 ENDED = ("done", "failed", "cancelled")
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def svc(request, tmp_path_factory, postgres_server):
-    service = start_service(tmp_path_factory.mktemp(f"workers-{request.param}"), request.param, postgres_server,
-                            args=["--ranked-per-hour", "1000", "--development-per-hour", "1000"])
-    yield service
-    service.close()
+svc = module_service("workers", "--ranked-per-hour", "1000", "--development-per-hour", "1000")
 
 
 def claimed(svc, worker, name):
