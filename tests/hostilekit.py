@@ -126,9 +126,10 @@ def development(*members, fmt=tarfile.GNU_FORMAT):
     return tar_gz([member("rai_build.yml", CONFIG), *members], fmt)
 
 
-def bomb_upload(entries=9_990, each=6_600):
+def bomb_upload(entries=9_890, each=6_600):
     """A development upload within every cap of the service that costs it most to check: about
-    ``entries`` files of ``each`` zero bytes (about 63 MiB unpacked, under 200 KB sent)."""
+    ``entries`` files of ``each`` zero bytes (about 63 MiB unpacked, under 200 KB sent), in 99
+    folders: with them, under the 10,000 entries an upload may hold."""
     zeros = b"\0" * each
     return tar_gz([member("rai_build.yml", CONFIG)] + [member(f"d{i // 100}/f{i}", zeros) for i in range(entries)],
                   level=9)
@@ -158,7 +159,11 @@ class Worker:
         job_id = claim_or_id if isinstance(claim_or_id, str) else claim_or_id["job"]["id"]
         lease = lease if lease is not None else (None if isinstance(claim_or_id, str) else claim_or_id["lease"])
         headers = {"X-Lease": lease} if lease is not None else {}
-        return self.http.request(method, f"/api/worker/jobs/{job_id}/{what}", headers=headers, json=body)
+        if body is None:
+            return self.http.request(method, f"/api/worker/jobs/{job_id}/{what}", headers=headers)
+        return self.http.request(method, f"/api/worker/jobs/{job_id}/{what}",           # NaN and infinity as sent
+                                 headers={**headers, "Content-Type": "application/json"},
+                                 content=json.dumps(body, allow_nan=True).encode())
 
     def lines(self, claim, texts, first=None):
         seq = claim["job"]["next_seq"] if first is None else first
