@@ -152,9 +152,9 @@ class Service:
         self.others.append(proc)
         return proc
 
-    def worker(self, token, *args, log_name="worker.log"):
-        """A ``worker --server`` process with its own log file."""
-        argv = [*python_command(), "-m", "ece408_op", "worker", "--server", self.url, *args]
+    def worker(self, token, *args, log_name="worker.log", wrap=()):
+        """A ``worker --server`` process with its own log file (run under ``wrap``: nice ...)."""
+        argv = [*wrap, *python_command(), "-m", "ece408_op", "worker", "--server", self.url, *args]
         log = open(self.root / log_name, "ab")
         proc = subprocess.Popen(argv, env={**self.env, "ECE408_TOKEN": token}, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=self.root)

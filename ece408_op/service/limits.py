@@ -15,10 +15,13 @@ the memory and CPU that uploads take (docs/service.md states the figures).
 import asyncio
 import contextlib
 import json
+import math
+import time
 from collections import Counter
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from . import jobs
 from .jobs import Refused
 
 STREAMS_PER_TEAM = 16
@@ -160,3 +163,32 @@ class Uploads:
             yield
         finally:
             semaphore.release()
+
+
+class Refusals:
+    """The rules' refusals (a team over its hourly limit, its queue full, a deadline passed), kept a
+    few seconds in memory: the same request again in that time, without an idempotency key, is
+    refused without a database read, so that a team hammering the service costs it little (a
+    request with a key is always looked up: it may be the retry of a job accepted meanwhile). A
+    kept refusal is at most ``seconds`` old (a cancelled job frees a waiting place that soon)."""
+
+    def __init__(self, seconds=5.0):
+        self.seconds = seconds
+        self.kept = {}                           # (team, kind, milestone) -> (until, Refused)
+
+    async def admit(self, service, team, kind, milestone, key):
+        """``jobs.admit``'s answer (the job of an earlier try of ``key``, or None), or its refusal."""
+        now = time.monotonic()
+        found = self.kept.get((team, kind, milestone)) if key is None else None   # a key may name an earlier job
+        if found is not None and found[0] > now:
+            until, refusal = found
+            wait = refusal.retry_after - (now - (until - self.seconds)) if refusal.retry_after else None
+            raise Refused(refusal.status, str(refusal), retry_after=max(1, math.ceil(wait)) if wait else None)
+        try:
+            return await service.run(jobs.admit, service.db, service.settings.rules, team, kind, milestone, key)
+        except Refused as exc:
+            if exc.status in (403, 429):
+                if len(self.kept) > 10_000:
+                    self.kept.clear()
+                self.kept[(team, kind, milestone)] = (now + self.seconds, exc)
+            raise

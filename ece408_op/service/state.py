@@ -12,7 +12,7 @@ from . import jobs
 from . import upload as uploads
 from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
 from .db import Unavailable
-from .limits import Streams, Uploads
+from .limits import Refusals, Streams, Uploads
 from .logs import log
 from .rankings import Rankings
 from .runs import StoreError
@@ -55,6 +55,7 @@ class Service:
         self.tasks = []
         self.rankings = Rankings(self)            # the ranking as the API and the pages show it
         self.streams = Streams()                  # live streams per team, session and address
+        self.refusals = Refusals()                # the rules' refusals, kept a few seconds
         self.uploads = Uploads(settings.upload_reads, settings.upload_checks)
         self.builds = BuildStore.of(settings)    # the development runs' build folders, or None
 

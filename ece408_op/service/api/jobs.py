@@ -49,7 +49,7 @@ async def submit(request: Request, principal=Depends(team)):
         size = int_param(params, "size", 1, 10000, DEFAULT_SIZE)
     key = idempotency_key(request)
     check_size(request, settings.max_upload, "upload")
-    earlier = await service.run(jobs.admit, service.db, settings.rules, principal.name, kind, milestone, key)
+    earlier = await service.refusals.admit(service, principal.name, kind, milestone, key)
     if earlier is not None:
         return JSONResponse(await with_place(service, earlier), status_code=200)
     async with service.uploads.upload(principal.name):
