@@ -5,16 +5,23 @@ already imported, else as soon as it is (``mx/hook.py``), in either import order
 never imports MXNet itself, so the NumPy layer (``conv``), the PyCUDA layer (``kernels``)
 and the data layer (``data``) work where MXNet is missing or unusable (NumPy 2).
 
-Layers, each importing only the ones above it in this list:
+Wings, each importing only those before it in this list (docs/architecture.md; tests/test_layers.py
+checks it):
 
-    errors    exception classes
-    conv/     NumPy: shape rules, float64 reference, CPU fast path, thread pool
-    kernels/  PyCUDA: CUDA sources, version table, device, launch, GPU benchmark
-    data/     Fashion-MNIST: IDX format, lookup, fetchers
-    mx/       the only MXNet importer: shims, the operator, models, graph swap, inference
-    grading/  submissions and grading: rai_build.yml, runner, records, ranking, Slurm (no MXNet)
-    selftest/ every bad input and fault tried (loopback servers, signals, mounts), load figures
-    cli/      python -m ece408_op <command>: milestones, fetch, train, bench, submit, ranking, grade, selftest
+    errors.py, course.py, console.py, base/   the leaves: errors, the course's facts, the transcript
+                                              writer, small helpers (files, extras, processes)
+    conv/      NumPy: shape rules, float64 reference, CPU path, thread pool
+    tasks/     the course's task as a folder: reference, template, solutions (data)
+    kernels/   PyCUDA: the version ladder and its registry, choice, autotuning, launch, device
+    data/      Fashion-MNIST: IDX format, lookup, fetchers, resize
+    team/      a team project: template use, launch plan, the team process and its checks
+    torch/     the PyTorch front-end (needs PyTorch)
+    mx/        the only MXNet importer: shims, the operator, models, graph swap, inference
+    bench/     every benchmark
+    grading/   ranked and development runs in sandboxes, records, ranking, grading on Slurm
+    selftest/  every bad input and fault tried
+    service/   the class's submission service: server, queue, workers, clients, pages
+    cli/       python -m ece408_op <command>
 """
 from .course import OP_TYPE, __version__  # noqa: F401  (the package's name for both: course.py holds them)
 

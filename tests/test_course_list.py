@@ -1,4 +1,4 @@
-"""The course's optimisation list without a GPU (issue 24): v14-v19 in the version table (never a
+"""The course's optimisation list without a GPU: v14-v19 in the version table (never a
 default), the error models of v17 (FP16) and v19 (FFT) and that they can fail, the cuBLAS/cuFFT
 loaders' one-line refusal, ECE408_STREAMS, and the Nsight Compute wrapper (--ncu)."""
 import re

@@ -1,4 +1,4 @@
-"""The course's optimisation list on the GPU (issue 24): what the per-version tests of
+"""The course's optimisation list on the GPU: what the per-version tests of
 test_gpu_kernels.py (every version, irregular shapes) do not show: the streams path of the copy
 (ECE408_STREAMS) against the reference, v16 zeroing y itself, v17's error outside the float32 bound but
 inside its model, v18/v19 refusing in one line without their library. Skips cleanly without a GPU."""

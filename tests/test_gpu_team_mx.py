@@ -86,7 +86,7 @@ def test_ranked_m3_and_final_of_a_team_made_by_init(expected, tmp_path):
 
 @pytest.mark.parametrize("source, launch", [(ONE_IMAGE_CU, None), (TAMPER_CU, TAMPER_LAUNCH)])
 def test_ranked_kernels_that_skip_or_tamper_fail(tmp_path, source, launch):
-    """Issue 31: a kernel that computes only the images it hopes are checked, or wipes x, k and y so
+    """A kernel that computes only the images it hopes are checked, or wipes x, k and y so
     that its zeros match what it left there, fails the ranked run (every value is checked against
     the grader's own copies)."""
     team = team_project(tmp_path / "team", gpu=source, launch=launch)

@@ -1,4 +1,4 @@
-"""The layer's sizes as a kernel argument (issue 35): v8, v9, v13 and v20 build one module per tile (v13: per
+"""The layer's sizes as a kernel argument: v8, v9, v13 and v20 build one module per tile (v13: per
 window) for every layer, the sizes packed as common.cuh's ConvDims in the order the struct declares them,
 divisions by run-time sizes exact (FastDiv); $ECE408_STATIC_SIZES=1 and layers the run-time path cannot take
 build a module per shape as before. No GPU needed (tests/test_gpu_dynamic.py runs them)."""

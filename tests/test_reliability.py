@@ -1,4 +1,4 @@
-"""Issue 8: every failure class found by trying bad inputs and faults as a hostile new user,
+"""Every failure class found by trying bad inputs and faults as a hostile new user,
 one test per class, written from the class's description (several cases each).
 
 Real components only: loopback HTTP servers that trickle, stall, lie, cut off or never end;

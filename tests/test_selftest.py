@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 require_mxnet("ece408_op.mx.inference")
 
-# The failure classes of issue 8, each with words that a row of the table must contain.
+# The failure classes (docs/reliability.md), each with words that a row of the table must contain.
 ISSUE_CLASSES = {
     "images and labels of different fetches": "two different fetches",
     "images and labels of different sources/orders": "two different sources",
@@ -61,7 +61,7 @@ def selftest(tmp_path_factory):
 def test_selftest_passes_and_prints_the_table(selftest):
     result, report = selftest
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert result.stdout.startswith("| # | failure class (issue 8) | bad input or fault | what the user gets now |")
+    assert result.stdout.startswith("| # | failure class | bad input or fault | what the user gets now |")
     for row in report["rows"]:
         assert row["case"].replace("|", "\\|") in result.stdout
     assert report["problems"] == []

@@ -1,4 +1,4 @@
-"""One attack for each security point of the service (issue 33, point 7), tried for real against a
+"""One attack for each security point of the service, tried for real against a
 running server: another team's jobs, tokens where they must never be, the token check's timing,
 guessing tokens, hostile uploads, the instructor's and the workers' routes, plain HTTP to another
 machine; and hostile teams' files (tests/teams.py) through the service."""

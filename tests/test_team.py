@@ -154,7 +154,7 @@ def test_control_without_lock_down_does_fork():
 
 
 def test_locked_process_cannot_stop_wake_or_slow_its_harness():
-    """Issue 31's red team: a team process that SIGSTOPped the harness (its parent, same user), woke
+    """A red team's attack: a team process that SIGSTOPped the harness (its parent, same user), woke
     itself with a POSIX timer sending SIGCONT while held stopped, or reniced the harness. Signals
     reach only the process itself; timers, I/O signals and io_uring are refused; scheduling calls
     reach only itself."""

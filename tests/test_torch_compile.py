@@ -1,4 +1,4 @@
-"""The PyTorch front-end under torch.compile, CUDA graphs, autocast and the precision choice (issue 35):
+"""The PyTorch front-end under torch.compile, CUDA graphs, autocast and the precision choice:
 the forward is one registered operator (``torch.ops.ece408.conv2d``, with a fake implementation), so a
 swapped network compiles without graph breaks and equals eager; ``mode="reduce-overhead"`` captures the
 kernels in a CUDA graph and replays them right, also for inputs in new memory; under autocast the

@@ -1,4 +1,4 @@
-"""Issue 31, the ranking no team can forge, tried as a team would through `submit --submit` and
+"""The ranking no team can forge, tried as a team would through `submit --submit` and
 the milestones (bubblewrap, real runs; the class-wide cases are tests/test_grade.py, the GPU half
 tests/test_gpu_team.py and tests/test_gpu_team_mx.py):
 

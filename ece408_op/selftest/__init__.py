@@ -3,6 +3,7 @@ in temporary folders and fresh processes, then the load figures; the report and 
 
     faults.py   loopback servers that misbehave, small data sets, broken checkpoints, processes
     cases.py    the table's rows: how each case is set up and run, and what it must print
+    verdict.py  a case's problems against what it must do, and what the user got, in one line
     load.py     1,000 inferences in one process (memory before/after), threads with own executors
 
 A layer above ``mx`` (it runs the network for the load figures) and below ``cli``. Nothing
@@ -12,6 +13,7 @@ a temporary folder.
 import time
 
 from . import cases as case_table
+from .verdict import judge, what_the_user_gets
 from . import faults
 from .load import load_figures
 
@@ -37,8 +39,8 @@ def run_cases(only=None, progress=None):
                 except case_table.Skip as exc:
                     rows.append({**row, "skipped": str(exc), "ok": True})
                     continue
-                problems = case_table.judge(case, result, ctx)
-                rows.append({**row, "got": case_table.what_the_user_gets(result, ctx), "status": result.status,
+                problems = judge(case, result, ctx)
+                rows.append({**row, "got": what_the_user_gets(result, ctx), "status": result.status,
                              "seconds": round(result.seconds, 1), "ok": not problems, "problems": problems})
     return rows
 
@@ -89,7 +91,7 @@ def check_claims(report):
 
 def format_report(report):
     """The report as Markdown: the table, then the load figures."""
-    lines = ["| # | failure class (issue 8) | bad input or fault | what the user gets now | exit |",
+    lines = ["| # | failure class | bad input or fault | what the user gets now | exit |",
              "| --- | --- | --- | --- | --- |"]
     for number, row in enumerate(report["rows"], 1):
         if "skipped" in row:
