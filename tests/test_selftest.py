@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT, python_command, require_mxnet
 from ece408_op.selftest import DEVICE_GROWTH_LIMIT_MIB, HOST_GROWTH_LIMIT_MIB, check_claims
 from ece408_op.selftest import cases as case_table
+from ece408_op.selftest.verdict import judge
 from ece408_op.selftest import faults
 
 # The first test pays for the module's selftest run (240-288 s on the shared 2-core CI machine,
@@ -123,8 +124,8 @@ def test_the_claims_check_can_fail(selftest):
     ctx = type("Ctx", (), {})()
     for status, stderr in ((0, "error: boom\n"), (1, "Traceback (most recent call last):\nerror: boom\n"),
                            (1, "error: boom\nerror: boom\n"), (1, "error: other\n"), (-1, "")):
-        assert case_table.judge(case, faults.Result(status, "", stderr, 0.1), ctx), (status, stderr)
-    assert case_table.judge(case, faults.Result(1, "", "error: boom\n", 0.1), ctx) == []
+        assert judge(case, faults.Result(status, "", stderr, 0.1), ctx), (status, stderr)
+    assert judge(case, faults.Result(1, "", "error: boom\n", 0.1), ctx) == []
 
 
 def test_gpu_load_figures_skip_cleanly_without_a_gpu(tmp_path):
