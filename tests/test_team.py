@@ -19,7 +19,7 @@ from teams import EARLY_THREAD, FAKE_LINES, FORKS, PLAIN, REPLAY, cli, reference
 from ece408_op.tasks.conv import SOLUTIONS
 from ece408_op.team import checks, lockdown, plan as team_plan, project
 from ece408_op.team.checks import CheckError, Layer
-from ece408_op.team.client import TeamError, TeamWorker
+from ece408_op.team.harness import TeamError, TeamProcess
 from ece408_op.team.runtime import TeamRuntime
 
 COURSE_LINES = re.compile(r"Loading fashion-mnist data\.\.\. done\nLoading model\.\.\. done\nNew Inference\n"
@@ -252,7 +252,7 @@ def test_team_process_attacks_fail_in_one_line(tmp_path, source, message):
 
 def test_worker_is_stopped_between_requests(tmp_path):
     team = team_project(tmp_path / "team", cpu=PLAIN)
-    with TeamWorker(team, "cpu") as worker:
+    with TeamProcess(team, "cpu") as worker:
         state = open(f"/proc/{worker.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
         assert state == "T" and worker.stopped                       # SIGSTOPped after hello
         with open(f"/proc/{worker.proc.pid}/status") as f:
@@ -275,7 +275,7 @@ def test_a_team_process_that_ran_while_held_is_refused(tmp_path):
     team = team_project(tmp_path / "team", cpu=SPINS)
     x = np.random.default_rng(1).random((2, 1, 8, 8), dtype=np.float32)
     k = np.random.default_rng(2).random((3, 1, 3, 3), dtype=np.float32)
-    with TeamWorker(team, "cpu") as worker:
+    with TeamProcess(team, "cpu") as worker:
         worker.forward(np.empty((2, 3, 6, 6), np.float32), x, k)                   # the control
         os.kill(worker.proc.pid, signal.SIGCONT)
         time.sleep(0.3)
@@ -296,7 +296,7 @@ def test_a_team_process_holding_a_gpu_device_is_refused(tmp_path):
         team = team_project(tmp_path / "team", launch=f"HELD = open({str(node)!r})\n" +
                             (project.TEMPLATE / "launch.py").read_text())
         with pytest.raises(TeamError, match=r"the team's launch.py opened the GPU \(/dev/nvidia-ece408-test"):
-            TeamWorker(team, "gpu").start()
+            TeamProcess(team, "gpu").start()
     finally:
         node.unlink()
 
@@ -346,11 +346,11 @@ def test_bad_plans_are_refused_in_one_line(data, message):
 
 def test_plan_from_the_team_process(tmp_path):
     team = team_project(tmp_path / "team")
-    with TeamWorker(team, "gpu") as worker:
+    with TeamProcess(team, "gpu") as worker:
         plan = worker.plan({"B": 10, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5})
     assert plan.to_json() == TEMPLATE_PLAN
     bad = team_project(tmp_path / "bad", launch="def launch(B, M, C, H, W, K):\n    return [object()]\n")
-    with TeamWorker(bad, "gpu") as worker, pytest.raises(TeamError) as info:
+    with TeamProcess(bad, "gpu") as worker, pytest.raises(TeamError) as info:
         worker.plan({"B": 1, "M": 1, "C": 1, "H": 5, "W": 5, "K": 3})
     assert str(info.value) == "launch.py: ValueError: launch() returned a object; use lists, numbers and strings"
 
@@ -464,7 +464,7 @@ def test_grader_kernels_and_the_gpu_attack_kernels_compile_for_hopper(tmp_path):
     for name, source, launch in (("one", ONE_IMAGE_CU, None), ("tamper", TAMPER_CU, TAMPER_LAUNCH)):
         team = team_project(tmp_path / name, gpu=source, launch=launch)
         image = compile_kernels(team, "sm_90")
-        with TeamWorker(team, "gpu") as worker:
+        with TeamProcess(team, "gpu") as worker:
             plan = worker.plan(COURSE_LAYERS[0])
         assert all(step.name.encode() in image for step in plan.kernels)
 
@@ -478,7 +478,7 @@ def test_worked_examples_compile_and_plan_the_course_layers(example):
     from ece408_op.team.build import compile_kernels
     team = EXAMPLES[example]                 # the solution folder itself, as a team
     image = compile_kernels(team, "sm_90")
-    with TeamWorker(team, "gpu") as worker:
+    with TeamProcess(team, "gpu") as worker:
         plans = [worker.plan(layer) for layer in COURSE_LAYERS]
     for plan in plans:
         assert all(step.name.encode() in image for step in plan.kernels)

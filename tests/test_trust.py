@@ -426,7 +426,7 @@ def test_ctrl_c_stops_a_local_milestone_in_one_line(tmp_path):
                             env={**os.environ, "ECE408_MODEL_DIR": str(ROOT / "models")})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:                      # until the team process runs the forward
-        kids = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "ece408_op.team.worker"],   # this run's own
+        kids = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "ece408_op.team.process"],   # this run's own
                               capture_output=True, text=True).stdout.split()
         if any(_running(int(pid)) for pid in kids):
             break

@@ -229,7 +229,7 @@ def main(milestone_name, argv, prog=None):
         if args.ncu:
             return _under_ncu(milestone_name, argv, console)
         from ..mx.op import quiet_callback_tracebacks
-        from ..team.client import watch_interrupts
+        from ..team.harness import watch_interrupts
         with quiet_callback_tracebacks(), watch_interrupts():
             run_milestone(milestone, args, console, clock)
     return run(one_run, argv, console)

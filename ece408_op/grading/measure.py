@@ -66,7 +66,7 @@ def run_job(job, console, lease=None):
     from ..course import MILESTONES
     from ..mx.inference import run_inference
     from ..mx.milestone import Args, run_milestone
-    from ..team.client import DEFAULT_TIME_LIMIT
+    from ..team.harness import DEFAULT_TIME_LIMIT
     from ..team.runtime import TeamRuntime
     milestone = MILESTONES[job["milestone"]]
     register_job_inputs(job)

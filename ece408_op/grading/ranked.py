@@ -57,7 +57,7 @@ def _take_artifact(path, dest, limit=ART_LIMIT):
 
 def measure_argv(sandbox, sock):
     """The measuring process's command: the grader's own Python and package, isolated."""
-    from ..team.client import isolated_python
+    from ..team.harness import isolated_python
     if sandbox.engine in ("bubblewrap", "host"):
         return isolated_python("ece408_op.grading.measure", "--channel", sock, paths=sandbox_import_path(sandbox))
     return ["python", "-I", "-m", "ece408_op.grading.measure", "--channel", sock]

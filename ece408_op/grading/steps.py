@@ -172,7 +172,7 @@ def _ending_line(result, limits, timeout):
 def sandbox_import_path(sandbox):
     """The grader's import path as a command in ``sandbox`` sees it (bubblewrap: the package bound
     alone, never its checkout: ``sandbox.package_binding``)."""
-    from ..team.client import trusted_path
+    from ..team.harness import trusted_path
     if sandbox.engine == "bubblewrap":
         from .sandbox import package_binding
         return package_binding()[0]

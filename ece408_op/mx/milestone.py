@@ -70,7 +70,7 @@ def team_runtime(milestone, args, device=None):
     if team_dir is None:
         return None
     require_files(team_dir, milestone.files)            # one line before any output where one is missing
-    from ..team.client import numba_cache_dir, time_limit_from_env
+    from ..team.harness import numba_cache_dir, time_limit_from_env
     from ..team.runtime import TeamRuntime
     image = None
     if milestone.device == "gpu":

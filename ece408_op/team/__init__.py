@@ -14,12 +14,12 @@ The harness never runs a team's Python or host code in the process that times an
     api.py        what ``launch.py`` returns: kernel(...), constant(...), workspace(...) (plain data)
     plan.py       that data checked and bounded (no device needed), one line per problem
     lockdown.py   the seccomp filter a team process runs under (no fork, exec, ptrace)
-    worker.py     the team process: imports the team's files after locking itself down, answers
+    process.py    the team process: imports the team's files after locking itself down, answers
                   requests (a launch plan for a shape; a CPU forward into shared memory)
-    client.py     the harness's side: starts the worker, keeps it stopped (SIGSTOP) except while
+    harness.py    the harness's side: starts the team process, keeps it stopped (SIGSTOP) except while
                   it answers, times the CPU forward around the request, size-caps every reply
     checks.py     fresh inputs and the reference check of every timed repeat; the physical floor
-    runtime.py    a milestone's team: the compiled kernels, the worker, the GPU and CPU forwards
+    runtime.py    a milestone's team: the compiled kernels, the team process, the GPU and CPU forwards
 
 The GPU side (load the compiled kernels, check a plan against the device, launch and time it
 with CUDA events) is ``kernels/team.py``: PyCUDA lives there.

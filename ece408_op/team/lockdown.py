@@ -1,11 +1,11 @@
 """Locking a process down before it runs a team's code: no new processes, no reaching others.
 
-``lock_down()`` is called by the team worker (``team/worker.py``) on itself, before it imports
+``lock_down()`` is called by the team process (``team/process.py``) on itself, before it imports
 a single line of the team's code. It installs a seccomp filter (classic BPF, built here: no
 libseccomp needed) that makes these system calls fail with EPERM:
 
     fork, vfork, clone without CLONE_THREAD     (threads stay allowed: Numba's thread pool)
-    execve, execveat                            (the worker cannot become another program)
+    execve, execveat                            (the team process cannot become another program)
     ptrace, process_vm_readv/writev, pidfd_getfd, pidfd_open   (no reading another process)
     kill, tgkill, rt_(tg)sigqueueinfo to any process but itself; tkill, pidfd_send_signal
                                                 (no stopping, waking or killing the harness)
@@ -20,13 +20,13 @@ filter can read (clone3 passes them in memory, out of a filter's reach). A filte
 removed, and every thread created later inherits it. Also: the no-new-privileges bit (needed
 to install a filter without privileges), core dumps off, and death with the parent.
 
-Why a filter and not only a sandbox: the worker shares its sandbox with the harness process
+Why a filter and not only a sandbox: the team process shares its sandbox with the harness process
 that times it. A team's CPU forward that forks a child to keep computing after it "returns",
 or that reads the harness's memory, is stopped here, on every engine, also on a student's
 own machine. The harness keeps itself out of reach too (``make_undumpable``): a process that
 is not dumpable cannot be ptraced, nor its /proc/PID/mem, environ or fd read, by its own uid.
 
-x86-64 and aarch64 only; elsewhere ``lock_down`` raises LockdownError (the worker refuses to
+x86-64 and aarch64 only; elsewhere ``lock_down`` raises LockdownError (the team process refuses to
 run team code rather than run it unguarded).
 """
 import ctypes
@@ -202,7 +202,7 @@ def lock_down():
 def make_undumpable():
     """Keep this process's memory, environment and file descriptors out of reach of other processes
     of the same user (ptrace, /proc/PID/mem, environ, fd): the harness calls it before it starts
-    the team worker. Returns False where prctl is unavailable."""
+    the team process. Returns False where prctl is unavailable."""
     try:
         _prctl(_libc(), PR_SET_DUMPABLE, 0)
     except (LockdownError, OSError, AttributeError):

@@ -33,7 +33,7 @@ import numpy as np
 
 from .checks import (CheckError, Peaks, check_floor, check_output, course_layer, fill_fresh, fresh_input,
                      mismatch_line)
-from .client import DEFAULT_TIME_LIMIT, TeamWorker
+from .harness import DEFAULT_TIME_LIMIT, TeamProcess
 
 _current = None
 _lock = threading.Lock()
@@ -100,7 +100,7 @@ class TeamRuntime:
 
     def worker(self, part):
         if part not in self.workers:
-            self.workers[part] = TeamWorker(self.team_dir, part, self.numba_cache, self.stdout,
+            self.workers[part] = TeamProcess(self.team_dir, part, self.numba_cache, self.stdout,
                                             self.time_limit).start()
         return self.workers[part]
 

@@ -1,5 +1,5 @@
 """Messages between the harness's processes: a 4-byte big-endian length, then that many bytes of
-JSON. The team process's pipes (``worker.py``, ``client.py``) and the measuring process's channel
+JSON. The team process's pipes (``process.py``, ``harness.py``) and the measuring process's channel
 (``grading/channel.py``) use it; the reader bounds every message before reading it."""
 import json
 import struct

@@ -20,7 +20,7 @@ def package_binding():
     checkout (which may hold models, databases, a class folder): every path in or above the
     checkout leaves the import path, except the interpreter's own prefixes (a virtual environment
     kept inside the checkout)."""
-    from ...team.client import PACKAGE_HOME, trusted_path
+    from ...team.harness import PACKAGE_HOME, trusted_path
     home = PACKAGE_HOME
     package = home / "ece408_op"
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}

@@ -1,13 +1,13 @@
-"""The harness's side of the team process (``worker.py``): start it, ask, time, bound.
+"""The harness's side of the team process (``process.py``): start it, ask, time, bound.
 
-The worker is a child of the harness, locked down by its own first act (seccomp: no fork,
+The team process is a child of the harness, locked down by its own first act (seccomp: no fork,
 exec or ptrace), and STOPPED (SIGSTOP) at every moment except while it answers a request:
 nothing of the team's runs while the harness copies inputs in or outputs out, or while it
 times anything else. Replies are bounded (1 MiB) and checked before use.
 
 A CPU forward (m2) goes through shared memory (a memfd both map): the harness copies x and k
-in and zeroes y while the worker is stopped, then starts the clock, continues the worker, sends
-the request, stops the clock at the reply, stops the worker, and only then copies y out. The
+in and zeroes y while the team process is stopped, then starts the clock, continues the team process, sends
+the request, stops the clock at the reply, stops the team process, and only then copies y out. The
 clock is the harness's; the team's code never touches it.
 """
 import contextlib
@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import Ece408Error
 from .plan import parse_plan
-from .worker import recv, send
+from .process import recv, send
 
 PACKAGE_HOME = Path(__file__).resolve().parents[2]     # the folder holding the ece408_op package
 REPLY_LIMIT = 1 << 20
@@ -144,7 +144,7 @@ def _aligned(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-class TeamWorker:
+class TeamProcess:
     """One team process for one part (``cpu``: new-forward.py, ``gpu``: launch.py)."""
 
     def __init__(self, team_dir, part, numba_cache=None, stdout=None, time_limit=DEFAULT_TIME_LIMIT):
@@ -174,7 +174,7 @@ class TeamWorker:
             fds.append(self.shm_fd)
             args += ["--shm", self.shm_fd]
         try:
-            self.proc = subprocess.Popen(isolated_python("ece408_op.team.worker", *args), pass_fds=fds,
+            self.proc = subprocess.Popen(isolated_python("ece408_op.team.process", *args), pass_fds=fds,
                                          stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stdout,
                                          env=worker_environment(self.home, self.numba_cache), cwd=self.home)
         finally:
@@ -318,12 +318,12 @@ class TeamWorker:
         raise Interrupted(f"stopped by {name} while the team's {self._file()} ran; the team process was killed")
 
     def _file(self):
-        from .worker import CPU_FILE, GPU_FILE
+        from .process import CPU_FILE, GPU_FILE
         return CPU_FILE if self.part == "cpu" else GPU_FILE
 
     def request(self, message, timeout):
-        """Send ``message``, wait for the reply, stop the worker; returns (reply, seconds from just
-        before the worker was continued to the reply's arrival)."""
+        """Send ``message``, wait for the reply, stop the team process; returns (reply, seconds from just
+        before the team process was continued to the reply's arrival)."""
         if self.stopped:
             self._check_held()                    # before the clock: it did nothing while held
         start = time.perf_counter()

@@ -1,7 +1,7 @@
 """The team process: the only place a team's Python runs during a measured run.
 
-Started by ``client.TeamWorker`` (never by hand) as ``python -I -c BOOT ... -m
-ece408_op.team.worker --part cpu|gpu --dir TEAM --control R --reply W [--shm S]``. It locks
+Started by ``harness.TeamProcess`` (never by hand) as ``python -I -c BOOT ... -m
+ece408_op.team.process --part cpu|gpu --dir TEAM --control R --reply W [--shm S]``. It locks
 itself down (``lockdown.lock_down``: no fork, exec or ptrace) BEFORE it imports the team's
 file, then answers requests on the control pipe, one reply each on the reply pipe:
 
@@ -11,7 +11,7 @@ file, then answers requests on the control pipe, one reply each on the reply pip
 
 Each message is a 4-byte big-endian length, then that many bytes of JSON. The team's own
 output (print, tracebacks) goes to this process's stdout and stderr: the run's transcript,
-never the record. A reply is data the harness bounds and checks (``client.py``, ``plan.py``).
+never the record. A reply is data the harness bounds and checks (``harness.py``, ``plan.py``).
 """
 import argparse
 import os
@@ -197,7 +197,7 @@ class Worker:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="ece408_op.team.worker")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="ece408_op.team.process")
     parser.add_argument("--part", choices=("cpu", "gpu"), required=True)
     parser.add_argument("--dir", required=True)
     parser.add_argument("--control", type=int, required=True)
