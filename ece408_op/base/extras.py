@@ -124,4 +124,5 @@ def missing_line(command, module, preferred=None, **facts):
         return (f"{command} needs the {extra} extra ({WHAT[extra]}), and {why}; run it on such a machine or in "
                 "the course's container (docs/container.md), or let the class's service run it: "
                 "python -m ece408_op submit --server URL --submit m2|m3|final")
-    return f"{command} needs the {extra} extra ({WHAT[extra]}; {module} is not installed): {install_hint(extra)}"
+    top = module.split(".")[0]
+    return f"{command} needs the {extra} extra ({WHAT[extra]}; {top} is not installed): {install_hint(extra)}"

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .app import make_app
 from .db import Database, Unavailable, first_line
+from ..base.extras import install_hint
 from .errors import ServeError
 from .guard import HEADER_SECONDS, Guard, protocol_class
 from .jobrun import PARENT_ENV
@@ -222,8 +223,8 @@ class ServeLock:
         try:
             import psycopg
         except ImportError:
-            raise ServeError("$ECE408_DB is a PostgreSQL URL but psycopg is not installed; "
-                             "pip install 'ece408_op[grade]' (or psycopg[binary])") from None
+            raise ServeError(f"$ECE408_DB is a PostgreSQL URL but psycopg is not installed; "
+                             f"{install_hint('grade')}") from None
         try:
             self.conn = psycopg.connect(self.db.url, connect_timeout=30, autocommit=True)
             held = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (SERVE_LOCK_KEY,)).fetchone()[0]

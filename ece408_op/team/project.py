@@ -81,8 +81,10 @@ def find_team(explicit=None, cwd=None):
 
 def require_files(folder, names):
     """TeamError (one line, saying how to mend it) unless the team ``folder`` holds every file of
-    ``names`` (a milestone's files: ``course.MILESTONES[...].files``)."""
-    missing = [n for n in names if not (Path(folder) / n).is_file()]
+    ``names`` (a milestone's files: ``course.MILESTONES[...].files``). A name that is there but is
+    no regular file (a folder, a FIFO, a device, a link) is not missing: the run reads it once and
+    says what it is (``read_team_files``), as its record does."""
+    missing = [n for n in names if not os.path.lexists(Path(folder) / n)]
     if not missing:
         return
     if not is_team_dir(folder):
