@@ -119,6 +119,8 @@ MIGRATIONS = [
             PRIMARY KEY (job_id, lease))""",
      "ALTER TABLE service_teams ADD COLUMN name_key TEXT",
      "CREATE UNIQUE INDEX service_teams_key ON service_teams (name_key)"],
+    # 4: the device kind a team asked its job to run on (submit --gpu; grading/kinds.py); NULL: any worker
+    ["ALTER TABLE service_jobs ADD COLUMN gpu_kind TEXT"],
 ]
 
 
