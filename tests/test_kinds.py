@@ -46,7 +46,8 @@ def svc(request, tmp_path):
 
 
 def m3_upload():
-    return _tar([Entry("new-forward.cu", b"__global__ void conv() {}\n"), Entry("launch.py", b"def launch():\n    pass\n")])
+    return _tar([Entry("new-forward.cu", b"__global__ void conv() {}\n"),
+                 Entry("launch.py", b"def launch():\n    pass\n")])
 
 
 def queue(svc, token, gpu=None, expect=201):
@@ -338,7 +339,8 @@ def test_grade_prints_a_table_per_kind(tmp_path):
     pytest.importorskip("mxnet")
     from ece408_op.grading.runner import team_digest
     db = tmp_path / "class.db"
-    kinds = {"t1": ("AMD EPYC 9654", 0.010), "t2": ("Intel Xeon  Gold 6338", 0.030), "t3": ("Intel Xeon Gold 6338", 0.020)}
+    kinds = {"t1": ("AMD EPYC 9654", 0.010), "t2": ("Intel Xeon  Gold 6338", 0.030),      # two blanks: one kind
+             "t3": ("Intel Xeon Gold 6338", 0.020)}
     for team, (device, op_time) in kinds.items():
         folder = team_project(tmp_path / "class" / team)
         stored(db, team, op_time, device, content_hash=team_digest(folder, "m2"))      # graded already: skipped

@@ -73,16 +73,16 @@ def ranking(argv):
                                         "Time, one row per team, one table per device kind.")
     parser.add_argument("--milestone", choices=MILESTONES, help="default: the newest record's")
     parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
-    parser.add_argument("--device", metavar="KIND", help="one device kind's table only (its name, or the first "
-                                                         "characters of it or of one of its words); default: every kind's")
+    parser.add_argument("--device", metavar="KIND", help="one device kind's table only (its name, or the first characters "
+                                                         "of it or of one of its words); default: every kind's")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--csv", action="store_true", help="CSV instead of a table")
     form.add_argument("--json", action="store_true", help="JSON instead of a table")
     add_client_options(parser)
     args = parser.parse_args(argv)
     from ..service import client
-    return client.ranking(connect(args), args.milestone, args.size, "csv" if args.csv else "json" if args.json else "table",
-                          args.device)
+    fmt = "csv" if args.csv else "json" if args.json else "table"
+    return client.ranking(connect(args), args.milestone, args.size, fmt, args.device)
 
 
 def main(name, argv):

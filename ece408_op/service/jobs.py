@@ -290,7 +290,8 @@ def places(snap):
 # a job that a worker can run (its parameters: whether the worker has a GPU, its device kind)
 RUNNABLE = "({a}gpu = 0 OR ? = 1) AND ({a}gpu_kind IS NULL OR {a}gpu_kind = ?)"
 TEAM_PICK = f"""SELECT t.name FROM service_teams t
-    WHERE EXISTS (SELECT 1 FROM service_jobs j WHERE j.team = t.name AND j.state = 'queued' AND {RUNNABLE.format(a="j.")})
+    WHERE EXISTS (SELECT 1 FROM service_jobs j WHERE j.team = t.name AND j.state = 'queued'
+                  AND {RUNNABLE.format(a="j.")})
       AND NOT EXISTS (SELECT 1 FROM service_jobs r WHERE r.team = t.name AND r.state = 'running')
     ORDER BY COALESCE(t.last_started, 0),
              (SELECT MIN(j.submitted_at) FROM service_jobs j WHERE j.team = t.name AND j.state = 'queued'

@@ -158,8 +158,8 @@ async def admin_csv(request: Request):
         except KindError as exc:
             raise Refused(400, str(exc)) from None
     elif counted is None and len(found.kinds) > 1:
-        raise Refused(400, f"{milestone} on {size} images has runs on several device kinds ({listed_kinds(found.kinds)}): "
-                           f"name one (device=), or {choose}")
+        raise Refused(400, f"{milestone} on {size} images has runs on several device kinds "
+                           f"({listed_kinds(found.kinds)}): name one (device=), or {choose}")
     else:
         kind = counted
     if full is not None and kind != counted:
