@@ -188,6 +188,11 @@ def test_the_ranking_page_has_a_tab_per_kind_and_its_live_part_keeps_the_tab(svc
         assert team_cells(live) == ["alpha", "beta"] and "gamma" not in live
         missing = beta.get("/?milestone=m3&size=100&device=V100")
         assert missing.status_code == 404 and "names no device kind of m3 on 100 images" in missing.text
+    from ece408_op.service import plots
+    if plots.available():
+        with login(svc, tokens["gamma"]) as gamma:                       # its plot: the kind it ran on
+            svg = gamma.get("/team/plot.svg?milestone=m3&size=100").text
+        assert f"m3, 100 images on {A100}: total Op Time of each run" in svg and "class best 0.012000 s" in svg
 
 
 def test_the_instructor_s_csv_is_per_kind_and_grades_by_the_kind_chosen(svc):

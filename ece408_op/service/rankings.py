@@ -21,8 +21,7 @@ class Rankings:
         self._cache = {}                        # key -> (records version, monotonic time, value)
         self._locks = {}
         self._serial = 0
-        self._names = (0.0, None)
-        self._grading = (0.0, None)
+        self._choices = {}                      # name -> (monotonic time read, the instructor's choice)
         self._key = None
         self._records = {}                      # (milestone, size) -> {record id: Record} read so far
         self._reports = {}                      # (milestone, size, format) -> (records version, time, text)
@@ -74,23 +73,26 @@ class Rankings:
         _, serial, found = await self._cached(("board", milestone, size), compute)
         return serial, found
 
-    async def standing(self, milestone, size, device=None):
-        """(serial, the Table of the kind ``device`` names exactly; default: the kind chosen for the
-        milestone's grade where the board has it, else its first)."""
+    async def team_standing(self, milestone, size, team):
+        """(serial, the Table of the board that ``team``'s plot draws: standings.team_table)."""
         serial, found = await self.board(milestone, size)
-        return serial, standings.table_of(found, device or (await self.grading_kinds()).get(milestone))
+        return serial, standings.team_table(found, team, (await self.grading_kinds()).get(milestone))
 
-    async def grading_kinds(self):
-        """{milestone: the kind its grade counts} (read again every 2 s)."""
-        at, value = self._grading
+    async def _choice(self, read):
+        """What ``read`` (a function of choices.py) gives, read again every 2 s."""
+        at, value = self._choices.get(read.__name__, (0.0, None))
         if value is None or time.monotonic() - at > 2.0:
-            value = await self.service.run(choices.grading_kinds, self.service.db)
-            self._grading = (time.monotonic(), value)
+            value = await self.service.run(read, self.service.db)
+            self._choices[read.__name__] = (time.monotonic(), value)
         return value
 
+    async def grading_kinds(self):
+        """{milestone: the kind its grade counts}."""
+        return await self._choice(choices.grading_kinds)
+
     def forget_choices(self):
-        """The grading kinds are read again at their next use (one was just chosen)."""
-        self._grading = (0.0, None)
+        """The instructor's choices are read again at their next use (one was just made)."""
+        self._choices.clear()
 
     async def class_names(self):
         """{a record's team: its name in the class} where they differ (standings.class_names)."""
@@ -100,17 +102,13 @@ class Rankings:
         return (await self._cached("class names", compute))[1]
 
     async def names(self):
-        """``shown`` or ``anonymised`` (read again every 2 s)."""
-        at, value = self._names
-        if value is None or time.monotonic() - at > 2.0:
-            value = await self.service.run(choices.names, self.service.db)
-            self._names = (time.monotonic(), value)
-        return value
+        """``shown`` or ``anonymised``."""
+        return await self._choice(choices.names)
 
     async def set_names(self, value):
         """The instructor's choice, stored (ValueError where it is neither) and in force at once."""
         await self.service.run(choices.set_names, self.service.db, value)
-        self._names = (time.monotonic(), value)
+        self._choices[choices.names.__name__] = (time.monotonic(), value)
 
     async def anonymised_for(self, principal):
         return principal.kind == "team" and await self.names() == "anonymised"

@@ -226,6 +226,20 @@ def layers_of(models):
     return out
 
 
+def team_table(found, team, preferred=None):
+    """The Table a team's plot of the board draws: that of the kind ``preferred`` (the kind its
+    grade counts) where the team ran on it, else that of the kind of the team's newest run, else
+    the board's first."""
+    names = set(record_teams(team))
+    ran = [t for t in found.tables if t.chosen and any(r.team in names for r in t.chosen.records)]
+    for table in ran:
+        if table.device == preferred:
+            return table
+    if ran:
+        return max(ran, key=lambda t: max(r.created_at for r in t.chosen.records if r.team in names))
+    return found.tables[0]
+
+
 def report(found, fmt, viewer=None, pseudonyms=None, device=None):
     """The ranking as ``ranking`` prints it (``fmt`` table, csv or json; ``device``: one kind's
     table, as ``ranking --device`` picks it), named for ``viewer``."""

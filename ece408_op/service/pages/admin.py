@@ -41,6 +41,14 @@ def seconds_param(form, name):
     return value
 
 
+def milestone_of(fields):
+    """The form's milestone; Refused (400) where it names none."""
+    milestone = fields.get("milestone")
+    if milestone not in MILESTONES:
+        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    return milestone
+
+
 def admin_overview(db, rules):
     """(the queue, the workers, the teams, the deadlines, the device kinds' settings) as the page shows them."""
     return (overview.queue(db, jobs.snapshot(db)), overview.workers(db), overview.teams(db, rules),
@@ -75,9 +83,7 @@ async def admin_names(request: Request, viewer=Depends(instructor)):
 async def admin_grading_kind(request: Request, viewer=Depends(instructor)):
     service = service_of(request)
     fields = await read_form(request, viewer.value)
-    milestone = fields.get("milestone")
-    if milestone not in MILESTONES:
-        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    milestone = milestone_of(fields)
     name = None if fields.get("action") == "clear" else text_field(fields, "kind", "a device kind's name")
     kind = await service.run(devices.set_grading_kind, service.db, milestone, name)
     service.rankings.forget_choices()
@@ -101,9 +107,7 @@ async def admin_unknown_gpus(request: Request, viewer=Depends(instructor)):
 async def admin_deadlines(request: Request, viewer=Depends(instructor)):
     service = service_of(request)
     fields = await read_form(request, viewer.value)
-    milestone = fields.get("milestone")
-    if milestone not in MILESTONES:
-        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    milestone = milestone_of(fields)
     if fields.get("action") == "clear":
         at, when = None, None
     else:
