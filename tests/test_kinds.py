@@ -222,6 +222,20 @@ def test_the_instructor_s_csv_is_per_kind_and_grades_by_the_kind_chosen(svc):
         assert "grade_percent" not in other[0]
         admin = instructor.get("/admin").text
         assert f"m3: the grade counts the runs on {H100}" in admin
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', admin).group(1)
+        cleared = instructor.post("/admin/grading-kind", data={"csrf": csrf, "milestone": "m3", "action": "clear"})
+        assert cleared.status_code == 303 and "m3: no kind chosen for the grade" in instructor.get("/admin").text
+        assert "name one (device=)" in export("", 400)
+        chosen = instructor.post("/admin/grading-kind", data={"csrf": csrf, "milestone": "m3", "action": "set",
+                                                              "kind": H100})
+        assert chosen.status_code == 303 and [r[1] for r in export("")[1:]] == ["alpha", "beta", "gamma"]
+    for body, problem in (({}, "the settings are grading_kinds"), ({"colour": "red"}, "the settings are"),
+                          ({"grading_kinds": {"m9": H100}}, "grading_kinds maps milestones"),
+                          ({"grading_kinds": ["m3"]}, "grading_kinds maps milestones"),
+                          ({"unknown_gpus": "sometimes"}, "unknown_gpus is refused or accepted"),
+                          ({"grading_kinds": {"m3": "NVIDIA"}}, "names more than one device kind")):
+        answer = svc.admin("PUT", "/api/admin/settings", json=body)
+        assert answer.status_code == 400 and problem in answer.json()["error"], (body, answer.text)
     with login(svc, svc.instructor_token) as instructor:                 # the page opens on the kind that counts
         assert team_cells(instructor.get("/?milestone=m3&size=100").text) == ["alpha", "beta"]
     listed = svc.cli("kinds", "list")
