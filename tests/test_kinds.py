@@ -339,15 +339,16 @@ def test_real_workers_of_two_kinds_take_only_the_jobs_asking_for_theirs(tmp_path
 
 # ---------------------------------------------------------------------------- grade, and runs without a device
 
-def stored(db, team, op_time, device, content_hash="h", milestone="m2", size=100, status="ok"):
-    options = run_options(milestone, size, None, None, "bubblewrap")
+def stored(db, team, op_time, device, content_hash="h", milestone="m2", size=100, status="ok", repeats=None,
+           at="2026-01-01T00:00:00"):
+    options = run_options(milestone, size, repeats, None, "bubblewrap")
     models = [{"model": "ece408-high", "op_times": [op_time / 2], "op_time": op_time / 2, "correctness": 0.91,
                "expected": 0.91, "correct": True},
               {"model": "ece408-low", "op_times": [op_time / 2], "op_time": op_time / 2, "correctness": 0.68,
                "expected": 0.68, "correct": True}]
     ok = status == "ok"
     with open_store(str(db)) as store:
-        store.add(Record(f"{team}-{op_time}-{device}", "2026-01-01T00:00:00", team, milestone, size, status,
+        store.add(Record(f"{team}-{op_time}-{device}", at, team, milestone, size, status,
                          0 if ok else 1, op_time if ok else None, ok, models if ok else [], device=device,
                          content_hash=content_hash, options=options, options_key=options_key(options),
                          reason=None if ok else "files refused"))
@@ -384,6 +385,21 @@ def test_runs_without_a_device_join_the_only_kind_else_are_counted_apart(tmp_pat
                                         "valid, in no table")
     data = json.loads(local("ranking", "--db", db, "--json", root=tmp_path).stdout)
     assert data["runs_without_device"] == 1 and data["devices"] == ["AMD EPYC 9654", "Intel Xeon Gold 6338"]
+
+
+def test_each_kind_ranks_its_newest_option_set_and_options_picks_one_for_every_kind(tmp_path):
+    db = tmp_path / "runs.db"
+    stored(db, "old-a", 0.01, "Kind A", at="2026-01-01T00:00:00")                   # 1 repeat
+    stored(db, "old-b", 0.02, "Kind B", at="2026-01-01T00:00:01")
+    stored(db, "new-a", 0.03, "Kind A", repeats=5, at="2026-01-02T00:00:00")       # A's newest set: 5 repeats
+    newest = local("ranking", "--db", db, root=tmp_path).stdout
+    assert tables(newest) == {"Kind A": [(1, "new-a")], "Kind B": [(1, "old-b")]}
+    key = options_key(run_options("m2", 100, None, None, "bubblewrap"))
+    chosen = local("ranking", "--db", db, "--options", key[:6], root=tmp_path).stdout
+    assert tables(chosen) == {"Kind A": [(1, "old-a")], "Kind B": [(1, "old-b")]}
+    five = local("ranking", "--db", db, "--options", options_key(run_options("m2", 100, 5, None, "bubblewrap")),
+                 root=tmp_path).stdout
+    assert tables(five) == {"Kind A": [(1, "new-a")]}                              # B has no run of that set
 
 
 def test_a_kind_is_the_reported_name_with_its_blanks_normalised():

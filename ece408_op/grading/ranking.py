@@ -300,7 +300,7 @@ def table_json(table):
 
 def format_json(found):
     """A Board as JSON: ``devices`` (every kind of its runs), ``tables`` (one a kind shown); where
-    one table is shown, its fields at the top level too (a class of one kind reads as it always did)."""
+    one table is shown, its fields at the top level too (a class of one kind reads as a single ranking)."""
     tables = [table_json(t) for t in found.tables]
     data = {"milestone": found.milestone, "size": found.size, **(tables[0] if len(tables) == 1 else {}),
             "devices": found.kinds, "tables": tables}
