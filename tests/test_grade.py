@@ -27,9 +27,12 @@ from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, 
 from test_sandbox import bubblewrap_missing, gone, processes_with
 
 from ece408_op.grading import grade, slurm_array, store as store_module
+from ece408_op.grading.kinds import kind_of
+from ece408_op.grading.machine import cpu_name
 from ece408_op.grading.store import Record, open_store
 
 SIZE = 100
+CPU = kind_of(cpu_name())  # m2's device kind here: every run of these tests is ranked in its table
 COMMAND_LIMIT = 60         # seconds per command: the slow team sleeps past it
 ENGINE = ["--engine", "bubblewrap"]
 EVIL = "evil\n1  t00  0.000001\x1b[31m"                       # a folder name that would print a fake row
@@ -129,7 +132,7 @@ def test_class_through_slurm_into_postgresql(classroom, graded_slurm, postgres):
         check_records(store.records(), outcomes)
         assert {r.host for r in store.records()} == {os.uname().nodename}
     assert ranking_of(postgres.url) == sorted(t for t, o in outcomes.items() if o == "ok")
-    assert "Ranking: m2, 100 images (5 team(s); 4 run(s) not valid)" in out.stdout
+    assert f"Ranking: m2, 100 images on {CPU} (5 team(s); 4 run(s) not valid)" in out.stdout
     table = out.stdout[out.stdout.index("Ranking:"):out.stdout.index("Not valid:")]
     assert "\x1b" not in out.stdout and "evil\\x0a1" in table and "b\\xffad" in table
     assert table.splitlines()[1].startswith("Options: m2, 100 images, 2 models, 1 fresh run(s) a layer, "
@@ -544,7 +547,7 @@ def test_postgresql_back_before_grade_ends_gets_every_run_stored(mode, tmp_path,
         assert "Traceback" not in stderr
         warnings = [line for line in stderr.splitlines() if line.startswith("warning: the database does not answer")]
         assert len(warnings) == 1, stderr
-        assert "Ranking: m2, 10 images (3 team(s); 0 run(s) not valid)" in stdout
+        assert f"Ranking: m2, 10 images on {CPU} (3 team(s); 0 run(s) not valid)" in stdout
         check_measured(server.url, ["a", "b", "c"])
         assert store_module.spooled_files(workdir / "spool") == {} and store_module.spooled_files(spool) == {}
     finally:

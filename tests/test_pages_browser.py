@@ -227,7 +227,7 @@ def test_names_and_transcripts_with_markup_show_as_text_and_run_nothing(server, 
                 assert page.locator("script").count() <= 1                   # live.js only
                 assert page.locator("img").count() <= (1 if path == "/team" else 0), path   # the plot only
                 if path == "/":
-                    assert "<img src=x onerror=alert(3)>" in page.inner_text("table.ranking")
+                    assert "<img src=x onerror=alert(3)>" in page.inner_text("#ranking")   # its kind's tab, heading
             text = page.inner_text("#transcript")
             assert "<script>alert('transcript')</script>\n<img src=x onerror=alert(2)>\n" in text
             assert "\\x1b[31mred\\x1b[0m\\x07 <b>bold</b>" in text

@@ -201,7 +201,7 @@ def test_the_ranking_compares_one_option_set_and_names_the_others(db_url):
         assert out.returncode == 0, out.stderr
         return out
     table = ranking().stdout.splitlines()
-    assert table[0] == "Ranking: m2, 100 images (1 team(s); 0 run(s) not valid)"
+    assert table[0] == "Ranking: m2, 100 images on cpu (1 team(s); 0 run(s) not valid)"
     assert table[1] == (f"Options: m2, 100 images, 3 models (hidden abababab), 1 fresh run(s) a layer, "
                         f"engine bubblewrap (--options {key3})")
     assert table[2].startswith("Other option sets of m2 on 100 images, not compared with these: ")

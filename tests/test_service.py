@@ -17,6 +17,9 @@ import pytest
 from servicekit import Service, job_id_of, log_lines_are_structured, started_postgres
 from teams import PLAIN, WRONG, team_project
 
+from ece408_op.grading.kinds import kind_of
+from ece408_op.grading.machine import cpu_name
+
 pytestmark = [pytest.mark.service, pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")]
 
 
@@ -58,7 +61,8 @@ def test_two_teams_submit_m2_from_their_folders_and_are_ranked(tmp_path, service
         assert f"* Uploading to {service.url}: ranked m2 on 100 images: new-forward.py" in out.stderr
     ranking = service.cli("ranking", token=(tmp_path / "tokens" / "alpha.token").read_text().strip())
     assert ranking.returncode == 0, ranking.stderr
-    assert ranking.stdout.startswith("Ranking: m2, 100 images (2 team(s); 0 run(s) not valid)")
+    assert ranking.stdout.startswith(f"Ranking: m2, 100 images on {kind_of(cpu_name())} (2 team(s); 0 run(s) not "
+                                     "valid)")
     assert {line.split()[1] for line in ranking.stdout.splitlines()[3:]} == {"alpha", "beta"}    # after the options line
     records = service.records()
     assert sorted(r.team for r in records) == ["alpha", "beta"]

@@ -390,7 +390,7 @@ def test_ranking_command_table_csv_json(tmp_path):
     table = cli("ranking", "--db", db, "--milestone", "m2", "--size", 100)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0] == "Ranking: m2, 100 images (3 team(s); 2 run(s) not valid)"
+    assert lines[0] == "Ranking: m2, 100 images on cpu (3 team(s); 2 run(s) not valid)"
     assert [line.split()[:3] for line in lines[2:]] == [["1", "alpha", "0.200000"], ["2", "bravo", "0.250000"],
                                                         ["3", "echo", "0.250000"]]
     csv = cli("ranking", "--db", db, "--milestone", "m2", "--size", 100, "--csv").stdout.splitlines()

@@ -42,6 +42,8 @@ COMMANDS = {
     "teams": ("teams", "the class on the service: add, import, list, revoke, rotate, worker tokens (instructor)",
               "client"),
     "deadlines": ("deadlines", "milestone deadlines on the service: list, set, clear (instructor)", "client"),
+    "kinds": ("kinds", "device kinds on the service: list; the kind each grade counts, unknown GPU kinds (instructor)",
+              "client"),
     "selftest": ("selftest", "every bad input and fault, tried: the reliability table and load figures", "test"),
     "warmup": ("warmup", "compile the CPU path's Numba kernels now (once per machine; cached)", "mxnet"),
 }

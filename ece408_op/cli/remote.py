@@ -44,6 +44,10 @@ def submit(argv):
                         help="a ranked run: uploads new-forward.py (m2) or new-forward.cu + launch.py (m3, final) only")
     parser.add_argument("--size", type=int, metavar="N", help=f"with --submit: images per run, 1-10000 "
                                                               f"(default {DEFAULT_SIZE})")
+    parser.add_argument("--gpu", metavar="KIND",
+                        help="run on this device kind where the class has several: its name as the workers report "
+                             "it ('NVIDIA H100 80GB HBM3'), or the first characters of it or of one of its words "
+                             "('H100'); python -m ece408_op kinds lists them (not with --submit m2: the CPU's run)")
     parser.add_argument("--detach", action="store_true", help="queue the job and return (jobs show ID --follow)")
     add_client_options(parser)
     local = sorted({a.split("=")[0] for a in argv if a.split("=")[0] in LOCAL_ONLY})
@@ -54,25 +58,31 @@ def submit(argv):
     folder = team_folder(parser, args)
     if args.submit is None and args.size is not None:
         parser.error("--size goes with --submit")
+    if args.gpu is not None and args.submit == "m2":
+        parser.error("--gpu goes with --submit m3, final or a development run: m2 is measured on the CPU (and ranked "
+                     "by the CPU's kind)")
     size = DEFAULT_SIZE if args.size is None else args.size
     check_size(parser, size)
     from ..service import client
-    return client.submit(connect(args), folder, args.submit, size if args.submit else None, args.detach)
+    return client.submit(connect(args), folder, args.submit, size if args.submit else None, args.detach, args.gpu)
 
 
 def ranking(argv):
     parser = ArgumentParser(prog="ece408_op ranking --server URL",
                             description="The class's ranking on the service: teams by their fastest valid total Op "
-                                        "Time, one row per team.")
+                                        "Time, one row per team, one table per device kind.")
     parser.add_argument("--milestone", choices=MILESTONES, help="default: the newest record's")
     parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
+    parser.add_argument("--device", metavar="KIND", help="one device kind's table only (its name, or the first characters "
+                                                         "of it or of one of its words); default: every kind's")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--csv", action="store_true", help="CSV instead of a table")
     form.add_argument("--json", action="store_true", help="JSON instead of a table")
     add_client_options(parser)
     args = parser.parse_args(argv)
     from ..service import client
-    return client.ranking(connect(args), args.milestone, args.size, "csv" if args.csv else "json" if args.json else "table")
+    fmt = "csv" if args.csv else "json" if args.json else "table"
+    return client.ranking(connect(args), args.milestone, args.size, fmt, args.device)
 
 
 def main(name, argv):

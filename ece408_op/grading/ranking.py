@@ -9,13 +9,21 @@ model, the repeats, the engine; grading/options.py): a total over three models i
 over two. Within a milestone and size, the records fall into option sets; one set is ranked (the
 newest by default, or the one asked for) and one line names the others and how to choose one.
 Records from before options were kept form their own set, ``unrecorded``.
+
+Only runs on the same kind of device are compared (grading/kinds.py: the device's reported name):
+a board has one table per kind, each ranked as above on its own (its own newest option set); a
+team may appear in several. Runs that reached no device (files refused, a run stopped before it
+started) join the table of the board's only kind, or where there are several kinds, no table (a
+line counts them). ``device`` picks one kind's table.
 """
 import csv
 import io
 import json
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 
 from ..errors import Ece408Error
+from .kinds import kind_of, resolve
 from .names import printable, shown
 from .options import describe_options
 
@@ -63,8 +71,45 @@ class OptionSet:
 
 
 @dataclass
+class Table:
+    """One device kind's ranking of a board (a milestone and size): the option set ranked and its rows."""
+    device: str                     # the kind (None: runs that reached no device, or no runs)
+    sets: list                      # every OptionSet of this kind's runs
+    chosen: OptionSet               # the set ranked (None: no runs)
+    rows: list                      # [Row]
+    excluded: int                   # runs of the chosen set that are not valid
+    others: str                     # the line naming this kind's other option sets, or None
+
+    @property
+    def options(self):
+        """The ranked set's options in words, or None (not recorded, or no runs)."""
+        return describe_options(self.chosen.options) if self.chosen is not None and self.chosen.options else None
+
+    def best_and_median(self):
+        """(the best total Op Time of the table, the median of its teams' best), or (None, None)."""
+        times = [r.op_time for r in self.rows]
+        return (min(times), statistics.median(times)) if times else (None, None)
+
+
+@dataclass
+class Board:
+    """The tables of a milestone and size, one per device kind (``kinds``: every kind of its runs,
+    in name order; the tables may be fewer: one kind asked, or an option set some kinds lack)."""
+    milestone: str
+    size: int
+    tables: list
+    kinds: list
+    loose: int = 0                  # runs that reached no device and are in no table
+
+    @property
+    def others(self):
+        """The tables' lines naming their other option sets, one a line (None where there are none)."""
+        return "\n".join(t.others for t in self.tables if t.others) or None
+
+
+@dataclass
 class Report:
-    """The ranking as text, and the line naming the other option sets (None where there are none)."""
+    """The ranking as text, and the lines naming the other option sets (None where there are none)."""
     text: str
     others: str = None
 
@@ -120,6 +165,60 @@ def rank(records):
             for i, r in enumerate(ordered, start=1)]
 
 
+def by_kind(records):
+    """([(kind, records)] in the kinds' name order, the kinds, the records in no table) of a
+    board's records: runs that reached no device join the only kind's records, else are left out
+    (where one of them is valid, which no runner writes, they make a table of their own, last)."""
+    groups = {}
+    for record in records:
+        groups.setdefault(kind_of(record.device), []).append(record)
+    loose = groups.pop(None, [])
+    kinds = sorted(groups)
+    if not kinds:
+        return ([(None, loose)] if loose else []), kinds, []
+    if len(kinds) == 1 and not any(valid(r) for r in loose):
+        merged = sorted(groups[kinds[0]] + loose, key=lambda r: (r.created_at, r.id))
+        return [(kinds[0], merged)], kinds, []
+    pairs = [(k, groups[k]) for k in kinds]
+    if any(valid(r) for r in loose):
+        return pairs + [(None, loose)], kinds, []
+    return pairs, kinds, loose
+
+
+def board(records, milestone, size, options=None, exact=False, device=None):
+    """The Board of ``records`` (one milestone and size): a table per device kind (only the kind
+    ``device`` names, by grading/kinds.py's rule), each ranking its kind's newest option set, or
+    the set ``options`` names (a key or its prefix, among the whole board's sets, so that every
+    table ranks the same set; kinds without runs of it have no table). ``exact``: ``options`` is
+    a whole key, and where no run has it one empty table. RankingError (KindError) where
+    ``options`` (``device``) names none or several."""
+    groups, kinds, loose = by_kind(records)
+    key = None
+    if options is not None:
+        key = choose_set(option_sets([r for _, rs in groups for r in rs]), options, exact).key
+    tables = []
+    for kind, rs in groups:
+        sets = option_sets(rs)
+        chosen = choose_set(sets) if key is None else next((s for s in sets if s.key == key), None)
+        if chosen is None:
+            continue
+        tables.append(Table(kind, sets, chosen, rank(chosen.records), sum(1 for r in chosen.records if not valid(r)),
+                            others_line(milestone, size, chosen, sets)))
+    if not tables:
+        chosen = OptionSet(key, None, []) if key is not None else None
+        tables = [Table(None, [], chosen, [], 0, None)]
+    found = Board(milestone, size, tables, kinds, len(loose))
+    return found if device is None else only(found, device)
+
+
+def only(found, device):
+    """``found`` with the table of the kind ``device`` names only (KindError where it names none
+    or several of the board's kinds; an empty table where that kind has no run of the set ranked)."""
+    kind = resolve(device, found.kinds)
+    tables = [t for t in found.tables if t.device == kind] or [Table(kind, [], None, [], 0, None)]
+    return replace(found, tables=tables, loose=0)
+
+
 def others_line(milestone, size, chosen, sets):
     """One line naming the option sets not shown, or None."""
     others = [s for s in sets if chosen is None or s.key != chosen.key]
@@ -129,27 +228,43 @@ def others_line(milestone, size, chosen, sets):
             f"{'; '.join(s.describe() for s in others)}; choose one with: ranking --options KEY")
 
 
-def format_table(rows, milestone, size, excluded, chosen=None, others=None):
+def format_table(rows, milestone, size, excluded, chosen=None, others=None, device=None):
+    """One table as text: its header names the device kind (where there is one) and, for a table
+    of no kind, each row its device."""
     lines = []
     if chosen is not None and chosen.options is not None:
         lines.append(f"Options: {describe_options(chosen.options)} (--options {chosen.key})")
     if others:
         lines.append(others)
+    where = f" on {printable(device, 80)}" if device else ""
     if not rows:
-        return "\n".join([f"No valid {milestone} run on {size} images yet ({excluded} run(s) not valid)."] + lines)
+        return "\n".join([f"No valid {milestone} run on {size} images{where} yet ({excluded} run(s) not valid)."]
+                         + lines)
     models = list(dict.fromkeys(printable(m.get("model"), 40) for row in rows for m in row.models))
-    head = ["rank", "team", "total Op Time (s)", *[f"{m} (s)" for m in models], "device", "submitted (UTC)"]
+    column = [] if device else ["device"]
+    head = ["rank", "team", "total Op Time (s)", *[f"{m} (s)" for m in models], *column, "submitted (UTC)"]
     body = []
     for row in rows:
         times = {printable(m.get("model"), 40): m.get("op_time") for m in row.models}
         body.append([str(row.rank), shown(row.team), f"{row.op_time:.6f}",
                      *[f"{times[m]:.6f}" if isinstance(times.get(m), (int, float)) else "-" for m in models],
-                     printable(row.device or "-", 60), printable(str(row.submitted_at)[:19].replace("T", " "))])
+                     *([] if device else [printable(row.device or "-", 60)]),
+                     printable(str(row.submitted_at)[:19].replace("T", " "))])
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-    lines = [f"Ranking: {milestone}, {size} images ({len(rows)} team(s); {excluded} run(s) not valid)", *lines,
-             "  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    lines = [f"Ranking: {milestone}, {size} images{where} ({len(rows)} team(s); {excluded} run(s) not valid)",
+             *lines, "  ".join(h.ljust(w) for h, w in zip(head, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def format_tables(found):
+    """A Board's tables as text, one after the other, and the line counting its runs in no table."""
+    blocks = [format_table(t.rows, found.milestone, found.size, t.excluded, t.chosen, t.others, t.device)
+              for t in found.tables]
+    if found.loose:
+        blocks.append(f"{found.loose} run(s) reached no device (files refused, or stopped before the run): not "
+                      "valid, in no table")
+    return "\n\n".join(blocks)
 
 
 def csv_cell(value):
@@ -173,34 +288,47 @@ def format_csv(rows):
     return out.getvalue().rstrip("\n")
 
 
-def format_json(rows, milestone, size, chosen=None, sets=()):
+def table_json(table):
     def entry(s):
         return {"key": s.key, "options": s.options, "runs": len(s.records)}
-    return json.dumps({"milestone": milestone, "size": size,
-                       "options_key": chosen.key if chosen else None,
-                       "options": chosen.options if chosen else None,
-                       "other_options": [entry(s) for s in sets if chosen is None or s.key != chosen.key],
-                       "ranking": [r.to_dict() for r in rows]}, indent=2)
+    chosen = table.chosen
+    return {"device": table.device, "options_key": chosen.key if chosen else None,
+            "options": chosen.options if chosen else None,
+            "other_options": [entry(s) for s in table.sets if chosen is None or s.key != chosen.key],
+            "ranking": [r.to_dict() for r in table.rows]}
 
 
-def ranking_report(store, milestone=None, size=None, fmt="table", options=None, exact=False):
-    """The Report of ``milestone`` on ``size`` images (default: those of the newest record), runs
-    of the option set ``options`` (a key or its prefix; default: the newest set) only: ``fmt``
-    table, csv or json. ``exact``: ``options`` is a whole key (grade's own)."""
+def format_json(found):
+    """A Board as JSON: ``devices`` (every kind of its runs), ``tables`` (one a kind shown); where
+    one table is shown, its fields at the top level too (a class of one kind reads as a single ranking)."""
+    tables = [table_json(t) for t in found.tables]
+    data = {"milestone": found.milestone, "size": found.size, **(tables[0] if len(tables) == 1 else {}),
+            "devices": found.kinds, "tables": tables}
+    if found.loose:
+        data["runs_without_device"] = found.loose
+    return json.dumps(data, indent=2)
+
+
+def format_board(found, fmt):
+    """A Board as ``ranking`` prints it: ``fmt`` table, csv (the tables' rows one after the other,
+    ranks counted per kind, the device column telling them apart) or json."""
+    if fmt == "csv":
+        return format_csv([row for t in found.tables for row in t.rows])
+    if fmt == "json":
+        return format_json(found)
+    return format_tables(found)
+
+
+def ranking_report(store, milestone=None, size=None, fmt="table", options=None, exact=False, device=None):
+    """The Report of ``milestone`` on ``size`` images (default: those of the newest record), one
+    table per device kind (``device``: that kind's only), each of the option set ``options`` (a
+    key or its prefix; default: each kind's newest set): ``fmt`` table, csv or json. ``exact``:
+    ``options`` is a whole key (grade's own)."""
     if milestone is None or size is None:
         latest = store.latest()
         if latest is None:
             return Report("No records yet: run 'python -m ece408_op submit --submit m2' first.")
         milestone = milestone or latest[0]
         size = size or latest[1]
-    sets = option_sets(store.records(milestone=milestone, size=size))
-    chosen = choose_set(sets, options, exact)
-    records = chosen.records if chosen else []
-    rows = rank(records)
-    others = others_line(milestone, size, chosen, sets)
-    if fmt == "csv":
-        return Report(format_csv(rows), others)
-    if fmt == "json":
-        return Report(format_json(rows, milestone, size, chosen, sets), others)
-    excluded = sum(1 for r in records if not valid(r))
-    return Report(format_table(rows, milestone, size, excluded, chosen, others), others)
+    found = board(store.records(milestone=milestone, size=size), milestone, size, options, exact, device)
+    return Report(format_board(found, fmt), found.others)

@@ -1,6 +1,7 @@
 """The instructor's choices for the class, kept in the database (``service_settings``):
 whether the ranking shows other teams' names or pseudonyms, and the secret key the pseudonyms
-are made with.
+are made with; which device kind counts for each milestone's grade (``grading_kinds``), and
+whether a team may ask for a GPU kind no worker has reported (``unknown_gpus``).
 
 A pseudonym is ``Team`` and the first hex digits of HMAC-SHA256(key, name): the same team keeps
 the same pseudonym for the whole course (a team can follow a rival's progress without learning
@@ -38,6 +39,37 @@ def set_names(db, value):
     if value not in NAMES:
         raise ValueError(f"names are {' or '.join(NAMES)}")
     put(db, "names", value)
+
+
+UNKNOWN_GPUS = ("refused", "accepted")
+
+
+def grading_kinds(db):
+    """{milestone: the device kind that counts for its grade} of the milestones given one."""
+    with db.transaction(write=False) as tx:
+        rows = tx.all("SELECT key, value FROM service_settings WHERE key LIKE ?", ("grading_kind:%",))
+    return {key.split(":", 1)[1]: value for key, value in rows}
+
+
+def set_grading_kind(db, milestone, kind):
+    """Count ``kind`` for ``milestone``'s grade (None: no kind chosen)."""
+    if kind is None:
+        with db.transaction() as tx:
+            tx.execute("DELETE FROM service_settings WHERE key = ?", (f"grading_kind:{milestone}",))
+        return
+    put(db, f"grading_kind:{milestone}", kind)
+
+
+def unknown_gpus(db):
+    """``refused`` (a job asking for a GPU kind no worker reported is refused) or ``accepted``."""
+    value = get(db, "unknown_gpus", UNKNOWN_GPUS[0])
+    return value if value in UNKNOWN_GPUS else UNKNOWN_GPUS[0]
+
+
+def set_unknown_gpus(db, value):
+    if value not in UNKNOWN_GPUS:
+        raise ValueError(f"unknown GPU kinds are {' or '.join(UNKNOWN_GPUS)}")
+    put(db, "unknown_gpus", value)
 
 
 def pseudonym_key(db):

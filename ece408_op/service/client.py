@@ -297,8 +297,9 @@ def connect(server=None, token_file=None, preferred_files=()):
     return Client(url, resolve_token(url, token_file, preferred_files))
 
 
-def submit(client, folder, milestone=None, size=None, detach=False):
-    """Upload what the run uses from ``folder``, queue it, follow it; the exit status."""
+def submit(client, folder, milestone=None, size=None, detach=False, gpu=None):
+    """Upload what the run uses from ``folder``, queue it (``gpu``: on that device kind), follow
+    it; the exit status."""
     if milestone is not None:
         try:
             data, taken = uploads.pack_ranked(folder, milestone)
@@ -316,6 +317,9 @@ def submit(client, folder, milestone=None, size=None, detach=False):
         files = sum(1 for e in entries if e.data is not None)
         what = f"development run: {files} file(s), {sum(len(e.data) for e in entries if e.data is not None)} bytes"
         params = {"kind": "development"}
+    if gpu is not None:
+        params["gpu"] = gpu
+        what += f"; on {printable(gpu, 80)}"
     client.note(f"* Uploading to {client.url}: {what}")
     key = secrets.token_hex(16)                        # one submission: sent again under the same key, queued once
     answer = client.request("POST", "/api/jobs", patience=SUBMIT_SLOW_PATIENCE, again=True, params=params,
@@ -433,12 +437,14 @@ def fetch_build(client, job_id):
     return b"".join(parts), sha256
 
 
-def ranking(client, milestone=None, size=None, fmt="table"):
+def ranking(client, milestone=None, size=None, fmt="table", device=None):
     params = {"format": fmt}
     if milestone:
         params["milestone"] = milestone
     if size:
         params["size"] = size
+    if device:
+        params["device"] = device
     client.out.write(client.request("GET", "/api/ranking", params=params).text)
     return 0
 

@@ -136,6 +136,8 @@ MIGRATIONS = [
             deleted_why TEXT)""",
      "CREATE INDEX service_builds_expiry ON service_builds (deleted_at, expires_at)",
      "CREATE INDEX service_builds_team ON service_builds (team, deleted_at, created_at)"],
+    # 5: the device kind a team asked its job to run on (submit --gpu; grading/kinds.py); NULL: any worker
+    ["ALTER TABLE service_jobs ADD COLUMN gpu_kind TEXT"],
 ]
 
 

@@ -131,6 +131,17 @@ def int_param(params, name, low, high, default=None):
     return value
 
 
+def kind_param(params, name):
+    """``?name=`` as a device kind's name, or its start (grading/kinds.py), blanks normalised; None
+    where not given or blank (a form's "any"); Refused (400) where longer than a device's name can be."""
+    text = " ".join((params.get(name) or "").split())
+    if not text:
+        return None
+    if len(text) > 200 or not encodable(text):
+        raise Refused(400, f"{name} is a device kind's name (or its first characters), at most 200 characters")
+    return text
+
+
 def parse_deadline(text):
     """(epoch seconds, as shown) of an ISO 8601 time with its zone."""
     try:

@@ -1,5 +1,5 @@
-"""The instructor's client: what ``teams`` (add, import, list, revoke, rotate, a worker's token)
-and ``deadlines`` do over HTTP, with the instructor's token (client.py: the connection, where
+"""The instructor's client: what ``teams`` (add, import, list, revoke, rotate, a worker's token),
+``deadlines`` and ``kinds`` do over HTTP, with the instructor's token (client.py: the connection, where
 the token comes from, errors as one line). New tokens are shown once: printed, or written to
 files of mode 600."""
 import hashlib
@@ -100,4 +100,35 @@ def list_deadlines(client):
         client.out.write("No deadlines set.\n")
     for d in found:
         client.out.write(f"{d['milestone']}: {d['shown']}\n")
+    return 0
+
+
+def set_grading_kind(client, milestone, name):
+    """Count the kind ``name`` names for ``milestone``'s grade (None: none)."""
+    answer = client.request("PUT", "/api/admin/settings", json={"grading_kinds": {milestone: name}}).json()
+    kind = answer["grading_kinds"].get(milestone)
+    client.out.write(f"{milestone}: the grade counts the runs on {printable(kind, 100)}\n" if kind else
+                     f"{milestone}: no device kind chosen for the grade\n")
+    return 0
+
+
+def set_unknown_gpus(client, choice):
+    client.request("PUT", "/api/admin/settings", json={"unknown_gpus": choice})
+    client.out.write(f"a GPU kind no worker reported: {choice}\n")
+    return 0
+
+
+def list_kinds(client):
+    data = client.request("GET", "/api/kinds").json()
+
+    def kinds(names):
+        return "; ".join(printable(k, 100) for k in names) or "none"
+    runs = "; ".join(f"{m} on {kinds(ks)}" for m, ks in data["run_kinds"].items()) or "none yet"
+    grading = data["grading_kinds"]
+    lines = [f"Workers' device kinds (seen in the last 7 days; submit --gpu names one): {kinds(data['worker_kinds'])}",
+             f"Runs' device kinds: {runs}",
+             "The grade counts: " + ("; ".join(f"{m}: {printable(k, 100)}" for m, k in sorted(grading.items()))
+                                     or "no kind chosen"),
+             f"A GPU kind no worker reported: {data['unknown_gpus']}"]
+    client.out.write("".join(line + "\n" for line in lines))
     return 0

@@ -11,7 +11,10 @@ to wait). A team has at most one job running.
 
 Fair claim: among the teams with a job this worker can run and none running, the team served
 longest ago (never served first, then by its oldest job) gets its oldest job: round robin, so
-that a team with ten jobs waiting holds back a team with one by one job at most. PostgreSQL
+that a team with ten jobs waiting holds back a team with one by one job at most. A worker can run
+a job that needs no GPU or, having one, one that does; and a job that asked for a device kind
+(``gpu_kind``: submit --gpu) only where the worker's own kind (its device's reported name,
+grading/kinds.py) is that one: another worker never takes it, however idle. PostgreSQL
 locks the chosen team's row (``FOR UPDATE SKIP LOCKED``: two workers never take one team's
 jobs at once) and checks again that the team has none running; SQLite's ``BEGIN IMMEDIATE``
 makes the whole claim one writer.
@@ -32,7 +35,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass
 
-from .runs import insert_statement, record_summary
+from .runs import insert_statement, kind_of, record_summary
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 ENDED = (DONE, FAILED, CANCELLED)
@@ -40,14 +43,15 @@ KINDS = ("ranked", "development")
 JOB_COLUMNS = ("id", "team", "kind", "milestone", "size", "gpu", "state", "submitted_at", "started_at",
                "finished_at", "heartbeat_at", "time_limit", "attempts", "lease", "worker", "cancel_requested",
                "status", "exit_code", "valid", "reason", "summary", "record_id", "next_seq", "upload_bytes",
-               "upload_sha256", "files", "idem_key")
+               "upload_sha256", "files", "idem_key", "gpu_kind")
 PUBLIC = ("id", "team", "kind", "milestone", "size", "gpu", "state", "submitted_at", "started_at", "finished_at",
           "attempts", "worker", "status", "exit_code", "valid", "reason", "summary", "record_id", "files",
-          "cancel_requested", "time_limit")
+          "cancel_requested", "time_limit", "gpu_kind")
 MAX_CHUNK = 64 << 10                       # characters of one transcript chunk
 MAX_CHUNKS = 1000                          # chunks in one post
 MAX_SEQ = 2 ** 31 - 1                      # chunk numbers fit PostgreSQL's INTEGER column
 WORKER_SEEN = 120.0                        # a worker that asked for work this recently counts as present
+KINDS_SEEN = 7 * 86400.0                   # the device kinds a team may ask for: those of workers seen this recently
 
 
 class Refused(Exception):
@@ -173,9 +177,10 @@ def admit(db, rules, team, kind, milestone, key=None, now=None):
         return _keyed(tx, team, key) or _rules(tx, rules, team, kind, milestone, now)
 
 
-def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None):
+def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None, gpu_kind=None):
     """Queue a job for ``team``; returns it (a dict). Refused where a rule says no. A ``key`` that
-    the team used before returns that job, marked ``repeated``, and queues nothing."""
+    the team used before returns that job, marked ``repeated``, and queues nothing. ``gpu_kind``:
+    the device kind it runs on (None: any)."""
     now = time.time() if now is None else now
     job_id = secrets.token_hex(16)
     with db.transaction() as tx:
@@ -188,9 +193,10 @@ def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None,
         tx.execute(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
                    (job_id, team, kind, milestone, size, int(gpu), QUEUED, now, None, None, None, rules.job_timeout,
                     0, None, None, 0, None, None, None, None, None, job_id if kind == "ranked" else None, 0,
-                    len(upload), hashlib.sha256(upload).hexdigest(), json.dumps(files), key))
+                    len(upload), hashlib.sha256(upload).hexdigest(), json.dumps(files), key, gpu_kind))
         tx.execute("INSERT INTO service_uploads (job_id, data) VALUES (?, ?)", (job_id, upload))
         what = f"ranked {milestone}, {size} images" if kind == "ranked" else "development run of rai_build.yml"
+        what += f", on {gpu_kind}" if gpu_kind else ""
         _say(tx, {"id": job_id, "next_seq": 0}, f"* Job {job_id} queued at {when(now)}: {what}, team {team}", now)
         tx.execute("UPDATE service_jobs SET next_seq = 1 WHERE id = ?", (job_id,))
         return job_dict(tx.one(_select("id = ?"), (job_id,)))
@@ -246,47 +252,58 @@ def upload(db, job_id, lease):
 
 
 def snapshot(db, now=None):
-    """What queue places are computed from: queued jobs (id, team, submitted_at, gpu), each
-    team's last start, the teams running a job, and the workers seen lately (gpu flag)."""
+    """What queue places are computed from: queued jobs (id, team, submitted_at, gpu, gpu_kind),
+    each team's last start, the teams running a job, and the workers seen lately (how many with a
+    GPU, without, and their device kinds)."""
     now = time.time() if now is None else now
     with db.transaction(write=False) as tx:
-        queued = tx.all("SELECT id, team, submitted_at, gpu FROM service_jobs WHERE state = ? "
+        queued = tx.all("SELECT id, team, submitted_at, gpu, gpu_kind FROM service_jobs WHERE state = ? "
                         "ORDER BY submitted_at, id", (QUEUED,))
         teams = dict(tx.all("SELECT t.name, t.last_started FROM service_teams t WHERE EXISTS "
                             "(SELECT 1 FROM service_jobs j WHERE j.team = t.name AND j.state = ?)", (QUEUED,)))
         running = tx.value("SELECT COUNT(*) FROM service_jobs WHERE state = ?", (RUNNING,))
-        workers = tx.all("SELECT gpu FROM service_workers WHERE last_seen > ?", (now - WORKER_SEEN,))
+        workers = tx.all("SELECT gpu, device FROM service_workers WHERE last_seen > ?", (now - WORKER_SEEN,))
     return {"queued": queued, "last_started": teams, "running": running,
-            "gpu_workers": sum(1 for (g,) in workers if g), "cpu_workers": sum(1 for (g,) in workers if not g)}
+            "gpu_workers": sum(1 for g, _ in workers if g), "cpu_workers": sum(1 for g, _ in workers if not g),
+            "kinds": {kind_of(d) for _, d in workers}}
 
 
 def places(snap):
     """{job id: jobs ahead of it} as the fair claim would order the queue now (round robin:
     each team's k-th waiting job goes in round k; in a round, teams by their last start, then
-    by their oldest job)."""
+    by their oldest job). Ahead of a job that asked for a device kind are only those a worker of
+    that kind could take instead (asking for none, or for that kind)."""
     by_team = {}
-    for job_id, team, submitted, _gpu in snap["queued"]:
-        by_team.setdefault(team, []).append((submitted, job_id))
+    for job_id, team, submitted, _gpu, gpu_kind in snap["queued"]:
+        by_team.setdefault(team, []).append((submitted, job_id, gpu_kind))
     order = sorted(by_team, key=lambda t: (snap["last_started"].get(t) or 0, by_team[t][0]))
     rounds = max((len(v) for v in by_team.values()), default=0)
-    ahead, n = {}, 0
+    ahead, n, anywhere, per_kind = {}, 0, 0, {}
     for k in range(rounds):
         for team in order:
             jobs = by_team[team]
             if k < len(jobs):
-                ahead[jobs[k][1]] = n
+                _, job_id, gpu_kind = jobs[k]
+                ahead[job_id] = n if gpu_kind is None else anywhere + per_kind.get(gpu_kind, 0)
                 n += 1
+                if gpu_kind is None:
+                    anywhere += 1
+                else:
+                    per_kind[gpu_kind] = per_kind.get(gpu_kind, 0) + 1
     return ahead
 
 
 # ---------------------------------------------------------------------------- workers
 
-TEAM_PICK = """SELECT t.name FROM service_teams t
-    WHERE EXISTS (SELECT 1 FROM service_jobs j WHERE j.team = t.name AND j.state = 'queued' AND (j.gpu = 0 OR ? = 1))
+# a job that a worker can run (its parameters: whether the worker has a GPU, its device kind)
+RUNNABLE = "({a}gpu = 0 OR ? = 1) AND ({a}gpu_kind IS NULL OR {a}gpu_kind = ?)"
+TEAM_PICK = f"""SELECT t.name FROM service_teams t
+    WHERE EXISTS (SELECT 1 FROM service_jobs j WHERE j.team = t.name AND j.state = 'queued'
+                  AND {RUNNABLE.format(a="j.")})
       AND NOT EXISTS (SELECT 1 FROM service_jobs r WHERE r.team = t.name AND r.state = 'running')
     ORDER BY COALESCE(t.last_started, 0),
-             (SELECT MIN(q.submitted_at) FROM service_jobs q WHERE q.team = t.name AND q.state = 'queued'
-                AND (q.gpu = 0 OR ? = 1)),
+             (SELECT MIN(j.submitted_at) FROM service_jobs j WHERE j.team = t.name AND j.state = 'queued'
+                AND {RUNNABLE.format(a="j.")}),
              t.name
     LIMIT 1"""
 
@@ -298,19 +315,21 @@ def seen(tx, worker, gpu, device, now):
 
 
 def claim(db, rules, worker, gpu, device, now=None):
-    """The next job for a worker (``gpu``: it has one), fairly (see the module docstring), with a
-    fresh lease and the chunk number its transcript starts at; None when there is none."""
+    """The next job for a worker (``gpu``: it has one; ``device``: its device's name, whose kind a
+    job may have asked for), fairly (see the module docstring), with a fresh lease and the chunk
+    number its transcript starts at; None when there is none."""
     now = time.time() if now is None else now
+    runnable = (int(gpu), kind_of(device))
     with db.transaction() as tx:
         seen(tx, worker, gpu, device, now)
-        row = tx.one(TEAM_PICK + tx.lock_suffix(skip=True), (int(gpu), int(gpu)))
+        row = tx.one(TEAM_PICK + tx.lock_suffix(skip=True), runnable * 2)
         if row is None:
             return None
         team = row[0]
         if tx.postgres and tx.value("SELECT 1 FROM service_jobs WHERE team = ? AND state = ?", (team, RUNNING)):
             return None                            # claimed by another worker since: the next call looks again
-        row = tx.one(_select("team = ? AND state = ? AND (gpu = 0 OR ? = 1)") + " ORDER BY submitted_at, id LIMIT 1"
-                     + tx.lock_suffix(), (team, QUEUED, int(gpu)))
+        row = tx.one(_select(f"team = ? AND state = ? AND {RUNNABLE.format(a='')}") +
+                     " ORDER BY submitted_at, id LIMIT 1" + tx.lock_suffix(), (team, QUEUED, *runnable))
         if row is None:
             return None
         job = job_dict(row)

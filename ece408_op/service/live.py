@@ -33,7 +33,7 @@ class Hub:
         self.counter = 0
         self.queue_version = 0                    # counts changes of the queue (places are computed again)
         self.records_version = 0
-        self.claimers = deque()                   # (future, gpu) of claims waiting for a job
+        self.claimers = deque()                   # (future, gpu, device kind) of claims waiting for a job
 
     def job(self, job_id):
         event = self._jobs.get(job_id)
@@ -79,14 +79,15 @@ class Hub:
             del self.versions[job_id]
             self.tails.pop(job_id, None)
 
-    def wake_claim(self, gpu_needed=False):
-        """Wake one waiting claim able to take a job needing a GPU (``gpu_needed``), oldest first:
-        never the whole herd of idle workers for one job."""
+    def wake_claim(self, gpu_needed=False, kind=None):
+        """Wake one waiting claim able to take a job needing a GPU (``gpu_needed``) and asking for
+        the device kind ``kind`` (None: any), oldest first: never the whole herd of idle workers
+        for one job."""
         for item in list(self.claimers):
-            future, gpu = item
+            future, gpu, own = item
             if future.done():
                 self.claimers.remove(item)
-            elif gpu or not gpu_needed:
+            elif (gpu or not gpu_needed) and kind in (None, own):
                 self.claimers.remove(item)
                 future.set_result(True)
                 return
@@ -94,7 +95,7 @@ class Hub:
     def wake_all(self):
         """Every waiting claim answers now (the server is draining)."""
         while self.claimers:
-            future, _ = self.claimers.popleft()
+            future = self.claimers.popleft()[0]
             if not future.done():
                 future.set_result(True)
 
@@ -113,6 +114,9 @@ async def wait_first(events, timeout):
 
 
 def worker_note(job, snap):
+    if job.get("gpu_kind") and job["gpu_kind"] not in snap["kinds"]:
+        return (f"no worker on {job['gpu_kind']} (the device kind asked for) has asked for work in the last 2 "
+                "minutes; the job waits for one")
     if job["gpu"] and not snap["gpu_workers"]:
         return "no worker with a GPU has asked for work in the last 2 minutes; the job waits for one"
     if not snap["gpu_workers"] and not snap["cpu_workers"]:

@@ -90,7 +90,7 @@ def fill(db, teams, runs, seed=408):
                    cancel_requested=0, status="ok", exit_code=0, valid=int(ok), reason=records[-1].reason,
                    summary=None, record_id=job_id, next_seq=len(transcript), upload_bytes=5120,
                    upload_sha256="0" * 64, files=json.dumps(files), idem_key=None)
-        jobs.append(tuple(row[c] for c in JOB_COLUMNS))
+        jobs.append(tuple(row.get(c) for c in JOB_COLUMNS))         # columns not named: NULL
         chunks += [(job_id, k, text, at.timestamp()) for k, text in enumerate(transcript)]
     now = time.time()
     for k in range(34):                                          # 30 waiting, 4 running
@@ -103,7 +103,7 @@ def fill(db, teams, runs, seed=408):
                    cancel_requested=0, status=None, exit_code=None, valid=None, reason=None, summary=None,
                    record_id=f"f{k:031x}", next_seq=1, upload_bytes=5120, upload_sha256="0" * 64, files="[]",
                    idem_key=None)
-        jobs.append(tuple(row[c] for c in JOB_COLUMNS))
+        jobs.append(tuple(row.get(c) for c in JOB_COLUMNS))         # columns not named: NULL
     with db.transaction() as tx:
         tx.conn.executemany(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}) VALUES "
                             f"({', '.join('?' * len(JOB_COLUMNS))})", jobs)

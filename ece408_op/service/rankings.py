@@ -1,6 +1,7 @@
 """The ranking as this server keeps it between records, for ``/api/ranking`` and the pages: the
-boards with records, each board's ``Standing`` (standings.py), the class's names, the
-instructor's choice of names or pseudonyms, and ``ranking``'s text as the API answers it.
+boards with records, each board's tables (standings.board: one a device kind), the class's
+names, the instructor's choices (names or pseudonyms, the kind each milestone's grade counts),
+and ``ranking``'s text as the API answers it.
 
 Each is computed in a thread and kept: computed again when a record was added through this
 server (at most once a second, ``hub.records_version``) and at least every ``ranking_seconds``
@@ -10,7 +11,8 @@ import asyncio
 import time
 
 from . import choices, overview, standings
-from .runs import ranking_report
+from .jobs import Refused
+from .runs import KindError, RankingError, ranking_report
 
 
 class Rankings:
@@ -19,7 +21,7 @@ class Rankings:
         self._cache = {}                        # key -> (records version, monotonic time, value)
         self._locks = {}
         self._serial = 0
-        self._names = (0.0, None)
+        self._choices = {}                      # name -> (monotonic time read, the instructor's choice)
         self._key = None
         self._records = {}                      # (milestone, size) -> {record id: Record} read so far
         self._reports = {}                      # (milestone, size, format) -> (records version, time, text)
@@ -57,18 +59,40 @@ class Rankings:
             return tuple(found), found
         return (await self._cached("boards", compute))[1]
 
-    async def standing(self, milestone, size):
-        """(serial, Standing) of a board; the serial changes only when the ranking does."""
+    async def board(self, milestone, size):
+        """(serial, the board's tables: grading's Board); the serial changes only when the ranking does."""
         known = self._records.setdefault((milestone, size), {})
 
         def compute():
-            st = standings.standing(self.service.db, milestone, size, known)
-            fingerprint = (tuple((r.team, r.op_time, r.record_id, r.runs, r.submitted_at) for r in st.rows),
-                           st.excluded, st.others, st.chosen.key if st.chosen else None)
+            found = standings.board(self.service.db, milestone, size, known)
+            fingerprint = (tuple((t.device, tuple((r.team, r.op_time, r.record_id, r.runs, r.submitted_at)
+                                                  for r in t.rows), t.excluded, t.others,
+                                  t.chosen.key if t.chosen else None) for t in found.tables), found.loose)
             self._serial += 1
-            return fingerprint, self._serial, st
-        _, serial, st = await self._cached(("standing", milestone, size), compute)
-        return serial, st
+            return fingerprint, self._serial, found
+        _, serial, found = await self._cached(("board", milestone, size), compute)
+        return serial, found
+
+    async def team_standing(self, milestone, size, team):
+        """(serial, the Table of the board that ``team``'s plot draws: standings.team_table)."""
+        serial, found = await self.board(milestone, size)
+        return serial, standings.team_table(found, team, (await self.grading_kinds()).get(milestone))
+
+    async def _choice(self, read):
+        """What ``read`` (a function of choices.py) gives, read again every 2 s."""
+        at, value = self._choices.get(read.__name__, (0.0, None))
+        if value is None or time.monotonic() - at > 2.0:
+            value = await self.service.run(read, self.service.db)
+            self._choices[read.__name__] = (time.monotonic(), value)
+        return value
+
+    async def grading_kinds(self):
+        """{milestone: the kind its grade counts}."""
+        return await self._choice(choices.grading_kinds)
+
+    def forget_choices(self):
+        """The instructor's choices are read again at their next use (one was just made)."""
+        self._choices.clear()
 
     async def class_names(self):
         """{a record's team: its name in the class} where they differ (standings.class_names)."""
@@ -78,51 +102,51 @@ class Rankings:
         return (await self._cached("class names", compute))[1]
 
     async def names(self):
-        """``shown`` or ``anonymised`` (read again every 2 s)."""
-        at, value = self._names
-        if value is None or time.monotonic() - at > 2.0:
-            value = await self.service.run(choices.names, self.service.db)
-            self._names = (time.monotonic(), value)
-        return value
+        """``shown`` or ``anonymised``."""
+        return await self._choice(choices.names)
 
     async def set_names(self, value):
         """The instructor's choice, stored (ValueError where it is neither) and in force at once."""
         await self.service.run(choices.set_names, self.service.db, value)
-        self._names = (time.monotonic(), value)
+        self._choices[choices.names.__name__] = (time.monotonic(), value)
 
     async def anonymised_for(self, principal):
         return principal.kind == "team" and await self.names() == "anonymised"
 
-    async def pseudonyms(self, st, principal):
+    async def pseudonyms(self, found, principal):
         """{name: pseudonym} of the board's teams where ``principal`` sees pseudonyms, else None."""
-        return await self.key_pseudonyms(st) if await self.anonymised_for(principal) else None
+        return await self.key_pseudonyms(found) if await self.anonymised_for(principal) else None
 
-    async def key_pseudonyms(self, st):
+    async def key_pseudonyms(self, found):
         if self._key is None:
             self._key = await self.service.run(choices.pseudonym_key, self.service.db)
-        return choices.pseudonyms(self._key, [r.team for r in st.rows])
+        return choices.pseudonyms(self._key, [r.team for t in found.tables for r in t.rows])
 
-    async def report(self, principal, milestone, size, fmt):
-        """``/api/ranking``'s text: as ``ranking`` prints it; for a team where names are
-        anonymised, the other teams under their pseudonyms."""
-        if await self.anonymised_for(principal):                             # the instructor's choice
-            return await self._anonymised_report(milestone, size, fmt, principal.name)
-        key = (milestone, size, fmt)
-        lock = self._report_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            version, at, body = self._reports.get(key, (None, 0.0, None))
-            if body is None or self._stale(version, at):
-                version = self.service.hub.records_version
-                body = await self.service.run(self.service.with_store,
-                                              lambda store: ranking_report(store, milestone, size, fmt).text)
-                self._reports[key] = (version, time.monotonic(), body)
-        return body
+    async def report(self, principal, milestone, size, fmt, device=None):
+        """``/api/ranking``'s text: as ``ranking`` prints it (``device``: one kind's table, as
+        ``ranking --device`` picks it; Refused 400 where it names none or several); for a team
+        where names are anonymised, the other teams under their pseudonyms."""
+        try:
+            if await self.anonymised_for(principal):                         # the instructor's choice
+                return await self._anonymised_report(milestone, size, fmt, principal.name, device)
+            key = (milestone, size, fmt, device)
+            lock = self._report_locks.setdefault(key, asyncio.Lock())
+            async with lock:
+                version, at, body = self._reports.get(key, (None, 0.0, None))
+                if body is None or self._stale(version, at):
+                    version = self.service.hub.records_version
+                    body = await self.service.run(self.service.with_store, lambda store: ranking_report(
+                        store, milestone, size, fmt, device=device).text)
+                    self._reports[key] = (version, time.monotonic(), body)
+            return body
+        except (KindError, RankingError) as exc:
+            raise Refused(400, str(exc)) from None
 
-    async def _anonymised_report(self, milestone, size, fmt, team):
+    async def _anonymised_report(self, milestone, size, fmt, team, device):
         if milestone is None or size is None:
             found = await self.boards()
             if not found:
                 return "No records yet: run 'python -m ece408_op submit --submit m2' first."
             milestone, size = milestone or found[0][0], size or found[0][1]
-        _, st = await self.standing(milestone, size)
-        return standings.report(st, fmt, team, await self.key_pseudonyms(st))
+        _, found = await self.board(milestone, size)
+        return standings.report(found, fmt, team, await self.key_pseudonyms(found), device)

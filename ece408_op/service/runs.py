@@ -7,9 +7,10 @@ from pathlib import Path
 
 from ..grading.config import CONFIG_NAME, ConfigError, load_config
 from ..grading.names import printable, shown, team_name
-from ..grading.options import describe_options
-from ..grading.ranking import (choose_set, csv_cell, format_csv, format_json, format_table, option_sets, others_line,
-                               rank, ranking_report, valid)
+from ..grading.kinds import (KindError, kind_of, listed as listed_kinds, matching as matching_kinds,
+                             resolve as resolve_kind)
+from ..grading.ranking import (RankingError, Table, board as make_board, csv_cell, format_board, format_csv, only,
+                               ranking_report, valid)
 from ..grading.development import run_development
 from ..grading.inputs import data_dir, model_dirs
 from ..grading.machine import cpu_name, gpu_name, gpu_query
@@ -30,8 +31,10 @@ __all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTO
            "printable", "ranking_report", "read_team_files", "resolve_url", "run_development",
            "stop_on_signals", "submit", "team_name", "walk_folder", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does
-           "RECORD_COLUMNS", "choose_set", "csv_cell", "describe_options", "format_csv", "format_json", "format_table",
-           "option_sets", "others_line", "rank", "shown", "valid"]
+           "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board", "only",
+           "shown", "valid",
+           # device kinds (grading/kinds.py): the ranking's tables, the kind a job asks for
+           "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind"]
 
 
 def check_build_config(text):
@@ -57,11 +60,18 @@ def gpu_indices():
     return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()] if out.returncode == 0 else []
 
 
+DEVICE_NAME_ENV = "ECE408_DEVICE_NAME"   # for tests only: the name every slot reports (its kind, for the queue)
+
+
 def device_name(gpu):
     """What a worker slot runs on: the CPU's name (``gpu`` None), the GPU's that
-    $CUDA_VISIBLE_DEVICES names ("visible"), or that of GPU index ``gpu``."""
+    $CUDA_VISIBLE_DEVICES names ("visible"), or that of GPU index ``gpu``. $ECE408_DEVICE_NAME,
+    where set, is reported instead, for tests only: it lets workers on one machine stand for
+    several device kinds in the queue (the records keep the name their runs measured on)."""
     import shutil
     import subprocess
+    if os.environ.get(DEVICE_NAME_ENV, "").strip():
+        return os.environ[DEVICE_NAME_ENV].strip()
     if gpu is None:
         return cpu_name()
     if gpu == "visible" or shutil.which("nvidia-smi") is None:

@@ -1,27 +1,28 @@
 """The ranking as the pages show it, by the rules of ``ranking`` (grading/ranking.py, through
-runs.py): per milestone and size, the records fall into option sets, the newest set is ranked,
-each team once with its fastest valid total Op Time (ties to the earlier run).
+runs.py): per milestone and size, a table per device kind; in each, the records fall into option
+sets, the newest set is ranked, each team once with its fastest valid total Op Time (ties to the
+earlier run).
 
 What differs from ``ranking`` is only how the rows are read and named:
 
 - records are read without their transcripts (``light_records``): a ranking of 10,000 runs
   reads their numbers, not their megabytes of output;
-- a ``Standing`` (the ranked rows of one milestone and size) is computed once and then named for
-  each viewer (``named``): the instructor sees every name; a team sees its own name and, where the
-  instructor chose so, pseudonyms for the others (choices.py);
-- the instructor's CSV (``graded_csv``) adds every team of the class without a valid run and, as
-  an option, the course's grade rule: full credit at or below one Op Time, none at or above
-  another, linear in between. Its cells are neutralised as ``ranking --csv`` does (``csv_cell``).
+- a board (grading's ``Board``: one ``Table`` of ranked rows per device kind) is computed once
+  and then named for each viewer (``named``): the instructor sees every name; a team sees its own
+  name and, where the instructor chose so, pseudonyms for the others (choices.py);
+- the instructor's CSV (``graded_csv``) is one kind's table, with every team of the class without
+  a valid run on that kind and, as an option, the course's grade rule: full credit at or below one
+  Op Time, none at or above another, linear in between, by the kind the instructor chose for the
+  grade. Its cells are neutralised as ``ranking --csv`` does (``csv_cell``).
 """
 import csv
 import io
 import json
 import math
-import statistics
 from dataclasses import dataclass, replace
 
-from .runs import (RECORD_COLUMNS, Record, choose_set, csv_cell, describe_options, format_csv, format_json,
-                   format_table, option_sets, others_line, printable, rank, shown, team_name, valid)
+from .runs import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, only, printable, shown,
+                   valid)
 
 LIGHT = ", ".join("'' AS transcript" if c == "transcript" else c for c in RECORD_COLUMNS)
 
@@ -76,27 +77,6 @@ def team_boards(db, team):
     return [(m, int(s), int(n)) for m, s, n in rows]
 
 
-@dataclass
-class Standing:
-    """The ranking of one milestone and size: its rows, as ``ranking`` ranks them."""
-    milestone: str
-    size: int
-    rows: list                       # grading's Row, real names
-    excluded: int                    # runs of the ranked option set that are not valid
-    chosen: object                   # the ranked OptionSet (None: no records)
-    sets: list                       # every OptionSet of this milestone and size
-    others: str                      # the line naming the other option sets, or None
-
-    @property
-    def options(self):
-        return describe_options(self.chosen.options) if self.chosen is not None and self.chosen.options else None
-
-    def best_and_median(self):
-        """(the class's best total Op Time, the median of its teams' best), or (None, None)."""
-        times = [r.op_time for r in self.rows]
-        return (min(times), statistics.median(times)) if times else (None, None)
-
-
 RANKED = ("id", "created_at", "team", "milestone", "size", "status", "op_time", "correct", "device", "options_key")
 
 
@@ -147,31 +127,44 @@ def _decoded(text, kind):
     return value if isinstance(value, kind) else None
 
 
-def standing(db, milestone, size, known=None):
-    """The Standing of ``milestone`` on ``size`` images (the newest option set), ranked by
-    grading's own steps; then the options of each set and the models and files of the ranked runs
-    are read (a few hundred rows, not the board's thousands). ``known``: see ``ranking_records``."""
-    sets = option_sets(ranking_records(db, milestone, size, known))
+def board(db, milestone, size, known=None):
+    """The Board of ``milestone`` on ``size`` images (grading's: a Table per device kind, each its
+    kind's newest option set), ranked by grading's own steps; the options of each set and the
+    models and files of the ranked runs are read here (a few hundred rows, not the board's
+    thousands). ``known``: see ``ranking_records``."""
+    records = ranking_records(db, milestone, size, known)
+    unread = {}
+    for record in records:
+        if record.options_key and record.options is None:
+            unread.setdefault(record.options_key, []).append(record)
     with db.transaction(write=False) as tx:
-        for s in sets:
-            if s.records[0].options_key:
-                s.options = _decoded(tx.value("SELECT options FROM runs WHERE id = ?", (s.records[0].id,)), dict)
-    chosen = choose_set(sets)
-    records = chosen.records if chosen else []
-    rows = rank(records)
+        for group in unread.values():
+            options = _decoded(tx.value("SELECT options FROM runs WHERE id = ?", (group[0].id,)), dict)
+            for record in group:
+                record.options = options
+    found = make_board(records, milestone, size)
+    rows = [row for table in found.tables for row in table.rows]
     ids = [r.record_id for r in rows]
-    found = {}
+    read = {}
     with db.transaction(write=False) as tx:
         for i in range(0, len(ids), 500):
             part = ids[i:i + 500]
-            found.update((rid, (models, files)) for rid, models, files in tx.all(
+            read.update((rid, (models, files)) for rid, models, files in tx.all(
                 f"SELECT id, models, team_files FROM runs WHERE id IN ({', '.join('?' * len(part))})", part))
     for row in rows:
-        models, files = found.get(row.record_id, (None, None))
+        models, files = read.get(row.record_id, (None, None))
         row.models = [m for m in _decoded(models, list) or [] if isinstance(m, dict)]
         row.team_files = _decoded(files, list) or []
-    return Standing(milestone, size, rows, sum(1 for r in records if not valid(r)), chosen, sets,
-                    others_line(milestone, size, chosen, sets))
+    return found
+
+
+def table_of(found, kind=None):
+    """The Table of ``found`` whose device kind is ``kind`` (a page's default: the kind chosen for
+    the milestone's grade), else its first."""
+    for table in found.tables:
+        if table.device == kind:
+            return table
+    return found.tables[0]
 
 
 @dataclass
@@ -233,14 +226,29 @@ def layers_of(models):
     return out
 
 
-def report(st, fmt, viewer=None, pseudonyms=None):
-    """The ranking as ``ranking`` prints it (``fmt`` table, csv or json), named for ``viewer``."""
-    rows = [s.row for s in named(st.rows, viewer, pseudonyms)] if pseudonyms else st.rows
-    if fmt == "csv":
-        return format_csv(rows)
-    if fmt == "json":
-        return format_json(rows, st.milestone, st.size, st.chosen, st.sets)
-    return format_table(rows, st.milestone, st.size, st.excluded, st.chosen, st.others)
+def team_table(found, team, preferred=None):
+    """The Table a team's plot of the board draws: that of the kind ``preferred`` (the kind its
+    grade counts) where the team ran on it, else that of the kind of the team's newest run, else
+    the board's first."""
+    names = set(record_teams(team))
+    ran = [t for t in found.tables if t.chosen and any(r.team in names for r in t.chosen.records)]
+    for table in ran:
+        if table.device == preferred:
+            return table
+    if ran:
+        return max(ran, key=lambda t: max(r.created_at for r in t.chosen.records if r.team in names))
+    return found.tables[0]
+
+
+def report(found, fmt, viewer=None, pseudonyms=None, device=None):
+    """The ranking as ``ranking`` prints it (``fmt`` table, csv or json; ``device``: one kind's
+    table, as ``ranking --device`` picks it), named for ``viewer``."""
+    if device is not None:
+        found = only(found, device)
+    if pseudonyms:
+        found = replace(found, tables=[replace(t, rows=[s.row for s in named(t.rows, viewer, pseudonyms)])
+                                       for t in found.tables])
+    return format_board(found, fmt)
 
 
 def grade(op_time, full, zero):
@@ -256,9 +264,10 @@ def grade(op_time, full, zero):
 
 
 def graded_csv(st, roster, full=None, zero=None):
-    """The instructor's export: ``ranking --csv``'s columns, then every team of ``roster`` without
-    a valid run (rank and Op Time empty); with ``full`` and ``zero`` (seconds) a last column, the
-    grade in percent by the course's linear rule. Every cell neutralised by ``csv_cell``."""
+    """The instructor's export of one device kind's Table ``st``: ``ranking --csv``'s columns, then
+    every team of ``roster`` without a valid run on it (rank and Op Time empty); with ``full`` and
+    ``zero`` (seconds) a last column, the grade in percent by the course's linear rule. Every cell
+    neutralised by ``csv_cell``."""
     rule = full is not None and zero is not None
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

@@ -5,20 +5,24 @@
     GET  /ready                               the database answers (readiness); 503 otherwise
     GET  /api/whoami                          any token: its kind and name
     POST /api/jobs?kind=ranked&milestone=m2&size=100   team: queue an upload (body: the tar.gz)    jobs.py
+                                              (&gpu=KIND: the device kind it runs on; not with m2)
     GET  /api/jobs[?team=T]                   team: its own jobs; instructor: all (or one team's)
     GET  /api/jobs/{id}                       team: its own (another team's id: 404); instructor: any
     GET  /api/jobs/{id}/transcript            the transcript so far, as text
     GET  /api/jobs/{id}/events?after=SEQ      server-sent events: queued (place), line, notice, end
     GET  /api/jobs/{id}/build                 a development run's build folder (tar.gz) while it is kept
     POST /api/jobs/{id}/cancel
-    GET  /api/ranking?milestone=&size=&format=table|csv|json   team or instructor (a team:          ranking.py
-                                              pseudonyms for the other teams where the instructor chose them on /admin)
+    GET  /api/ranking?milestone=&size=&device=&format=table|csv|json   team or instructor: a table  ranking.py
+                                              per device kind (device=: one); a team: pseudonyms for the other
+                                              teams where the instructor chose them on /admin
     GET  /api/deadlines
+    GET  /api/kinds                           the device kinds (workers', runs'), the grading kinds, unknown_gpus
     POST /api/admin/teams {names, skip_existing}     instructor: tokens shown once                instructor.py
     GET  /api/admin/teams, POST /api/admin/teams/revoke {name}, POST /api/admin/teams/rotate {name}
     GET  /api/admin/uncounted                        instructor: records kept as not counted (late, cancelled)
     POST /api/admin/workers {name}                   instructor: a worker token
     PUT  /api/admin/deadlines {milestone, deadline}  instructor (ISO 8601 with its zone; null clears)
+    PUT  /api/admin/settings {grading_kinds: {milestone: kind|null}, unknown_gpus: refused|accepted}
     POST /api/worker/claim {slot, gpu, device, wait} worker: the next job and its lease, or 204      worker.py
     GET  /api/worker/jobs/{id}/upload                worker (X-Lease): the job's upload
     POST /api/worker/jobs/{id}/chunks {chunks}       worker: transcript chunks [[seq, text]]

@@ -1,8 +1,9 @@
-"""The instructor's routes: the class's teams and their tokens, workers' tokens, deadlines.
-Every route of this router takes the instructor's token only (the router's dependency)."""
+"""The instructor's routes: the class's teams and their tokens, workers' tokens, deadlines, the
+settings about device kinds. Every route of this router takes the instructor's token only (the
+router's dependency)."""
 from fastapi import APIRouter, Depends, Request
 
-from .. import jobs
+from .. import choices, devices, jobs
 from ..auth import instructor
 from ..http import parse_deadline, read_json, text_field
 from ..jobs import Refused
@@ -68,3 +69,31 @@ async def set_deadline(request: Request):
     await service.run(jobs.set_deadline, service.db, milestone, at, shown)
     log("deadline.set", milestone=milestone, deadline=shown)
     return {"milestone": milestone, "deadline": at, "shown": shown}
+
+
+@router.put("/settings")
+async def put_settings(request: Request):
+    """``{"grading_kinds": {milestone: a kind's name, or null to clear}, "unknown_gpus": "refused" |
+    "accepted"}``, either or both; answers the settings as ``GET /api/kinds`` does."""
+    service = service_of(request)
+    data = await read_json(request)
+    unknown = [k for k in data if k not in ("grading_kinds", "unknown_gpus")]
+    if unknown or not data:
+        raise Refused(400, "the settings are grading_kinds ({milestone: kind or null}) and unknown_gpus "
+                           f"({' or '.join(choices.UNKNOWN_GPUS)})")
+    kinds = data.get("grading_kinds", {})
+    if not isinstance(kinds, dict) or not all(m in MILESTONES and (k is None or isinstance(k, str))
+                                              for m, k in kinds.items()):
+        raise Refused(400, f"grading_kinds maps milestones ({', '.join(MILESTONES)}) to a device kind's name or null")
+    if "unknown_gpus" in data and data["unknown_gpus"] not in choices.UNKNOWN_GPUS:
+        raise Refused(400, f"unknown_gpus is {' or '.join(choices.UNKNOWN_GPUS)}")
+    chosen = {}
+    for milestone, name in kinds.items():
+        chosen[milestone] = await service.run(devices.set_grading_kind, service.db, milestone,
+                                              text_field(kinds, milestone, "a device kind's name") if name else None)
+    if "unknown_gpus" in data:
+        await service.run(choices.set_unknown_gpus, service.db, data["unknown_gpus"])
+    service.rankings.forget_choices()
+    log("settings.set", **{f"grading_kind_{m}": k for m, k in chosen.items()},
+        **({"unknown_gpus": data["unknown_gpus"]} if "unknown_gpus" in data else {}))
+    return await service.run(devices.settings, service.db)

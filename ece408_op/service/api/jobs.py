@@ -6,10 +6,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.background import BackgroundTask
 from sse_starlette import EventSourceResponse
 
-from .. import buildstore, jobs, limits
+from .. import buildstore, devices, jobs, limits
 from .. import upload as uploads
 from ..auth import team, team_or_instructor
-from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, read_body
+from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, kind_param, read_body
 from ..jobs import Refused, public
 from ..live import follow, with_place
 from ..logs import log
@@ -47,6 +47,12 @@ async def submit(request: Request, principal=Depends(team)):
         if milestone not in MILESTONES:
             raise Refused(400, f"a ranked run names its milestone: {', '.join(MILESTONES)}")
         size = int_param(params, "size", 1, 10000, DEFAULT_SIZE)
+    gpu_kind = kind_param(params, "gpu")
+    if gpu_kind is not None:
+        if milestone is not None and milestone not in GPU_MILESTONES:
+            raise Refused(400, f"gpu goes with a GPU milestone or a development run: {milestone} is measured on the "
+                               "CPU, and ranked by the CPU's kind")
+        gpu_kind = await service.run(devices.wanted_kind, service.db, gpu_kind)
     key = idempotency_key(request)
     check_size(request, settings.max_upload, "upload")
     earlier = await service.refusals.admit(service, principal.name, kind, milestone, key)
@@ -58,13 +64,13 @@ async def submit(request: Request, principal=Depends(team)):
         async with service.uploads.slot("checking"):
             gpu, files = await service.run(checked_upload, body, kind, milestone, settings.max_upload)
     job = await service.run(jobs.submit, service.db, settings.rules, principal.name, kind, milestone, size, gpu,
-                            body, files, key)
+                            body, files, key, gpu_kind=gpu_kind)
     if job.get("repeated"):
         return JSONResponse(await with_place(service, job), status_code=200)
     log("job.queued", job=job["id"], team=principal.name, kind=kind, milestone=milestone, size=size,
         bytes=len(body))
     service.hub.queue_changed()
-    service.hub.wake_claim(gpu_needed=gpu)
+    service.hub.wake_claim(gpu_needed=gpu, kind=gpu_kind)
     return JSONResponse(await with_place(service, job), status_code=201)
 
 

@@ -1,13 +1,13 @@
-"""The ranking, as ``ranking`` prints it (rankings.py keeps it between records), and the
-deadlines: what a team or the instructor reads."""
+"""The ranking, as ``ranking`` prints it (rankings.py keeps it between records), the deadlines
+and the device kinds (devices.py): what a team or the instructor reads."""
 import time
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from .. import jobs
+from .. import devices, jobs
 from ..auth import team_or_instructor
-from ..http import int_param
+from ..http import int_param, kind_param
 from ..jobs import Refused
 from ..runs import MILESTONES
 from ..state import service_of
@@ -25,7 +25,8 @@ async def ranking(request: Request, principal=Depends(team_or_instructor)):
     fmt = params.get("format", "table")
     if fmt not in ("table", "csv", "json"):
         raise Refused(400, "format is table, csv or json")
-    body = await service_of(request).rankings.report(principal, milestone, size, fmt)
+    device = kind_param(params, "device")
+    body = await service_of(request).rankings.report(principal, milestone, size, fmt, device)
     return Response(body + "\n", media_type="application/json" if fmt == "json" else "text/plain")
 
 
@@ -33,3 +34,11 @@ async def ranking(request: Request, principal=Depends(team_or_instructor)):
 async def show_deadlines(request: Request):
     service = service_of(request)
     return {"deadlines": await service.run(jobs.deadlines, service.db), "now": time.time()}
+
+
+@router.get("/kinds", dependencies=[Depends(team_or_instructor)])
+async def show_kinds(request: Request):
+    """The device kinds of the workers (seen in the last 7 days: what submit --gpu may name) and of
+    the runs, the kind each milestone's grade counts, and whether unknown GPU kinds are accepted."""
+    service = service_of(request)
+    return await service.run(devices.settings, service.db)

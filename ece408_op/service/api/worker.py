@@ -15,7 +15,7 @@ from ..auth import worker
 from ..http import check_job_id, encodable, read_json
 from ..jobs import Lost, Refused
 from ..logs import log
-from ..runs import Record, printable
+from ..runs import Record, kind_of, printable
 from ..state import service_of
 
 STATUSES = ("ok", "failed", "timeout", "killed", "error")
@@ -68,14 +68,15 @@ async def claim(request: Request, principal=Depends(worker)):
         if remaining <= 0:
             return Response(status_code=204)
         future = asyncio.get_running_loop().create_future()
-        service.hub.claimers.append((future, gpu))
+        waiting = (future, gpu, kind_of(device))
+        service.hub.claimers.append(waiting)
         try:
             await asyncio.wait_for(future, timeout=min(remaining, 10.0))
         except asyncio.TimeoutError:
             pass
         finally:
-            if (future, gpu) in service.hub.claimers:
-                service.hub.claimers.remove((future, gpu))
+            if waiting in service.hub.claimers:
+                service.hub.claimers.remove(waiting)
 
 
 @router.get("/jobs/{job_id}/upload")

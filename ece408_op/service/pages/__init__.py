@@ -2,9 +2,10 @@
 autoescaped) with one small stylesheet and one small script (``service/static/``), no build
 step. One module a page, each with its routes on a router of pages (errors.py):
 
-    GET  /                       the ranking of a milestone and size (?milestone=&size=), live (SSE)      ranking.py
+    GET  /                       the ranking of a milestone and size (?milestone=&size=), a tab a device  ranking.py
+                                 kind (&device=), live (SSE)
     GET  /ranking/events         its live part: the ranking's HTML, sent again when it changes
-                                 (?milestone=&size=; without them the newest board)
+                                 (?milestone=&size=&device=; without them the newest board)
     GET  /team                   a team's runs and plots (the instructor: ?name=TEAM)                    team.py
     GET  /team/plot.svg          its Op Time over its runs against the class's best and median (matplotlib)
     GET  /jobs/{id}              a job: its place in the queue, its transcript live, its verdict         job.py
@@ -12,12 +13,14 @@ step. One module a page, each with its routes on a router of pages (errors.py):
     GET  /jobs/{id}/transcript   the transcript as plain text
     GET  /jobs/{id}/build        a development run's build folder (tar.gz) while it is kept
     POST /jobs/{id}/cancel
-    GET  /admin                  the instructor: queue, workers, teams, deadlines, names, CSV export     admin.py
+    GET  /admin                  the instructor: queue, workers, teams, deadlines, kinds, names, CSV     admin.py
     POST /admin/names            whether teams see the other teams' names or pseudonyms
+    POST /admin/grading-kind     the device kind whose runs count for a milestone's grade (or none)
+    POST /admin/unknown-gpus     whether a team may ask for a GPU kind no worker has reported
     POST /admin/deadlines        set or clear a milestone's deadline
     POST /admin/teams/revoke     revoke a team's token (its sessions end with it)
     POST /admin/jobs/{id}/cancel
-    GET  /admin/ranking.csv      the ranking as CSV, optionally with the course's grade rule
+    GET  /admin/ranking.csv      one device kind's ranking as CSV, optionally with the course's grade rule
     GET  /login                  the login form                                                          login.py
     POST /login                  a token, given once, opens a session (sessions.py)
     POST /logout                 ends it

@@ -1,17 +1,20 @@
 """The instructor's page (``/admin``): the queue, the workers, the teams against the rate
-limits, deadlines, names shown or pseudonyms, the CSV export with the grade rule, recent jobs;
-and its forms (cancel a job, revoke a team's token, set or clear a deadline, choose names)."""
+limits, deadlines, names shown or pseudonyms, the device kinds (which counts for each milestone's
+grade, whether teams may ask for one no worker reported), the CSV export of one kind's table with
+the grade rule, recent jobs; and its forms (cancel a job, revoke a team's token, set or clear a
+deadline, choose names, choose the grading kind, accept or refuse unknown GPU kinds)."""
 import math
+import re
 import time
 
 from fastapi import Depends, Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import jobs, overview, standings
-from ..http import parse_deadline, text_field
+from .. import choices, devices, jobs, overview, standings
+from ..http import kind_param, parse_deadline, text_field
 from ..jobs import Refused
 from ..logs import log
-from ..runs import MILESTONES, printable
+from ..runs import MILESTONES, KindError, Table, listed_kinds, printable, resolve_kind
 from ..state import service_of
 from .errors import page_router
 from .job import cancel, own_job
@@ -19,7 +22,8 @@ from .site import board_params, instructor, read_form, site_of
 
 DONE = {"names": "The ranking's names setting was saved.", "deadline": "The deadline was saved.",
         "cleared": "The deadline was cleared.", "revoked": "The team's token was revoked; its sessions ended.",
-        "cancelled": "The job was cancelled (a running job stops at its worker's next report)."}
+        "cancelled": "The job was cancelled (a running job stops at its worker's next report).",
+        "grading": "The kind that counts for the grade was saved.", "unknown": "The GPU kinds setting was saved."}
 
 router = page_router()
 
@@ -37,21 +41,31 @@ def seconds_param(form, name):
     return value
 
 
+def milestone_of(fields):
+    """The form's milestone; Refused (400) where it names none."""
+    milestone = fields.get("milestone")
+    if milestone not in MILESTONES:
+        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    return milestone
+
+
 def admin_overview(db, rules):
-    """(the queue, the workers, the teams, the deadlines) as the page shows them."""
+    """(the queue, the workers, the teams, the deadlines, the device kinds' settings) as the page shows them."""
     return (overview.queue(db, jobs.snapshot(db)), overview.workers(db), overview.teams(db, rules),
-            jobs.deadlines(db))
+            jobs.deadlines(db), devices.settings(db))
 
 
 @router.get("/admin")
 async def admin_page(request: Request, viewer=Depends(instructor)):
     service = service_of(request)
     rules = service.settings.rules
-    queue, workers, teams, deadlines = await service.run(admin_overview, service.db, rules)
+    queue, workers, teams, deadlines, kinds = await service.run(admin_overview, service.db, rules)
     done = DONE.get(request.query_params.get("done"))
+    known = sorted({k for ks in kinds["run_kinds"].values() for k in ks} | set(kinds["worker_kinds"]))
     return site_of(request).render("admin.html", viewer, queue=queue, workers=workers, teams=teams,
                                    deadlines=deadlines, boards=await service.rankings.boards(),
-                                   names=await service.rankings.names(), rules=rules, done=done, now=time.time())
+                                   names=await service.rankings.names(), rules=rules, done=done, now=time.time(),
+                                   kinds=kinds, known_kinds=known)
 
 
 @router.post("/admin/names")
@@ -65,13 +79,35 @@ async def admin_names(request: Request, viewer=Depends(instructor)):
     return RedirectResponse("/admin?done=names", status_code=303)
 
 
+@router.post("/admin/grading-kind")
+async def admin_grading_kind(request: Request, viewer=Depends(instructor)):
+    service = service_of(request)
+    fields = await read_form(request, viewer.value)
+    milestone = milestone_of(fields)
+    name = None if fields.get("action") == "clear" else text_field(fields, "kind", "a device kind's name")
+    kind = await service.run(devices.set_grading_kind, service.db, milestone, name)
+    service.rankings.forget_choices()
+    log("grading.kind", milestone=milestone, kind=kind, via="page")
+    return RedirectResponse("/admin?done=grading", status_code=303)
+
+
+@router.post("/admin/unknown-gpus")
+async def admin_unknown_gpus(request: Request, viewer=Depends(instructor)):
+    service = service_of(request)
+    fields = await read_form(request, viewer.value)
+    try:
+        await service.run(choices.set_unknown_gpus, service.db, fields.get("unknown_gpus"))
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
+    log("gpus.unknown", unknown_gpus=fields["unknown_gpus"], via="page")
+    return RedirectResponse("/admin?done=unknown", status_code=303)
+
+
 @router.post("/admin/deadlines")
 async def admin_deadlines(request: Request, viewer=Depends(instructor)):
     service = service_of(request)
     fields = await read_form(request, viewer.value)
-    milestone = fields.get("milestone")
-    if milestone not in MILESTONES:
-        raise Refused(400, f"milestone is one of {', '.join(MILESTONES)}")
+    milestone = milestone_of(fields)
     if fields.get("action") == "clear":
         at, when = None, None
     else:
@@ -102,16 +138,41 @@ async def admin_cancel(request: Request, job_id: str, viewer=Depends(instructor)
 
 @router.get("/admin/ranking.csv", dependencies=[Depends(instructor)])
 async def admin_csv(request: Request):
+    """One device kind's table as CSV: the kind ``device=`` names, else the kind that counts for
+    the milestone's grade, else the board's only kind; with ``full`` and ``zero``, the grade
+    column, by the kind that counts (Refused 400 where that is another kind, or none is chosen
+    while the board has several)."""
     service = service_of(request)
-    milestone, size = board_params(request.query_params, required=True)
-    full, zero = seconds_param(request.query_params, "full"), seconds_param(request.query_params, "zero")
+    params = request.query_params
+    milestone, size = board_params(params, required=True)
+    device = kind_param(params, "device")
+    full, zero = seconds_param(params, "full"), seconds_param(params, "zero")
     if (full is None) != (zero is None):
         raise Refused(400, "the grade rule needs both Op Times: full credit (full) and zero credit (zero)")
     if full is not None and full >= zero:
         raise Refused(400, "the full-credit Op Time must be below the zero-credit one")
-    _, st = await service.rankings.standing(milestone, size)
+    _, found = await service.rankings.board(milestone, size)
+    counted = (await service.rankings.grading_kinds()).get(milestone) or \
+        (found.kinds[0] if len(found.kinds) == 1 else None)
+    choose = f"choose the kind that counts for the {milestone} grade on /admin (or: python -m ece408_op kinds grade " \
+             f"{milestone} KIND)"
+    if device is not None:
+        try:
+            kind = resolve_kind(device, found.kinds, "device", f"device kind of {milestone} on {size} images")
+        except KindError as exc:
+            raise Refused(400, str(exc)) from None
+    elif counted is None and len(found.kinds) > 1:
+        raise Refused(400, f"{milestone} on {size} images has runs on several device kinds "
+                           f"({listed_kinds(found.kinds)}): name one (device=), or {choose}")
+    else:
+        kind = counted
+    if full is not None and kind != counted:
+        raise Refused(400, f"the {milestone} grade counts the runs on {counted}: leave device out, or name that kind"
+                      if counted else f"no device kind counts for the {milestone} grade yet: {choose}")
+    st = next((t for t in found.tables if t.device == kind), None) or Table(kind, [], None, [], 0, None)
     roster = await service.run(overview.team_names, service.db)
     text = standings.graded_csv(st, roster, full, zero)
+    named = f"-{re.sub(r'[^A-Za-z0-9._-]+', '_', kind)}" if kind and len(found.kinds) > 1 else ""
     return Response(text, media_type="text/csv; charset=utf-8", headers={
-        "Content-Disposition": f'attachment; filename="ranking-{milestone}-{size}.csv"',
+        "Content-Disposition": f'attachment; filename="ranking-{milestone}-{size}{named}.csv"',
         "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"})

@@ -1,9 +1,12 @@
-"""The ranking's page (``/``): one board (a milestone and size) as ``ranking`` ranks it, each
-team named for the viewer; and its live part (``/ranking/events``), the table's HTML sent again
-whenever the ranking changes."""
+"""The ranking's page (``/``): one board (a milestone and size) as ``ranking`` ranks it, one
+device kind's table at a time (a tab a kind, ``?device=``; by default the kind chosen for the
+milestone's grade, else the first), each team named for the viewer; and its live part
+(``/ranking/events``), the table's HTML sent again whenever the ranking changes, of the same
+board and kind."""
 import asyncio
 import json
 import time
+from urllib.parse import urlencode
 
 from fastapi import Depends, Request
 from sse_starlette import EventSourceResponse
@@ -11,7 +14,9 @@ from starlette.background import BackgroundTask
 
 from .. import limits, sessions, standings
 from ..db import Unavailable
-from ..http import DOWN_RETRY, address
+from ..http import DOWN_RETRY, address, kind_param
+from ..jobs import Refused
+from ..runs import KindError, resolve_kind
 from ..state import service_of
 from .errors import page_router
 from .site import board_params, member, member_stream, site_of
@@ -21,32 +26,44 @@ STREAM_CHECK = 60.0                  # seconds between checks that a live page's
 router = page_router()
 
 
-async def ranking_view(service, principal, milestone, size):
-    """What ranking.html and ranking_table.html show of a board (the newest where none is named)."""
+async def ranking_view(service, principal, milestone, size, device=None):
+    """What ranking.html and ranking_table.html show of a board (the newest where none is named)
+    and of one of its tables (that of the kind ``device`` names; Refused 404 where it names none
+    of the board's kinds)."""
     rankings = service.rankings
     found = await rankings.boards()
     if milestone is None and found:
         milestone, size = found[0][0], found[0][1]
-    serial, st = (None, None)
-    rows = []
+    serial, board, st, rows = None, None, None, []
     if milestone is not None:
-        serial, st = await rankings.standing(milestone, size)
+        serial, board = await rankings.board(milestone, size)
+        if device is not None:
+            try:
+                kind = resolve_kind(device, board.kinds, "device", f"device kind of {milestone} on {size} images")
+            except KindError as exc:
+                raise Refused(404, str(exc)) from None
+        else:
+            kind = (await rankings.grading_kinds()).get(milestone)
+        st = standings.table_of(board, kind)
         rows = standings.named(st.rows, principal.name if principal.kind == "team" else None,
-                               await rankings.pseudonyms(st, principal), await rankings.class_names())
+                               await rankings.pseudonyms(board, principal), await rankings.class_names())
     models = list(dict.fromkeys(layer.model for r in rows for layer in r.layers))
     for r in rows:
         by_model = {layer.model: layer for layer in r.layers}
         r.cells = [by_model.get(m) for m in models]
     anonymised = await rankings.anonymised_for(principal)
-    return {"boards": found, "milestone": milestone, "size": size, "st": st, "rows": rows, "models": models,
-            "anonymised": anonymised,
-            "fingerprint": (serial, tuple((m, s) for m, s, _ in found), anonymised)}
+    query = {"milestone": milestone, "size": size, **({"device": device} if device else {})} if milestone else {}
+    return {"boards": found, "milestone": milestone, "size": size, "board": board, "st": st, "rows": rows,
+            "models": models, "anonymised": anonymised,
+            "live": "/ranking/events" + (f"?{urlencode(query)}" if query else ""),
+            "fingerprint": (serial, tuple((m, s) for m, s, _ in found), anonymised, st.device if st else None)}
 
 
 @router.get("/")
 async def ranking_page(request: Request, viewer=Depends(member)):
     milestone, size = board_params(request.query_params)
-    view = await ranking_view(service_of(request), viewer.principal, milestone, size)
+    device = kind_param(request.query_params, "device") if milestone is not None else None
+    view = await ranking_view(service_of(request), viewer.principal, milestone, size, device)
     return site_of(request).render("ranking.html", viewer, **view)
 
 
@@ -54,12 +71,14 @@ async def ranking_page(request: Request, viewer=Depends(member)):
 async def ranking_events(request: Request, viewer=Depends(member_stream)):
     service, site = service_of(request), site_of(request)
     milestone, size = board_params(request.query_params)           # none: the newest board, once there is one
+    device = kind_param(request.query_params, "device") if milestone is not None else None
+    await ranking_view(service, viewer.principal, milestone, size, device)    # a kind named: one of the board's
 
     async def stream():
         sent, checked = None, time.monotonic()
         while True:
             try:
-                view = await ranking_view(service, viewer.principal, milestone, size)
+                view = await ranking_view(service, viewer.principal, milestone, size, device)
                 if view["fingerprint"] != sent:
                     yield {"event": "ranking", "data": json.dumps(site.fragment("ranking_table.html", **view))}
                     sent = view["fingerprint"]

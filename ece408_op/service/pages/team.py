@@ -1,6 +1,7 @@
 """A team's page (``/team``; the instructor: ``/team?name=T``): its jobs, newest first, each with
 its record (Op Time per layer, Correctness, why not valid, its files' SHA-256); and per board a
-plot of its Op Time over its runs against the class's best and median (``/team/plot.svg``,
+plot of its Op Time over its runs against the class's best and median on one device kind (the
+kind its grade counts where the team ran on it, else that of its newest run) (``/team/plot.svg``,
 matplotlib on the server, kept until the board changes)."""
 from fastapi import Depends, Request
 from starlette.responses import RedirectResponse, Response
@@ -67,7 +68,7 @@ async def team_plot(request: Request, viewer=Depends(member_stream)):
     milestone, size = board_params(request.query_params, required=True)
     if not plots.available():
         raise Refused(404, "this server has no matplotlib: no plots (pip install matplotlib)")
-    serial, st = await service.rankings.standing(milestone, size)
+    serial, st = await service.rankings.team_standing(milestone, size, team)
     key = (team, milestone, size)
     cached = site.plots.get(key)
     if cached is None or cached[0] != serial:
@@ -76,8 +77,9 @@ async def team_plot(request: Request, viewer=Depends(member_stream)):
                 if r.team in names]
         best, median = st.best_and_median()
         try:
+            on = f" on {printable(st.device, 60)}".replace("$", r"\$") if st.device else ""    # no mathtext
             svg = await service.run(plots.op_time_svg, runs, best, median,
-                                    f"{milestone}, {size} images: total Op Time of each run")
+                                    f"{milestone}, {size} images{on}: total Op Time of each run")
         except ImportError as exc:                       # a broken install: no plots from now on
             plots.missing()
             log("plots.unavailable", level="warning", reason=str(exc))
