@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from ..errors import Ece408Error
 from . import upload as uploads
 from .paths import login_file
-from .runs import TeamError, printable, shown
+from .grading_door import TeamError, printable, shown
 from .tokens import looks_like_token
 
 SERVER_ENV = "ECE408_SERVER"

@@ -20,7 +20,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from .runs import POSTGRES_PREFIXES, StoreError, describe, open_store, resolve_url
+from .grading_door import POSTGRES_PREFIXES, StoreError, describe, open_store, resolve_url
 
 LOCK_KEY = 408433                         # pg_advisory_xact_lock key of the service's migrations
 CONNECTIONS_ENV = "ECE408_DB_CONNECTIONS"

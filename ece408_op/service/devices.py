@@ -12,7 +12,7 @@ import time
 
 from . import choices
 from .jobs import KINDS_SEEN, Refused
-from .runs import KindError, kind_of, matching_kinds, printable, resolve_kind
+from .grading_door import KindError, kind_of, matching_kinds, printable, resolve_kind
 
 
 def worker_kinds(db, since=KINDS_SEEN, now=None):

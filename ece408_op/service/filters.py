@@ -5,7 +5,7 @@ import re
 import time
 
 from .jobs import duration
-from .runs import printable, shown
+from .grading_door import printable, shown
 
 # characters a transcript may carry that a page must show as escapes: C0 but tab and newline, DEL, C1,
 # soft hyphen, zero-width and bidirectional marks, line/paragraph separators, BOM, surrogates

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from . import upload as uploads
 from .jobs import Refused
 from .logs import log
-from .runs import printable
+from .grading_door import printable
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 DOWN_RETRY = 5                                   # seconds a client waits while the database is down

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .client import NOFOLLOW, table
-from .runs import printable, shown
+from .grading_door import printable, shown
 
 
 def token_file_name(name):

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 from ..errors import Ece408Error
 from . import buildfolder
-from .runs import (Options, Record, Stopped, SubmitRequest, TeamError, Transcript, killed_line, run_development,
+from .grading_door import (Options, Record, Stopped, SubmitRequest, TeamError, Transcript, killed_line, run_development,
                    stop_on_signals, submit)
 
 PARENT_ENV = "ECE408_PARENT_PID"

@@ -35,7 +35,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass
 
-from .runs import insert_statement, kind_of, record_summary
+from .grading_door import insert_statement, kind_of, record_summary
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 ENDED = (DONE, FAILED, CANCELLED)

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from .jobs import JOB_COLUMNS
-from .runs import RECORD_COLUMNS, Record, cpu_name
+from .grading_door import RECORD_COLUMNS, Record, cpu_name
 from .sessions import COOKIE
 
 BOARDS = (("m2", 10000, 0.6), ("m3", 10000, 0.25), ("final", 10000, 0.15))

@@ -12,7 +12,7 @@ import time
 
 from . import choices, overview, standings
 from .jobs import Refused
-from .runs import KindError, RankingError, ranking_report
+from .grading_door import KindError, RankingError, ranking_report
 
 
 class Rankings:

@@ -253,7 +253,7 @@ def serve(options):
     same database stops in one line before it changes anything."""
     import uvicorn
 
-    from .runs import gpu_indices
+    from .grading_door import gpu_indices
     set_level(options.log_level)
     try:
         sock = bind(options.host, options.port)

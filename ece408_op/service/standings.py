@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .runs import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, only, printable, shown,
+from .grading_door import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, only, printable, shown,
                    valid)
 
 LIGHT = ", ".join("'' AS transcript" if c == "transcript" else c for c in RECORD_COLUMNS)

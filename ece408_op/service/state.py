@@ -15,7 +15,7 @@ from .db import Unavailable
 from .limits import Refusals, Streams, Uploads
 from .logs import log
 from .rankings import Rankings
-from .runs import StoreError
+from .grading_door import StoreError
 from .tokens import FailureLimiter, Tokens
 
 

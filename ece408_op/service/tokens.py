@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .jobs import Refused
-from .runs import csv_cell, printable, team_name
+from .grading_door import csv_cell, printable, team_name
 
 PREFIX = "ece408"
 TOKEN = re.compile(r"^ece408_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")

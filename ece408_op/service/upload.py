@@ -28,7 +28,7 @@ from ..base.files import Refused, read_regular
 from .archive import (MAX_DEPTH, MAX_NAME, Checked, Entry, UploadError, fold, name_problem, raw_cap, read,
                       size_text, unpack)
 from .jobs import KINDS
-from .runs import (CONFIG_NAME, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, MILESTONE_FILES,
+from .grading_door import (CONFIG_NAME, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, MILESTONE_FILES,
                    printable, read_team_files, walk_folder)
 
 __all__ = ["Checked", "Entry", "MAX_UPLOAD", "UploadError", "add_entry", "caps", "check", "config_text", "inflate",

@@ -49,7 +49,7 @@ from .calls import Api, ChunkSender, Heartbeat, Refusal, Unreachable, WorkerErro
 from .jobrun import PARENT_ENV, die_with_parent, one_line
 from .jobs import Lost
 from .logs import log, set_level
-from .runs import device_name, gpu_indices
+from .grading_door import device_name, gpu_indices
 
 CLAIM_WAIT = 20.0
 STOP_GRACE = 30.0                       # seconds a stopped child has to end its run before SIGKILL
@@ -431,7 +431,7 @@ class Slot:
 
 def run_worker(options):
     """Serve jobs until SIGTERM/SIGINT (or, with ``once``, one job); returns the exit status."""
-    from .runs import SubmitError, data_dir
+    from .grading_door import SubmitError, data_dir
     set_level(options.log_level)
     die_with_parent()
     try:

@@ -8,7 +8,7 @@ from ..auth import instructor
 from ..http import parse_deadline, read_json, text_field
 from ..jobs import Refused
 from ..logs import log
-from ..runs import MILESTONES
+from ..grading_door import MILESTONES
 from ..state import service_of
 
 router = APIRouter(prefix="/api/admin", dependencies=[Depends(instructor)])

@@ -13,7 +13,7 @@ from ..http import address, after_param, check_job_id, check_size, idempotency_k
 from ..jobs import Refused, public
 from ..live import follow, with_place
 from ..logs import log
-from ..runs import ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, check_build_config, printable
+from ..grading_door import ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, check_build_config, printable
 from ..state import service_of
 
 router = APIRouter(prefix="/api/jobs")

@@ -9,7 +9,7 @@ from .. import devices, jobs
 from ..auth import team_or_instructor
 from ..http import int_param, kind_param
 from ..jobs import Refused
-from ..runs import MILESTONES
+from ..grading_door import MILESTONES
 from ..state import service_of
 
 router = APIRouter(prefix="/api")

@@ -15,7 +15,7 @@ from ..auth import worker
 from ..http import check_job_id, encodable, read_json
 from ..jobs import Lost, Refused
 from ..logs import log
-from ..runs import Record, kind_of, printable
+from ..grading_door import Record, kind_of, printable
 from ..state import service_of
 
 STATUSES = ("ok", "failed", "timeout", "killed", "error")

@@ -14,7 +14,7 @@ from .. import choices, devices, jobs, overview, standings
 from ..http import kind_param, parse_deadline, text_field
 from ..jobs import Refused
 from ..logs import log
-from ..runs import MILESTONES, KindError, Table, listed_kinds, printable, resolve_kind
+from ..grading_door import MILESTONES, KindError, Table, listed_kinds, printable, resolve_kind
 from ..state import service_of
 from .errors import page_router
 from .job import cancel, own_job

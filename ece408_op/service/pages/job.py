@@ -16,7 +16,7 @@ from ..filters import as_text, place_text
 from ..http import JOB_ID, address, after_param
 from ..jobs import ENDED, QUEUED, Refused
 from ..live import follow, with_place
-from ..runs import printable
+from ..grading_door import printable
 from ..state import service_of
 from .errors import page_router
 from .site import files_of, member, member_stream, read_form, site_of

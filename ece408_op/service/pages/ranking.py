@@ -16,7 +16,7 @@ from .. import limits, sessions, standings
 from ..db import Unavailable
 from ..http import DOWN_RETRY, address, kind_param
 from ..jobs import Refused
-from ..runs import KindError, resolve_kind
+from ..grading_door import KindError, resolve_kind
 from ..state import service_of
 from .errors import page_router
 from .site import board_params, member, member_stream, site_of

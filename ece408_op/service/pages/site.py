@@ -14,7 +14,7 @@ from starlette.responses import HTMLResponse
 from .. import sessions
 from ..filters import ago, as_text, secs, utc
 from ..jobs import Refused
-from ..runs import MILESTONES, printable, shown
+from ..grading_door import MILESTONES, printable, shown
 from ..state import service_of
 from ..tokens import Principal
 

@@ -9,7 +9,7 @@ from starlette.responses import RedirectResponse, Response
 from .. import overview, plots, standings
 from ..jobs import ENDED, Refused
 from ..logs import log
-from ..runs import printable
+from ..grading_door import printable
 from ..state import service_of
 from .errors import page_router
 from .site import board_params, files_of, member, member_stream, site_of
