@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..base.processes import python_command
 from ..errors import Ece408Error
 from ..team.project import TeamError
 from .names import printable, shown, team_name
@@ -380,14 +381,14 @@ def settle(plan, workdir, watch, why_of):
 # ---------------------------------------------------------------------------- local pool
 
 def task_command(python, tasks_file, index=None):
-    argv = [python, "-m", "ece408_op", "grade", "--run-task", str(tasks_file)]
+    argv = [*python, "-m", "ece408_op", "grade", "--run-task", str(tasks_file)]
     return argv + (["--task-index", str(index)] if index is not None else [])
 
 
 def run_local(plan, workdir, store, jobs, time_limit, python=None, progress=None, poll=0.5):
     """Run every task in a pool of ``jobs`` local processes, each stopped (SIGTERM, then SIGKILL)
     past ``time_limit`` seconds; then ``settle``. Returns Settled."""
-    python = python or sys.executable
+    python = [python] if python else python_command()
     logs = workdir / "logs"
     env = {**os.environ, SPOOL_ENV: str(workdir / SPOOL_FOLDER)}
     running, ended, lock = set(), set(), threading.Lock()

@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from ..base.processes import python_command
 from .grade import SPOOL_FOLDER, TASKS_FILE, GradeError, Progress, Watch, settle, task_command, task_counts
 from .spool import SPOOL_ENV
 
@@ -102,7 +103,7 @@ def squeue_states(job_id):
 def run_slurm(plan, workdir, store, slurm, python=None, progress=None, poll=2.0, on_submit=None):
     """Submit ONE job array and wait for it with a progress bar; then ``settle``. Returns
     (job id, Settled)."""
-    python = python or sys.executable
+    python = [python] if python else python_command()
     write_job_script(workdir, python)
     out = _slurm(sbatch_command(plan, workdir, slurm, python), "grade")
     if out.returncode != 0:

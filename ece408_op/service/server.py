@@ -115,7 +115,7 @@ class LocalWorkers:
         self.lock = threading.Lock()
 
     def argv(self, slot, gpu):
-        from .worker import python_command
+        from ..base.processes import python_command
         return [*python_command(), "-m", "ece408_op", "worker", "--server", self.url, "--slot", slot,
                 "--gpus", gpu if gpu is not None else "none", *self.args]
 

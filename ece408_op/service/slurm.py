@@ -76,7 +76,7 @@ class SlurmDispatcher(threading.Thread):
             raise ServeError("--slurm needs Slurm's sbatch and squeue on PATH")
 
     def script(self, gpu):
-        from .worker import python_command
+        from ..base.processes import python_command
         argv = [*python_command(), "-m", "ece408_op", "worker", "--server", self.url, "--token-file",
                 str(self.token_file), "--once", "--gpus", "visible" if gpu else "none", *self.options.worker_args]
         path = self.folder / f"worker-{'gpu' if gpu else 'cpu'}.sh"

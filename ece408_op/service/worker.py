@@ -35,7 +35,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..base.processes import python_command
 from . import upload as uploads
 from .calls import Api, ChunkSender, Heartbeat, Refusal, Unreachable, WorkerError
 from .jobrun import PARENT_ENV, die_with_parent, one_line
@@ -57,11 +57,6 @@ KEPT = 1 << 20                          # characters of transcript kept for a re
 NO_BUILD = "the run's process gave none"  # where the child gave no build folder and no reason
 BUILD_TIMEOUT = 300.0                   # seconds a build folder's post may take (sent, checked, stored)
 SECRET_ENV = ("ECE408_TOKEN", "ECE408_TOKEN_FILE", "ECE408_INSTRUCTOR_TOKEN", "ECE408_DB", PARENT_ENV)
-
-
-def python_command():
-    """This interpreter, with the same -S (the GPU kit's mxpy runs without site)."""
-    return [sys.executable] + (["-S"] if sys.flags.no_site else [])
 
 
 @dataclass
