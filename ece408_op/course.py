@@ -1,6 +1,6 @@
 """The course's facts every layer shares, in one leaf module (it imports nothing of ours): the
 milestones and what each runs, times and ranks, the team project's file names, the operator's
-name and the package's version.
+name, the package's version and where the course's task folder lies.
 
     m1     the network with MXNet's built-in Convolution, CPU (EvalMetric)
     m2     the network with ece408_conv, CPU path          (ranked: new-forward.py)
@@ -8,6 +8,7 @@ name and the package's version.
     final  same as m3: the run the course ranked by Op Time
 """
 from dataclasses import dataclass
+from pathlib import Path
 
 __version__ = "0.1.0"
 
@@ -48,3 +49,9 @@ MILESTONES = {m.name: m for m in (
 )}
 RANKED = tuple(name for name, m in MILESTONES.items() if m.ranked_repeats)     # m2, m3, final
 GPU_RANKED = tuple(name for name in RANKED if MILESTONES[name].gpu)           # m3, final
+
+# The course's task as a folder the package carries (tasks/conv/: its README, reference, template and
+# solutions): data for the harness, whose place is a fact every wing may know (team/ copies the template)
+TASK = Path(__file__).resolve().parent / "tasks" / "conv"
+TEMPLATE = TASK / "template"
+SOLUTIONS = TASK / "solutions"

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..base.files import NotRegular, Refused, TooLarge, read_regular
 from ..course import CPU_FILES, GPU_FILES, MILESTONES
 from ..errors import Ece408Error
-from ..tasks.conv import TEMPLATE              # the task's template: what init copies
+from ..course import TEMPLATE                  # the task's template: what init copies
 
 TEMPLATE_FILES = ("README.md", "rai_build.yml", "new-forward.py", "new-forward.cu", "launch.py")
 FORWARD_FILES = CPU_FILES + GPU_FILES

@@ -2,8 +2,4 @@
 checked and timed). Its folders are team files, data for the harness, not modules of the package:
 ``template/`` is what ``init`` copies, ``solutions/{correct,wrong,hostile}/NAME/`` are teams, each
 with a one-line README.md saying what it does and what the grader must do with it."""
-from pathlib import Path
-
-TASK = Path(__file__).resolve().parent
-TEMPLATE = TASK / "template"
-SOLUTIONS = TASK / "solutions"
+from ...course import SOLUTIONS, TASK, TEMPLATE  # noqa: F401  (the folder's places, named where every wing reads them)
