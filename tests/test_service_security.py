@@ -138,18 +138,14 @@ def test_failed_token_checks_are_rate_limited_per_address(tmp_path):
                 assert answer.status_code == 401
             answers = [http.get("/api/jobs", headers={"Authorization": f"Bearer ece408_{i:016x}_{'y' * 43}",
                                                       "X-Forwarded-For": "10.9.9.9"}) for i in range(10)]
-            refused = [a for a in answers if a.status_code == 429]
-            assert len(refused) >= 8 and all(a.status_code == 401 for a in answers if a.status_code != 429)
-            for answer in refused:                         # guessing goes on at one check a second at most
+            for answer in answers:                        # every further guess refused while limited
+                assert answer.status_code == 429, answer.text
                 assert re.fullmatch(r"too many failed token checks from this address; try again in (\d+ s|1 min)",
                                     answer.json()["error"])
                 assert 1 <= int(answer.headers["retry-after"]) <= 60
-            time.sleep(1.1)                                # a valid token from the same address still gets in
-            answer = http.get("/api/jobs", headers={"Authorization": f"Bearer {good}"})
+            answer = http.get("/api/jobs", headers={"Authorization": f"Bearer {good}"})   # a valid token gets in
             assert answer.status_code == 200, answer.text
-            answer = http.get("/api/jobs", headers={"Authorization": f"Bearer {good}"})   # then from the cache
-            assert answer.status_code == 200, answer.text
-        assert 5 <= svc.log().count("auth.failed") <= 7 and good.split("_")[-1] not in svc.log()
+        assert svc.log().count("auth.failed") == 5 and good.split("_")[-1] not in svc.log()
     finally:
         svc.close()
 

@@ -43,6 +43,11 @@ async def reaper(service):
             service.hub.queue_changed()
         service.hub.prune()
         flush_repeats()
+        if service.tokens.stale():                         # another server process's token changes
+            try:
+                await service.run(service.tokens.refresh)
+            except Unavailable as exc:
+                service.down(exc)
 
 
 def make_app(service):

@@ -2,9 +2,9 @@
 dependency that names the kinds of token a route takes (``Depends(team_or_instructor)``,
 ``Depends(instructor)``, ``Depends(worker)``...), and answers with the ``Principal``.
 
-Failed checks count per client address (tokens.FailureLimiter): past the limit every request
-from that address is refused (429) until its window has passed. The login page checks its token
-through the same ``check_token``."""
+Failed checks count per client address (tokens.FailureLimiter): past the limit a wrong token from
+that address is refused (429) until its window has passed; a valid one always passes. The login
+page checks its token through the same ``check_token``."""
 import math
 
 from fastapi import Request
@@ -17,45 +17,36 @@ from .state import service_of
 NEEDS = {"instructor": "the instructor's token", "worker": "a worker's token"}
 
 
-def limited(service, where, token=None):
-    """The refusal's line while ``where`` has failed too often, else None (and its wait). Many
-    students share one address (a campus's NAT): while it is limited, a token verified lately still
-    passes, and one token a second is still checked (``FailureLimiter.slow_lane``), so that one
-    student guessing cannot lock the others out, while guessing stays at one try a second."""
-    wait = service.failures.wait(where)
-    if not wait:
-        return None, 0
-    if token and (service.tokens.cached(token) or service.failures.slow_lane(where)):
-        return None, 0
-    return f"too many failed token checks from this address; try again in {duration(wait)}", wait
-
-
 async def check_token(service, token, where, path):
-    """The Principal of ``token``, or None (counted as a failure of ``where`` and logged)."""
-    principal = service.tokens.cached(token) if token else None
-    if principal is None and token:
-        principal = await service.run(service.tokens.verify, token)
-    if not principal:
-        service.failures.fail(where)
-        log("auth.failed", level="warning", address=where, path=path)
-        return None
-    return principal
+    """(the Principal of ``token``, None) where it is valid: from any address, limited or not, so
+    that one student guessing behind a lab's address locks no classmate out; else (None, the
+    refusal: 401, or 429 with its wait where ``where`` has failed too often). A failure counts
+    against ``where`` while it is not limited; the check is in memory (``Tokens.lookup``), so a
+    burst of guesses is decided one by one, the limit's first then refusals."""
+    if service.tokens.stale():
+        await service.run(service.tokens.refresh)
+    principal = service.tokens.lookup(token) if token else None
+    if principal:
+        return principal, None
+    wait = service.failures.wait(where)
+    if wait:
+        return None, Refused(429, f"too many failed token checks from this address; try again in {duration(wait)}",
+                             retry_after=math.ceil(wait))
+    service.failures.fail(where)
+    log("auth.failed", level="warning", address=where, path=path)
+    return None, Refused(401, "the token was not accepted (mistyped, revoked or rotated); ask the course staff "
+                              "for a new one")
 
 
 async def authenticate(request, kinds):
     """The Principal of the request's token, of one of ``kinds``; Refused (401, 403, 429) else."""
     service = service_of(request)
-    where = address(request)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    refusal, wait = limited(service, where, token.strip() if scheme.lower() == "bearer" else None)
-    if refusal:
-        raise Refused(429, refusal, retry_after=math.ceil(wait))
     if scheme.lower() != "bearer" or not token.strip():
         raise Refused(401, "this needs a token: python -m ece408_op login (or $ECE408_TOKEN)")
-    principal = await check_token(service, token.strip(), where, request.url.path)
-    if principal is None:
-        raise Refused(401, "the token was not accepted (mistyped, revoked or rotated); ask the course staff "
-                           "for a new one")
+    principal, refusal = await check_token(service, token.strip(), address(request), request.url.path)
+    if refusal:
+        raise refusal
     if principal.kind not in kinds:
         raise Refused(403, f"this needs {' or '.join(NEEDS.get(k, 'a team token') for k in kinds)}")
     return principal

@@ -28,7 +28,7 @@ TOKEN = re.compile(r"^ece408_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 KINDS = ("team", "worker", "instructor")
 INSTRUCTOR = "instructor"
 DUMMY_HASH = hashlib.sha256(b"no such token").hexdigest()
-CACHE_SECONDS = 10.0                 # a verified token is trusted this long without a database read
+CACHE_SECONDS = 10.0                 # the active tokens are read again at least this often
 MAX_TEAM_NAME = 100
 ESCAPE = re.compile(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")      # names.printable's escapes
 
@@ -61,55 +61,51 @@ def looks_like_token(text):
 
 
 class Tokens:
-    """Token checks against the database, with a short in-memory cache of verified tokens
-    (revoking or rotating here clears it at once; another server process sees it within
-    CACHE_SECONDS)."""
+    """Token checks in memory: the active tokens' ids, owners and secret digests (a few hundred
+    rows) are read from the database at the start, after every change this process makes
+    (``forget``) and every CACHE_SECONDS (``refresh``, the server's reaper): a check never waits
+    for the database, so a burst of guesses is decided one by one in the order it comes, and a
+    spray of made-up tokens costs the database nothing. Another server process's change is seen
+    within CACHE_SECONDS."""
 
     def __init__(self, db):
         self.db = db
-        self._cache = {}
+        self._table = None                       # {id: (secret digest, Principal)} of the active tokens
+        self._read_at = 0.0
         self._lock = threading.Lock()
 
-    def cached(self, token):
-        """Without the database: the Principal of a token verified in the last CACHE_SECONDS,
-        False where it is such a token's id with another secret, None where it is not cached."""
-        parsed = parse(token)
-        if parsed is None:
-            return None
+    def refresh(self):
+        """Read the active tokens again (a thread may do this while checks go on)."""
+        with self.db.transaction(write=False) as tx:
+            rows = tx.all("SELECT id, kind, name, secret_hash FROM service_tokens WHERE revoked_at IS NULL")
+        table = {r[0]: (r[3], Principal(r[1], r[2])) for r in rows}
         with self._lock:
-            cached = self._cache.get(parsed[0])
-        if cached is None or cached[0] <= time.monotonic():
-            return None
-        return cached[2] if hmac.compare_digest(cached[1], secret_hash(parsed[1])) else False
+            self._table, self._read_at = table, time.monotonic()
 
-    def verify(self, token):
-        """The Principal of a valid token, else None; constant time in the secret."""
+    def stale(self):
+        return self._table is None or time.monotonic() - self._read_at > CACHE_SECONDS
+
+    def lookup(self, token):
+        """The Principal of a valid token, else None; constant time in the secret, also for an
+        unknown id (compared against a dummy digest). The table must have been read (``refresh``)."""
         parsed = parse(token)
         token_id, secret = parsed if parsed else ("", "")
-        presented = secret_hash(secret)
-        now = time.monotonic()
         with self._lock:
-            cached = self._cache.get(token_id)
-        if cached is not None and cached[0] > now:
-            _, stored, principal = cached
-            return principal if hmac.compare_digest(stored, presented) else None
-        row = None
-        if parsed:
-            with self.db.transaction(write=False) as tx:
-                row = tx.one("SELECT kind, name, secret_hash FROM service_tokens WHERE id = ? AND revoked_at IS NULL",
-                             (token_id,))
-        stored = row[2] if row else DUMMY_HASH
-        good = hmac.compare_digest(stored, presented) and row is not None
-        if not good:
-            return None
-        principal = Principal(row[0], row[1])
-        with self._lock:
-            self._cache[token_id] = (now + CACHE_SECONDS, stored, principal)
-        return principal
+            found = (self._table or {}).get(token_id)
+        stored, principal = found if found else (DUMMY_HASH, None)
+        good = hmac.compare_digest(stored, secret_hash(secret))
+        return principal if good and found is not None else None
+
+    def verify(self, token):
+        """``lookup`` with the table read first where it is missing or stale (the command line's
+        checks, tests; the server keeps its table fresh itself)."""
+        if self.stale():
+            self.refresh()
+        return self.lookup(token)
 
     def forget(self):
-        with self._lock:
-            self._cache.clear()
+        """A token of this process changed: read the table again at once."""
+        self.refresh()
 
     # ------------------------------------------------------------ making and revoking
     def _issue(self, tx, kind, name, now):
@@ -160,6 +156,7 @@ class Tokens:
                 tx.execute("INSERT INTO service_teams (name, created_at, name_key) VALUES (?, ?, ?)",
                            (name, now, name_key(name)))
                 out.append({"name": name, "token": self._issue(tx, "team", name, now)})
+        self.forget()
         return out
 
     @staticmethod
@@ -272,7 +269,6 @@ class FailureLimiter:
         self.max_failures = max_failures
         self.window = window
         self._failures = {}
-        self._lanes = {}                          # address -> when its last check in the slow lane was
         self._lock = threading.Lock()
 
     def _recent(self, address, now):
@@ -294,18 +290,6 @@ class FailureLimiter:
             if times is None or len(times) < self.max_failures:
                 return 0.0
             return max(0.0, times[0] + self.window - now)
-
-    def slow_lane(self, address, every=1.0):
-        """Whether a limited ``address`` may have one token checked now: once every ``every``
-        seconds (the next check of that address waits its turn)."""
-        now = time.monotonic()
-        with self._lock:
-            if now - self._lanes.get(address, 0.0) < every:
-                return False
-            self._lanes[address] = now
-            if len(self._lanes) > 100_000:
-                self._lanes.pop(next(iter(self._lanes)))
-            return True
 
     def fail(self, address):
         now = time.monotonic()

@@ -7,7 +7,7 @@ from fastapi import Request
 from starlette.responses import RedirectResponse
 
 from .. import sessions
-from ..auth import check_token, limited
+from ..auth import check_token
 from ..http import address
 from ..logs import log
 from ..state import service_of
@@ -45,17 +45,13 @@ async def login(request: Request):
     where = address(request)
     fields = await read_form(request)
     token = (fields.get("token") or "").strip()
-    refusal, _ = limited(service, where, token)
-    if refusal:
-        return login_answer(request, 429, refusal)
     pair = request.cookies.get(LOGIN_COOKIE, "")
     if not pair or not sessions.same_text(pair, fields.get("login", "")):
         return login_answer(request, 403, "the login form is stale or came from another site; "
                                           "try again on this one")
-    principal = await check_token(service, token, where, request.url.path)
-    if not principal:
-        return login_answer(request, 401, "the token was not accepted (mistyped, revoked or rotated); "
-                                          "ask the course staff for a new one")
+    principal, refusal = await check_token(service, token, where, request.url.path)
+    if refusal:
+        return login_answer(request, refusal.status, str(refusal))
     if principal.kind == "worker":
         return login_answer(request, 403, "a worker's token does not open the pages: log in with a team's "
                                           "token or the instructor's")
