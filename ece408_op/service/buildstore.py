@@ -27,9 +27,11 @@ import secrets
 import time
 from pathlib import Path
 
+from starlette.background import BackgroundTask
+from starlette.concurrency import iterate_in_threadpool
 from starlette.responses import StreamingResponse
 
-from . import buildfolder
+from . import buildfolder, limits
 from .archive import size_text
 from .db import Unavailable
 from .http import check_size
@@ -122,30 +124,24 @@ class BuildStore:
         team's oldest build folders are deleted where its kept ones would pass the quota."""
         now = time.time() if now is None else now
         final = self.path(job_id, sha256)
-        existed = final.exists()                    # the same bytes kept already (a post sent again)
-        try:
-            os.replace(incoming, final)
-        except OSError as exc:
-            raise not_stored(exc) from None
         files = sum(1 for e in checked.entries if e.data is not None)
         row = dict(job_id=job_id, bytes=size, sha256=sha256, files=files, folders=len(checked.entries) - files,
                    data_bytes=checked.total, created_at=now, expires_at=now + self.keep, deleted_at=None,
                    deleted_why=None)
-        try:
-            with db.transaction() as tx:
-                job = tx.one("SELECT team, state, lease FROM service_jobs WHERE id = ?" + tx.lock_suffix(), (job_id,))
-                if job is None or job[1] != "running" or job[2] != lease:
-                    raise Lost(job_id)
-                row["team"] = job[0]
-                earlier = tx.one("SELECT sha256 FROM service_builds WHERE job_id = ? AND deleted_at IS NULL", (job_id,))
-                tx.execute("DELETE FROM service_builds WHERE job_id = ?", (job_id,))
-                tx.execute(f"INSERT INTO service_builds ({', '.join(COLUMNS)}) "
-                           f"VALUES ({', '.join('?' * len(COLUMNS))})", tuple(row[c] for c in COLUMNS))
-                over = self._over_quota(tx, row["team"], now)
-        except BaseException:
-            if not existed:
-                final.unlink(missing_ok=True)
-            raise
+        with db.transaction() as tx:               # the job's row held: a worker without the lease never
+            job = tx.one("SELECT team, state, lease FROM service_jobs WHERE id = ?" + tx.lock_suffix(), (job_id,))
+            if job is None or job[1] != "running" or job[2] != lease:
+                raise Lost(job_id)                 # touches the kept file, whose name its bytes share
+            try:
+                os.replace(incoming, final)        # a failure after this leaves a file no row names: swept
+            except OSError as exc:
+                raise not_stored(exc) from None
+            row["team"] = job[0]
+            earlier = tx.one("SELECT sha256 FROM service_builds WHERE job_id = ? AND deleted_at IS NULL", (job_id,))
+            tx.execute("DELETE FROM service_builds WHERE job_id = ?", (job_id,))
+            tx.execute(f"INSERT INTO service_builds ({', '.join(COLUMNS)}) "
+                       f"VALUES ({', '.join('?' * len(COLUMNS))})", tuple(row[c] for c in COLUMNS))
+            over = self._over_quota(tx, row["team"], now)
         if earlier is not None and earlier[0] != sha256:
             self.path(job_id, earlier[0]).unlink(missing_ok=True)
         for old_job, old_sha in over:
@@ -262,9 +258,10 @@ def _check_file(path):
         return buildfolder.check(f.read())
 
 
-async def response(service, job):
-    """The download of ``job``'s build folder (the job already checked as the asker's), or
-    Refused with why there is none: 404 (none kept), 410 (deleted: expired, or past the team's quota)."""
+async def response(service, job, principal, address):
+    """The download of ``job``'s build folder (the job already checked as ``principal``'s), or
+    Refused with why there is none: 404 (none kept), 410 (deleted: expired, or past the team's quota),
+    429 (the asker's downloads at once: ``service.downloads``'s caps, per team and address)."""
     row = await service.run(lookup, service.db, job["id"])
     job_id = job["id"]
     if row is None:
@@ -299,7 +296,14 @@ async def response(service, job):
                 if not data:
                     return
                 yield data
-    return StreamingResponse(chunks(), media_type="application/gzip", headers={
+    try:
+        ticket = service.downloads.open(principal, address)
+    except BaseException:
+        handle.close()
+        raise
+    body = limits.stream(service.downloads, ticket, iterate_in_threadpool(chunks()), last=False)
+    return StreamingResponse(body, background=BackgroundTask(service.downloads.close, ticket),
+                             media_type="application/gzip", headers={
         "Content-Length": str(os.fstat(handle.fileno()).st_size), "X-Build-SHA256": row["sha256"],
         "Cache-Control": "no-store",
         "Content-Disposition": f'attachment; filename="build-{job_id}.tar.gz"', "X-Content-Type-Options": "nosniff"})

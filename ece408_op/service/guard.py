@@ -4,14 +4,16 @@ request's headers, and who gives way when the budget is spent.
 Each connection holds one file descriptor. ``serve`` raises its soft limit to the hard one
 (``raise_descriptor_limit``) and keeps the connections ``budget`` below it (room for the
 database's pool, the log, the workers' pipes). Past the budget a new connection is never left to
-fail in ``accept`` (which would stop every request, the login page's too): the oldest connection
-that is not serving a request (its headers still coming, or idle between two requests) is
-closed to make room; where every connection is serving one, the new one is answered ``503`` with
-``Retry-After`` and closed. A connection whose request headers have not all arrived
-``header_seconds`` after it opened (or after its last response) is closed: a client trickling its
-headers holds a descriptor for that long at most. Live streams are capped by the application
-(``limits.py``: per team, session and address), so that serving connections cannot fill the
-budget either.
+fail in ``accept`` (which would stop every request, the login page's too): the quietest
+connection that is not being served closes to make room, where being served means a whole
+request received and its answer flowing. So a connection whose headers or body are still coming,
+one idle between two requests, and one whose client does not read its answer give way first;
+where every connection is served, the new one is answered ``503`` with ``Retry-After`` and
+closed. A connection whose request headers have not all arrived ``header_seconds`` after it
+opened (or after its last response) is closed, as is one whose client reads nothing of its
+answer for WRITE_STALL_SECONDS; a body that stalls is the application's to drop (``http.read_body``).
+Live streams are capped by the application (``limits.py``: per team, session and address), so
+that served connections cannot fill the budget either.
 
 ``GuardedH11`` is uvicorn's h11 protocol with these rules; ``protocol_class(guard)`` gives the
 class uvicorn's ``Config(http=...)`` takes.
@@ -27,6 +29,7 @@ from .logs import log
 RESERVE = 160                       # descriptors kept for everything but the connections: the event loop
                                     # accepts up to 100 at once before any of them is seen here
 HEADER_SECONDS = 10.0
+WRITE_STALL_SECONDS = 30.0          # a client that reads nothing of its answer this long is let go
 RETRY = 5                           # seconds a refused client waits
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: %d\r\n"
            b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
@@ -55,7 +58,7 @@ class Guard:
         self.header_seconds = header_seconds
         self.open = set()
         self.waiting = OrderedDict()              # connections not serving a request, oldest first
-        self.refused = self.evicted = self.timed_out = 0
+        self.refused = self.evicted = self.timed_out = self.stalled = 0
         self._said = 0.0
 
     @classmethod
@@ -107,7 +110,7 @@ class Guard:
         if now - self._said >= 10.0:
             self._said = now
             log("connections.full", level="warning", budget=self.budget, refused=self.refused,
-                closed_for_room=self.evicted, headers_too_slow=self.timed_out)
+                closed_for_room=self.evicted, headers_too_slow=self.timed_out, not_reading=self.stalled)
 
 
 def protocol_class(guard):
@@ -119,7 +122,8 @@ class GuardedH11(H11Protocol):
     guard = None
 
     def connection_made(self, transport):
-        self._header_timer = None
+        self._header_timer = self._write_timer = None
+        self._write_paused = False
         if not self.guard.admit(self):
             body = BUSY
             transport.write(REFUSAL % (RETRY, len(body), body))
@@ -132,6 +136,9 @@ class GuardedH11(H11Protocol):
 
     def connection_lost(self, exc):
         self._stop_header_timer()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
         if self._refused:
             return
         self.guard.gone(self)
@@ -143,7 +150,34 @@ class GuardedH11(H11Protocol):
         super().data_received(data)
         if self.cycle is not None and not self.cycle.response_complete:
             self._stop_header_timer()
+            if self.cycle.more_body:
+                self.guard.wait(self)           # its body still coming: it may give way, the quietest first
+            elif not self._write_paused:
+                self.guard.serve(self)
+
+    def pause_writing(self):
+        """The client does not read what it is sent (a download, a transcript, never read): the
+        connection may give way, and is closed after WRITE_STALL_SECONDS of it."""
+        super().pause_writing()
+        self._write_paused = True
+        self.guard.wait(self)
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(WRITE_STALL_SECONDS, self._write_stalled)
+
+    def resume_writing(self):
+        super().resume_writing()
+        self._write_paused = False
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        if self.cycle is not None and not self.cycle.response_complete and not self.cycle.more_body:
             self.guard.serve(self)
+
+    def _write_stalled(self):
+        self._write_timer = None
+        if self._write_paused:
+            self.guard.stalled += 1
+            self.close_quietly()
 
     def on_response_complete(self):
         super().on_response_complete()
@@ -168,6 +202,9 @@ class GuardedH11(H11Protocol):
 
     def close_quietly(self):
         self._stop_header_timer()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
         self.guard.gone(self)
         if not self.transport.is_closing():
             self.transport.close()

@@ -35,25 +35,44 @@ def check_size(request, cap, what):
                            f"{uploads.size_text(cap)}")
 
 
+STALL_SECONDS = 10.0                             # a body that sends nothing this long is dropped (408)
+GRACE_SECONDS = 20.0                             # after this, a body must have come at MIN_RATE on average
+MIN_RATE = 8 << 10                               # bytes a second
+
+
 async def read_body(request, cap, what, seconds=None):
     """The request's body, at most ``cap`` bytes (413 before reading more), all of it within
-    ``seconds`` where given (408 otherwise: a body trickled in holds nothing for long)."""
+    ``seconds`` where given; 408 where nothing comes for STALL_SECONDS, or where after
+    GRACE_SECONDS it has come slower than MIN_RATE on average: a body trickled in (an attacker's
+    way to hold a connection and a slot) is dropped within seconds, an honest one on a slow link
+    (8 KiB/s: 16 MiB in half an hour) is not."""
     check_size(request, cap, what)
-
-    async def read():
-        parts, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > cap:
-                raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
-            parts.append(chunk)
-        return b"".join(parts)
-    if seconds is None:
-        return await read()
-    try:
-        return await asyncio.wait_for(read(), seconds)
-    except asyncio.TimeoutError:
-        raise Refused(408, f"the {what} did not arrive within {seconds:g} s; send it again") from None
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = None if seconds is None else started + seconds
+    parts, size = [], 0
+    chunks = request.stream().__aiter__()
+    while True:
+        now = loop.time()
+        wait = STALL_SECONDS if deadline is None else min(STALL_SECONDS, deadline - now)
+        if wait <= 0:
+            raise Refused(408, f"the {what} did not arrive within {seconds:g} s; send it again")
+        try:
+            chunk = await asyncio.wait_for(chunks.__anext__(), wait)
+        except StopAsyncIteration:
+            return b"".join(parts)
+        except asyncio.TimeoutError:
+            why = (f"nothing of it came for {STALL_SECONDS:g} s" if deadline is None or loop.time() < deadline
+                   else f"it did not arrive within {seconds:g} s")
+            raise Refused(408, f"the {what} stopped coming ({why}); send it again") from None
+        size += len(chunk)
+        if size > cap:
+            raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
+        parts.append(chunk)
+        elapsed = loop.time() - started
+        if elapsed > GRACE_SECONDS and size < MIN_RATE * elapsed:
+            raise Refused(408, f"the {what} is coming slower than {MIN_RATE >> 10} KiB a second; send it again "
+                               "over a faster link")
 
 
 async def read_json(request):

@@ -13,21 +13,32 @@ from .grading_door import printable, shown
 
 
 def token_file_name(name):
+    """A team's token file: ``NAME.token`` where the name is letters, digits and ``._-``, else
+    ``team+<its SHA-256's first 12 hex>.token`` (a ``+`` no name of the first kind holds: two teams
+    never share a file)."""
     if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", name):
         return f"{name}.token"
-    return f"team-{hashlib.sha256(name.encode()).hexdigest()[:12]}.token"
+    return f"team+{hashlib.sha256(name.encode()).hexdigest()[:12]}.token"
 
 
-def write_token(path, token):
-    """``token`` and a newline in the file ``path`` (mode 600; a link there is refused)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
+def write_token(path, token, replace=False):
+    """``token`` and a newline in the new file ``path`` (mode 600; a link there is refused);
+    FileExistsError where a file is there, unless ``replace`` (a rotated token: the new file is
+    written aside, then put in place)."""
+    path = Path(path)
+    target = path.with_name(f".{path.name}.{os.getpid()}") if replace else path
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
-    os.chmod(path, 0o600)
+    os.chmod(target, 0o600)
+    if replace:
+        os.replace(target, path)
 
 
-def hand_out(client, issued, token_dir=None):
-    """Print each new token once (``NAME<TAB>TOKEN``), or write each to ``token_dir`` (mode 600)."""
+def hand_out(client, issued, token_dir=None, replace=False):
+    """Print each new token once (``NAME<TAB>TOKEN``), or write each to ``token_dir`` (mode 600):
+    never over a file that is there (another team's, the instructor's), unless ``replace`` (a
+    rotated token over the team's own); where one is there, the token is printed instead."""
     if token_dir is not None:
         Path(token_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     for item in issued:
@@ -39,7 +50,13 @@ def hand_out(client, issued, token_dir=None):
             client.out.write(f"{shown(item['name'])}\t{item['token']}\n")
             continue
         path = Path(token_dir) / token_file_name(item["name"])
-        write_token(path, item["token"])
+        try:
+            write_token(path, item["token"], replace)
+        except FileExistsError:
+            client.note(f"{shown(item['name'])}: {path} exists and is not written over; its token is printed "
+                        "here instead")
+            client.out.write(f"{shown(item['name'])}\t{item['token']}\n")
+            continue
         client.out.write(f"{shown(item['name'])}: token written to {path}\n")
     client.out.flush()
 
@@ -71,7 +88,7 @@ def revoke_team(client, name):
 
 def rotate_team(client, name, token_dir=None):
     issued = client.request("POST", "/api/admin/teams/rotate", json={"name": name}).json()
-    hand_out(client, [issued], token_dir)
+    hand_out(client, [issued], token_dir, replace=True)
     return 0
 
 
@@ -80,7 +97,7 @@ def worker_token(client, name, token_file=None):
     if token_file is None:
         client.out.write(issued["token"] + "\n")
     else:
-        write_token(token_file, issued["token"])
+        write_token(token_file, issued["token"], replace=True)
         client.out.write(f"worker {printable(name)}: token written to {token_file}\n")
     return 0
 

@@ -57,10 +57,11 @@ KINDS_SEEN = 7 * 86400.0                   # the device kinds a team may ask for
 class Refused(Exception):
     """A request the rules refuse: HTTP ``status``, one line, and where it helps a wait time."""
 
-    def __init__(self, status, message, retry_after=None):
+    def __init__(self, status, message, retry_after=None, holds=None):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.holds = holds                   # seconds it holds whatever happens meanwhile (None: it may not)
 
 
 class Lost(Exception):
@@ -151,30 +152,36 @@ def _rules(tx, rules, team, kind, milestone, now):
     if count >= limit:
         wait = oldest + 3600 - now
         raise Refused(429, f"team {team} has submitted {count} {kind} runs in the last hour, the limit; "
-                           f"the next is accepted in {duration(wait)}", retry_after=math.ceil(wait))
+                           f"the next is accepted in {duration(wait)}", retry_after=math.ceil(wait), holds=wait)
 
 
-def _keyed(tx, team, key):
-    """The job ``team`` submitted with the idempotency ``key`` (marked ``repeated``), else None."""
+def _keyed(tx, team, key, asked):
+    """The job ``team`` submitted with the idempotency ``key`` (marked ``repeated``), else None;
+    Refused (409) where that job is another submission than ``asked`` ({column: value} of this
+    request: its kind, milestone, size, device kind, and once read its upload's SHA-256)."""
     if key is None:
         return None
     row = tx.one(_select("team = ? AND idem_key = ?"), (team, key))
     if row is None:
         return None
     job = job_dict(row)
+    if any(job.get(column) != value for column, value in asked.items()):
+        raise Refused(409, f"this Idempotency-Key was sent with another submission (job {job['id']}); a new "
+                           "submission needs a key of its own")
     job["repeated"] = True
     return job
 
 
-def admit(db, rules, team, kind, milestone, key=None, now=None):
-    """Before an upload is read: the job an earlier request with ``key`` made (a retry), else None
-    where the rules would accept one more job now; Refused otherwise. ``submit`` checks again in
-    its own transaction (a job may have been queued in between)."""
+def admit(db, rules, team, kind, milestone, key=None, asked=None, now=None):
+    """Before an upload is read: the job an earlier request with ``key`` made (a retry of the
+    submission ``asked`` describes), else None where the rules would accept one more job now;
+    Refused otherwise. ``submit`` checks again in its own transaction (a job may have been queued
+    in between)."""
     now = time.time() if now is None else now
     with db.transaction(write=False) as tx:
         if tx.one("SELECT name FROM service_teams WHERE name = ?", (team,)) is None:
             raise Refused(403, f"team {team} is not in the class any more")
-        return _keyed(tx, team, key) or _rules(tx, rules, team, kind, milestone, now)
+        return _keyed(tx, team, key, asked or {}) or _rules(tx, rules, team, kind, milestone, now)
 
 
 def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None, gpu_kind=None):
@@ -186,7 +193,8 @@ def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None,
     with db.transaction() as tx:
         if tx.one("SELECT name FROM service_teams WHERE name = ?" + tx.lock_suffix(), (team,)) is None:
             raise Refused(403, f"team {team} is not in the class any more")
-        earlier = _keyed(tx, team, key)
+        earlier = _keyed(tx, team, key, {"kind": kind, "milestone": milestone, "size": size, "gpu_kind": gpu_kind,
+                                         "upload_sha256": hashlib.sha256(upload).hexdigest()})
         if earlier is not None:
             return earlier
         _rules(tx, rules, team, kind, milestone, now)

@@ -41,7 +41,8 @@ class Ticket:
 
 class Streams:
     def __init__(self, per_team=STREAMS_PER_TEAM, per_session=STREAMS_PER_SESSION, per_address=STREAMS_PER_ADDRESS,
-                 instructor=STREAMS_INSTRUCTOR):
+                 instructor=STREAMS_INSTRUCTOR, what="live streams"):
+        self.what = what
         self.caps = {"team": per_team, "session": per_session, "address": per_address, "instructor": instructor}
         self.counts = Counter()
         self.tickets = set()
@@ -61,8 +62,8 @@ class Streams:
             if self.counts[key] >= self.caps[key[0]]:
                 what = {"team": "your team", "session": "this browser session", "address": "this address",
                         "instructor": "the instructor"}[key[0]]
-                raise Refused(429, f"{what} already has {self.caps[key[0]]} live streams open, the most it may; "
-                                   "close one (a page or a follow) and try again", retry_after=RETRY)
+                raise Refused(429, f"{what} already has {self.caps[key[0]]} {self.what} open, the most it may; "
+                                   "close one and try again", retry_after=RETRY)
         for key in keys:
             self.counts[key] += 1
         ticket = Ticket(keys)
@@ -94,9 +95,10 @@ class Streams:
         return self.counts[(kind, value)]
 
 
-def stream(streams, ticket, events):
-    """``events`` (an async generator of SSE events) that ends, with a last ``gone`` event, as soon
-    as ``ticket`` is closed, and gives the ticket back however it ends."""
+def stream(streams, ticket, events, last=True):
+    """``events`` (an async generator: SSE events, or a download's bytes) that ends as soon as
+    ``ticket`` is closed (with a last ``gone`` event where ``last``), and gives the ticket back
+    however it ends."""
     async def run():
         ended = asyncio.ensure_future(ticket.closed.wait())
         source = events.__aiter__()
@@ -106,7 +108,8 @@ def stream(streams, ticket, events):
                 step = asyncio.ensure_future(source.__anext__())
                 done, _ = await asyncio.wait({step, ended}, return_when=asyncio.FIRST_COMPLETED)
                 if step not in done:
-                    yield {"event": "gone", "data": json.dumps(ticket.why or "the stream was closed")}
+                    if last:
+                        yield {"event": "gone", "data": json.dumps(ticket.why or "the stream was closed")}
                     return
                 try:
                     event = step.result()
@@ -166,29 +169,29 @@ class Uploads:
 
 
 class Refusals:
-    """The rules' refusals (a team over its hourly limit, its queue full, a deadline passed), kept a
-    few seconds in memory: the same request again in that time, without an idempotency key, is
-    refused without a database read, so that a team hammering the service costs it little (a
-    request with a key is always looked up: it may be the retry of a job accepted meanwhile). A
-    kept refusal is at most ``seconds`` old (a cancelled job frees a waiting place that soon)."""
+    """The refusals that hold whatever happens meanwhile (a team past its hourly limit: cancelled
+    runs count too), kept in memory until they end (at most a minute): the same request again in
+    that time, without an idempotency key, is refused without a database read, so that a team
+    hammering the service costs it little. A request with a key is always looked up (it may be
+    the retry of a job accepted meanwhile); refusals that a cancel or the instructor may lift (a
+    full queue, a deadline) are never kept."""
 
-    def __init__(self, seconds=5.0):
-        self.seconds = seconds
-        self.kept = {}                           # (team, kind, milestone) -> (until, Refused)
+    def __init__(self, longest=60.0):
+        self.longest = longest
+        self.kept = {}                           # (team, kind) -> (until, Refused)
 
-    async def admit(self, service, team, kind, milestone, key):
+    async def admit(self, service, team, kind, milestone, key, asked):
         """``jobs.admit``'s answer (the job of an earlier try of ``key``, or None), or its refusal."""
         now = time.monotonic()
-        found = self.kept.get((team, kind, milestone)) if key is None else None   # a key may name an earlier job
+        found = self.kept.get((team, kind)) if key is None else None
         if found is not None and found[0] > now:
             until, refusal = found
-            wait = refusal.retry_after - (now - (until - self.seconds)) if refusal.retry_after else None
-            raise Refused(refusal.status, str(refusal), retry_after=max(1, math.ceil(wait)) if wait else None)
+            raise Refused(refusal.status, str(refusal), retry_after=max(1, math.ceil(until - now)))
         try:
-            return await service.run(jobs.admit, service.db, service.settings.rules, team, kind, milestone, key)
+            return await service.run(jobs.admit, service.db, service.settings.rules, team, kind, milestone, key, asked)
         except Refused as exc:
-            if exc.status in (403, 429):
+            if exc.holds:
                 if len(self.kept) > 10_000:
                     self.kept.clear()
-                self.kept[(team, kind, milestone)] = (now + self.seconds, exc)
+                self.kept[(team, kind)] = (now + min(exc.holds, self.longest), exc)
             raise

@@ -21,8 +21,8 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .grading_door import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, only, printable, shown,
-                   valid)
+from .grading_door import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, only, printable,
+                           shown)
 
 LIGHT = ", ".join("'' AS transcript" if c == "transcript" else c for c in RECORD_COLUMNS)
 

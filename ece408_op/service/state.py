@@ -55,7 +55,8 @@ class Service:
         self.tasks = []
         self.rankings = Rankings(self)            # the ranking as the API and the pages show it
         self.streams = Streams()                  # live streams per team, session and address
-        self.refusals = Refusals()                # the rules' refusals, kept a few seconds
+        self.downloads = Streams(per_team=4, per_address=32, instructor=8, what="downloads")   # build folders
+        self.refusals = Refusals()                # refusals that hold (a team past its hourly limit), kept
         self.uploads = Uploads(settings.upload_reads, settings.upload_checks)
         self.builds = BuildStore.of(settings)    # the development runs' build folders, or None
 

@@ -31,6 +31,23 @@ DUMMY_HASH = hashlib.sha256(b"no such token").hexdigest()
 CACHE_SECONDS = 10.0                 # the active tokens are read again at least this often
 MAX_TEAM_NAME = 100
 ESCAPE = re.compile(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")      # names.printable's escapes
+# Unicode's default-ignorable marks that are not format characters (printable keeps them): the combining
+# grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors
+IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0"
+                       "\U000e0000-\U000e0fff]")
+# Letters of other scripts drawn like Latin ones (after case folding), as Unicode's confusables list them
+LOOK_ALIKE = {c: latin for latin, letters in {
+    "a": "\u0430\u03b1", "b": "\u042c\u0184", "c": "\u0441\u03f2\u217d", "d": "\u0501\u217e",
+    "e": "\u0435\u0454", "g": "\u0261", "h": "\u04bb\u0570", "i": "\u0456\u03b9\u0131\u2170",
+    "j": "\u0458\u03f3", "k": "\u03ba", "l": "\u04cf\u217c", "m": "\u217f", "n": "\u0578",
+    "o": "\u043e\u03bf\u0585", "p": "\u0440\u03c1", "q": "\u051b", "r": "\u0433", "s": "\u0455",
+    "u": "\u03c5\u057d", "v": "\u03bd\u0475\u2174", "w": "\u051d\u0461", "x": "\u0445\u03c7\u2179",
+    "y": "\u0443\u04af", "z": "\u1d22"}.items() for c in letters}
+LOOK_ALIKE.update({                 # Cherokee capitals (case folding writes its small letters so)
+    "\u13a0": "d", "\u13a1": "r", "\u13a2": "t", "\u13a9": "y", "\u13aa": "a", "\u13ab": "j",
+    "\u13ac": "e", "\u13b3": "w", "\u13b7": "m", "\u13bb": "h", "\u13be": "o", "\u13c0": "g",
+    "\u13c2": "h", "\u13c3": "z", "\u13cf": "b", "\u13d2": "r", "\u13da": "s", "\u13de": "l",
+    "\u13df": "c", "\u13e2": "p", "\u13e6": "k", "\u13ea": "z", "\u13f4": "b"})
 
 
 @dataclass(frozen=True)
@@ -245,20 +262,30 @@ def name_key(stored):
     as exported (a CSV cell: a formula's leading character quoted), in Unicode's compatibility
     form (NFKC: composed and decomposed accents, full-width letters, ligatures alike), every run of
     backslashes as one (a name and its escaped form, ``a\\b`` and ``a\\\\b``, or a control character
-    and its escape typed out, alike), without the escapes of the characters nobody sees (zero-width
-    spaces, joiners, byte order marks, soft hyphens, controls, bidi marks: ``printable`` escapes
-    exactly those), its runs of white space as one space, case folded (two names differing in case
-    only would write one token file on macOS and Windows). ``stored`` is the escaped name
+    and its escape typed out, alike), without the characters nobody sees (the escapes of zero-width
+    spaces, joiners, byte order marks, soft hyphens, controls and bidi marks, which ``printable``
+    writes; variation selectors, fillers and the other default-ignorable marks, which it keeps),
+    its runs of white space as one space, case folded (two names differing in case only would write
+    one token file on macOS and Windows), and the letters of other scripts that look Latin written
+    as the Latin ones (``LOOK_ALIKE``: Cyrillic, Greek, Cherokee). ``stored`` is the escaped name
     (``check_team_name``)."""
     text = re.sub(r"\\+", r"\\", unicodedata.normalize("NFKC", csv_cell(stored)))
-    text = ESCAPE.sub("", text)
-    return " ".join(text.split()).casefold()
+    text = IGNORABLE.sub("", ESCAPE.sub("", text))
+    text = " ".join(text.split()).casefold()
+    return "".join(LOOK_ALIKE.get(ch, ch) for ch in text)
+
+
+RESERVED = ("instructor",)          # names of the service's own token files in its state folder
 
 
 def check_team_name(name):
     """A team's name as records keep it (grading's escaping: control characters written as
-    escapes); Refused where it is empty or too long."""
-    return check_name(name, "team")
+    escapes); Refused where it is empty, too long, or a name the service's own files use (a team
+    named ``instructor`` would write ``instructor.token`` with ``teams add --token-dir``)."""
+    stored = check_name(name, "team")
+    if stored.casefold() in RESERVED:
+        raise Refused(400, f"{stored} is the name of the service's own token file; choose another team name")
+    return stored
 
 
 class FailureLimiter:

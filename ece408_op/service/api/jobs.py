@@ -55,7 +55,8 @@ async def submit(request: Request, principal=Depends(team)):
         gpu_kind = await service.run(devices.wanted_kind, service.db, gpu_kind)
     key = idempotency_key(request)
     check_size(request, settings.max_upload, "upload")
-    earlier = await service.refusals.admit(service, principal.name, kind, milestone, key)
+    earlier = await service.refusals.admit(service, principal.name, kind, milestone, key,
+                                           {"kind": kind, "milestone": milestone, "size": size, "gpu_kind": gpu_kind})
     if earlier is not None:
         return JSONResponse(await with_place(service, earlier), status_code=200)
     async with service.uploads.upload(principal.name):
@@ -109,9 +110,9 @@ async def show_transcript(request: Request, job=Depends(own_job)):
 
 
 @router.get("/{job_id}/build")
-async def download_build(request: Request, job=Depends(own_job)):
+async def download_build(request: Request, job=Depends(own_job), principal=Depends(team_or_instructor)):
     """The development run's build folder as its worker sent it (a tar.gz), while it is kept."""
-    return await buildstore.response(service_of(request), job)
+    return await buildstore.response(service_of(request), job, principal, address(request))
 
 
 @router.post("/{job_id}/cancel")

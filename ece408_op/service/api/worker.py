@@ -47,9 +47,10 @@ async def claim(request: Request, principal=Depends(worker)):
     gpu = bool(data.get("gpu"))
     device = printable(str(data.get("device") or "unknown device"), 100)
     try:
-        wait = max(0.0, min(float(data.get("wait") or 0), settings.claim_wait))
-    except (TypeError, ValueError):
+        wait = float(data.get("wait") or 0)
+    except (TypeError, ValueError, OverflowError):
         raise Refused(400, "wait is a number of seconds") from None
+    wait = max(0.0, min(wait, settings.claim_wait)) if wait == wait else 0.0          # NaN: no wait
     name = f"{principal.name}/{slot}"
     deadline = time.monotonic() + wait
     while True:
@@ -136,8 +137,8 @@ async def job_finish(request: Request, job_id: str):
     if status not in STATUSES:
         raise Refused(400, f"status is one of {', '.join(STATUSES)}")
     exit_code = data.get("exit_code")
-    if exit_code is not None and not isinstance(exit_code, int):
-        raise Refused(400, "exit_code is a whole number or null")
+    if exit_code is not None and not of_type(exit_code, (WHOLE,)):
+        raise Refused(400, "exit_code is a whole number from -2^31 to 2^31 - 1, or null")
     reason = data.get("reason")
     reason = None if reason is None else printable(str(reason), 500)
     job = await service.run(jobs.get, service.db, check_job_id(job_id))

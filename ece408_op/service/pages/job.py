@@ -76,7 +76,7 @@ def build_view(row):
 async def job_build(request: Request, job_id: str, viewer=Depends(member)):
     """The build folder's tar.gz, as ``jobs download`` fetches it (the error page where there is none)."""
     job = await own_job(request, viewer.principal, job_id)
-    return await buildstore.response(service_of(request), job)
+    return await buildstore.response(service_of(request), job, viewer.principal, address(request))
 
 
 @router.get("/jobs/{job_id}/events")

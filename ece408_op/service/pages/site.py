@@ -13,6 +13,7 @@ from starlette.responses import HTMLResponse
 
 from .. import sessions
 from ..filters import ago, as_text, secs, utc
+from ..http import read_body
 from ..jobs import Refused
 from ..grading_door import MILESTONES, printable, shown
 from ..state import service_of
@@ -20,6 +21,7 @@ from ..tokens import Principal
 
 HERE = Path(__file__).resolve().parent.parent          # service/: its templates/ and static/
 MAX_FORM = 64 << 10                  # bytes of a form's body
+FORM_SECONDS = 20.0                   # a form's body arrives within this, or 408
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
@@ -129,11 +131,7 @@ async def read_form(request, value=None):
     """The form's fields {name: text}; its CSRF field checked against the session ``value``."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         raise Refused(400, "this takes a form")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM:
-            raise Refused(413, "the form is too large")
+    body = await read_body(request, MAX_FORM, "form", FORM_SECONDS)
     fields = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
     if value is not None and not sessions.check_csrf(value, fields.get("csrf")):
         raise Refused(403, "the form is stale or came from another site; reload the page and try again")
