@@ -66,8 +66,20 @@ def judged(samples, rss_before, log):
     return problems
 
 
-def recovered(svc):
+def under(svc, flood, bystander, seconds, settle=0.0):
+    """Open ``flood``, watch the server for ``seconds`` (after ``settle`` s of reading what the
+    flood gets back), close the flood and wait for the server's recovery: the problems seen."""
+    log_before = len(svc.log())
+    rss_before = proc_kib(svc.proc.pid, "VmRSS") // 1024
+    flood.open()
+    try:
+        if settle:
+            flood.poll(settle)
+        problems = judged(watch(svc, bystander, seconds=seconds), rss_before, svc.log()[log_before:])
+    finally:
+        flood.close()
     wait_until(lambda: timed("GET", svc.url, "/health", timeout=5)[0] == 200, 60, "the server's recovery")
+    return problems
 
 
 @pytest.mark.timeout(240)
@@ -80,15 +92,7 @@ def test_unread_downloads_of_a_build_hold_neither_descriptors_nor_memory(svc, pe
     tokens, job_id = people
     payload = request_bytes("GET", f"/api/jobs/{job_id}/build", headers={"Authorization": f"Bearer {tokens['reader']}"},
                             body=None)
-    log_before = len(svc.log())
-    rss_before = proc_kib(svc.proc.pid, "VmRSS") // 1024
-    flood = Flood(svc.url, FLOOD, payload, rcvbuf=4096).open()
-    try:
-        samples = watch(svc, tokens["bystander"], seconds=10)
-        problems = judged(samples, rss_before, svc.log()[log_before:])
-    finally:
-        flood.close()
-    recovered(svc)
+    problems = under(svc, Flood(svc.url, FLOOD, payload, rcvbuf=4096), tokens["bystander"], seconds=10)
     assert not problems, "\n".join(problems)
 
 
@@ -113,16 +117,7 @@ def test_a_form_body_that_never_ends_holds_no_connection(svc, people, form):
         headers["Cookie"] = f"ece408_session={login(svc.url, tokens[team])}"
     payload = request_bytes("POST", path, headers=headers, body=None) + b"token="
     sources = [f"127.0.{60 + i // 250}.{2 + i % 250}" for i in range(100)]
-    log_before = len(svc.log())
-    rss_before = proc_kib(svc.proc.pid, "VmRSS") // 1024
-    flood = Flood(svc.url, FLOOD, payload, sources=sources).open()
-    try:
-        flood.poll(3)
-        samples = watch(svc, tokens["bystander"], seconds=8)
-        problems = judged(samples, rss_before, svc.log()[log_before:])
-    finally:
-        flood.close()
-    recovered(svc)
+    problems = under(svc, Flood(svc.url, FLOOD, payload, sources=sources), tokens["bystander"], seconds=8, settle=3)
     assert not problems, "\n".join(problems)
 
 
