@@ -179,6 +179,26 @@ class Worker:
                                                              "record": record})
 
 
+def stored_build(svc, token, archive, worker=None):
+    """A development run of ``token``'s team, claimed by a worker of this test (the only job
+    waiting), its build folder ``archive`` (a tar.gz) sent and kept, the job ended ok: its id."""
+    own = worker is None
+    worker = worker or Worker(svc)
+    try:
+        job_id = submit_development(svc, token).json()["id"]
+        claim = worker.claim(wait=5)
+        assert claim is not None and claim["job"]["id"] == job_id, claim
+        answer = worker.http.post(f"/api/worker/jobs/{job_id}/build", headers={"X-Lease": claim["lease"]},
+                                  content=archive)
+        assert answer.status_code == 200, answer.text
+        ended = worker.call(claim, "finish", body={"status": "ok", "exit_code": 0, "reason": None, "record": None})
+        assert ended.status_code == 200, ended.text
+        return job_id
+    finally:
+        if own:
+            worker.close()
+
+
 def submit_ranked(svc, token, size=100, key=None):
     headers = {"Idempotency-Key": key} if key else {}
     with svc.http(token) as http:
@@ -405,21 +425,26 @@ class Flood:
     each ``trickle_step``). ``poll`` reads what came back: the status each got, which the server
     closed."""
 
-    def __init__(self, url, count, payload, sources=("127.0.0.2",), trickle=False):
+    def __init__(self, url, count, payload, sources=("127.0.0.2",), trickle=False, rcvbuf=None):
         parts = urlsplit(url)
         self.address = (parts.hostname, parts.port)
         self.count, self.payload, self.sources, self.trickle = count, payload, sources, trickle
+        self.rcvbuf = rcvbuf                      # bytes of receive buffer: a client that reads slowly
         self.socks, self.data, self.closed, self.failed = [], {}, set(), 0
         self.selector = selectors.DefaultSelector()
 
-    def open(self, spread=0.0):
+    def open(self, spread=0.0, send=True):
+        """Open the connections (each sending its payload, unless ``send`` is False: ``send_all``)."""
         for i in range(self.count):
             sock = socket.socket()
+            if self.rcvbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
             sock.bind((self.sources[i % len(self.sources)], 0))
             sock.settimeout(5)
             try:
                 sock.connect(self.address)
-                sock.sendall(self.payload[:40] if self.trickle else self.payload)
+                if send:
+                    sock.sendall(self.payload[:40] if self.trickle else self.payload)
             except OSError:
                 self.failed += 1
                 sock.close()
@@ -431,6 +456,17 @@ class Flood:
             if spread:
                 time.sleep(spread)
         return self
+
+    def send_all(self, payloads=None):
+        """Send each connection its payload (``payloads[i]``, else the flood's), one after the other
+        as fast as the loop goes: requests that reach the server together."""
+        for i, sock in enumerate(self.socks):
+            try:
+                sock.setblocking(True)
+                sock.sendall(payloads[i] if payloads else self.payload)
+                sock.setblocking(False)
+            except OSError:
+                self.closed.add(sock)
 
     def trickle_step(self, line=b"X-Slow: 1\r\n"):
         for sock in self.socks:
@@ -498,6 +534,36 @@ def reset_peak(pid):
 
 def open_descriptors(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def limit_open_files(svc, limit):
+    """The server's open files limited to ``limit`` (soft and hard), as a small class server has them."""
+    import subprocess
+    out = subprocess.run(["prlimit", "--pid", str(svc.proc.pid), f"--nofile={limit}:{limit}"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def hold_writes(svc, seconds, held, release=None):
+    """Another session holding the service's writes (PostgreSQL: ``LOCK TABLE service_jobs IN
+    EXCLUSIVE MODE``; SQLite: a write transaction) for ``seconds``, or until ``release`` (an Event)
+    is set; ``held`` (an Event) is set once it holds them."""
+    release = release or threading.Event()
+    if svc.db_url:
+        import psycopg
+        with psycopg.connect(svc.db_url) as conn:
+            conn.execute("LOCK TABLE service_jobs IN EXCLUSIVE MODE")
+            held.set()
+            release.wait(seconds)
+            conn.rollback()
+    else:
+        import sqlite3
+        conn = sqlite3.connect(db_path(svc), timeout=60, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        release.wait(seconds)
+        conn.execute("ROLLBACK")
+        conn.close()
 
 
 def timed(method, url, path, token=None, cookie=None, timeout=10.0, source=None, **kwargs):

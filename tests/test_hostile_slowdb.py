@@ -8,13 +8,12 @@ once."""
 import json
 import shutil
 import socket
-import sqlite3
 import threading
 import time
 
 import pytest
 
-from hostilekit import (db_path, development, module_service, postgres_server, remote_worker,
+from hostilekit import (development, hold_writes, module_service, postgres_server, remote_worker,
                         submit_development)  # noqa: F401  postgres_server: a fixture
 from servicekit import job_id_of
 from teams import team_project
@@ -128,24 +127,6 @@ def test_the_client_sends_one_key_per_submission_on_every_retry(tmp_path):
     keys = [p.get("idempotency-key") for p in stand_in.posts]
     assert len(keys) == 3 and all(keys), stand_in.posts
     assert keys[0] == keys[1] and keys[2] != keys[0], keys
-
-
-def hold_writes(svc, seconds, held):
-    """Another session holding the service's writes for ``seconds`` (``held`` set once it does)."""
-    if svc.db_url:
-        import psycopg
-        with psycopg.connect(svc.db_url) as conn:
-            conn.execute("LOCK TABLE service_jobs IN EXCLUSIVE MODE")
-            held.set()
-            time.sleep(seconds)
-            conn.rollback()
-    else:
-        conn = sqlite3.connect(db_path(svc), timeout=60, isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        held.set()
-        time.sleep(seconds)
-        conn.execute("ROLLBACK")
-        conn.close()
 
 
 @pytest.mark.timeout(400)

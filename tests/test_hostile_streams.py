@@ -5,14 +5,13 @@ hundred), while another team and the login page must still be served, refusals m
 come back, and the log must not drown; streams of a team whose token is revoked or rotated must
 close at once; stream cursors of any size never break a stream."""
 import json
-import subprocess
 import time
 
 import httpx
 import pytest
 
-from hostilekit import (EventStream, Flood, Worker, csrf_of, is_error_body, login, module_service, open_streams,
-                        postgres_server, request_bytes, submit_ranked, timed,
+from hostilekit import (EventStream, Flood, Worker, csrf_of, is_error_body, limit_open_files, login, module_service,
+                        open_streams, postgres_server, request_bytes, submit_ranked, timed,
                         tracebacks)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
 
@@ -24,9 +23,7 @@ FLOOD = 1100
 
 def limit_files(service):
     """The server's open files limited to LIMIT, as a small class server has them."""
-    out = subprocess.run(["prlimit", "--pid", str(service.proc.pid), f"--nofile={LIMIT}:{LIMIT}"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    limit_open_files(service, LIMIT)
 
 
 svc = module_service("streams", "--max-failures", "100000", then=limit_files)
