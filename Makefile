@@ -23,7 +23,7 @@ run: data
 
 # pytest exits 5 when it collects no test: not a failure of the suite.
 test: data
-	$(PY) -m pytest tests -q -rs || [ $$? -eq 5 ]
+	$(PY) -m pytest tests -q -rfEs || [ $$? -eq 5 ]
 
 test-fast: data
 	$(PY) -m pytest tests -q -m "not slow and not service" || [ $$? -eq 5 ]

@@ -138,3 +138,34 @@ def test_a_stalled_login_body_is_closed_as_an_upload_s_is(svc):
     finally:
         flood.close()
     assert not still, f"a login body stalled at 6 of 60,000 bytes was still held after {held:.0f} s"
+
+
+@pytest.mark.timeout(240)
+def test_a_download_nobody_reads_gives_its_descriptors_back_while_the_client_holds_on(svc, people):
+    """Four downloads of the build folder (the team's cap) on connections that never read and never
+    close: after the write stall's 30 s the server lets them go at once, its sockets and the build
+    files closed, rather than waiting (transport.close) for clients that will never read."""
+    from ece408_op.service.guard import WRITE_STALL_SECONDS
+    if svc.database != "sqlite":
+        pytest.skip("descriptors, not the database: once is enough")
+    tokens, job_id = people
+    payload = request_bytes("GET", f"/api/jobs/{job_id}/build", headers={"Authorization": f"Bearer {tokens['reader']}"},
+                            body=None)
+    before = open_descriptors(svc.proc.pid)
+
+    def builds_open():
+        held = 0
+        for fd in os.listdir(f"/proc/{svc.proc.pid}/fd"):
+            try:
+                held += "build" in os.readlink(f"/proc/{svc.proc.pid}/fd/{fd}")
+            except OSError:
+                pass
+        return held
+    flood = Flood(svc.url, 4, payload, rcvbuf=4096).open()
+    try:
+        wait_until(lambda: builds_open() == 4, 20, "four downloads under way")
+        time.sleep(WRITE_STALL_SECONDS + 5)
+        assert builds_open() == 0 and open_descriptors(svc.proc.pid) <= before + 2, \
+            f"{builds_open()} build files and {open_descriptors(svc.proc.pid)} descriptors (before: {before})"
+    finally:
+        flood.close()

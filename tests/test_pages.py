@@ -185,8 +185,10 @@ def test_wrong_tokens_do_not_log_in_and_guessing_is_limited(klass):
         "set-cookie", "")
     for _ in range(20):
         browser.login("ece408_0123456789abcdef_" + "B" * 43)
-    limited = browser.login(klass.tokens["alpha"])                        # even the right one, for a minute
+    limited = browser.login("ece408_0123456789abcdef_" + "C" * 43)        # a 21st guess: refused, for a minute
     assert limited.status_code == 429 and "too many failed token checks" in limited.text
+    assert browser.login(klass.tokens["alpha"]).status_code == 303      # a classmate's right token still passes
+    assert browser.session is not None
 
 
 def test_a_login_form_posted_from_another_site_is_refused(klass):

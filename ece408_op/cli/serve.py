@@ -22,6 +22,7 @@ def command(argv):
     from ..service.paths import default_db, default_state_dir
     from ..service.server import DEFAULT_PORT, ServeOptions, serve
     from ..service.upload import MAX_UPLOAD
+    from ..service.limits import STREAMS_PER_ADDRESS
     rules = Rules()
     parser = ArgumentParser(prog="ece408_op serve",
                             description="The class's submission service: teams submit with 'submit --server', jobs "
@@ -66,6 +67,9 @@ def command(argv):
                              f"{QUOTA_MIB})")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
                         help="failed token checks an address may make per minute (default 20)")
+    parser.add_argument("--streams-per-address", type=count, default=STREAMS_PER_ADDRESS, metavar="N",
+                        help=f"live streams one client address may hold (default {STREAMS_PER_ADDRESS}: a campus "
+                             "behind one NAT address; 0: no cap); a team holds 16 at most")
     parser.add_argument("--forwarded-allow-ips", metavar="ADDRESSES",
                         help="behind a reverse proxy: its address(es), whose X-Forwarded-For is believed")
     parser.add_argument("--slurm", action="store_true", help="run each queued job as a Slurm job (worker --once)")
@@ -108,7 +112,8 @@ def command(argv):
     rules = Rules(ranked_per_hour=args.ranked_per_hour, development_per_hour=args.development_per_hour,
                   max_waiting=args.max_waiting, job_timeout=args.job_timeout, lease=args.lease)
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
-                        keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20))
+                        keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20),
+                        streams_per_address=args.streams_per_address)
     slurm = None
     if args.slurm:
         from ..service.slurm import SlurmOptions

@@ -11,6 +11,7 @@ import asyncio
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.requests import ClientDisconnect
 
 from . import buildstore, jobs
 from . import pages
@@ -87,6 +88,10 @@ def make_app(service):
     @app.exception_handler(Lost)
     async def lost(request, exc):
         return error(409, "this worker no longer holds the job (taken back, cancelled or ended)")
+
+    @app.exception_handler(ClientDisconnect)
+    async def went_away(request, exc):                  # its body ended by the client (or closed for room):
+        return error(400, "the client went away before its request's body ended")   # nobody reads this
 
     @app.exception_handler(uploads.UploadError)
     async def bad_upload(request, exc):

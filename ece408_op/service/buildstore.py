@@ -284,10 +284,14 @@ async def response(service, job, principal, address):
     if service.builds is None:
         raise Refused(410, f"the build folder of job {job_id} is not served: this service keeps no build folders now "
                            "(serve --keep-builds 0)")
+    ticket = service.downloads.open(principal, address)        # the caps before the file is opened
     try:
         handle = await service.run(service.builds.open, row)
-    except FileNotFoundError:
-        raise gone from None
+    except BaseException as exc:
+        service.downloads.close(ticket)
+        if isinstance(exc, FileNotFoundError):
+            raise gone from None
+        raise
 
     def chunks():
         with handle:
@@ -296,11 +300,6 @@ async def response(service, job, principal, address):
                 if not data:
                     return
                 yield data
-    try:
-        ticket = service.downloads.open(principal, address)
-    except BaseException:
-        handle.close()
-        raise
     body = limits.stream(service.downloads, ticket, iterate_in_threadpool(chunks()), last=False)
     return StreamingResponse(body, background=BackgroundTask(service.downloads.close, ticket),
                              media_type="application/gzip", headers={

@@ -26,14 +26,25 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .logs import log
 
-RESERVE = 160                       # descriptors kept for everything but the connections: the event loop
-                                    # accepts up to 100 at once before any of them is seen here
+ACCEPT_BURST = 8                    # connections the event loop accepts in one go (asyncio takes as many
+                                    # as the backlog it is given) before any of them is seen here
+QUEUE = 1024                        # connections the kernel queues for accept (the listen backlog, set
+                                    # again once the server listens: ``deepen_queue``)
+RESERVE = 160                       # descriptors kept for everything but the connections: the bursts
+                                    # accepted and not yet seen (a few loop turns' worth) and those closing
 HEADER_SECONDS = 10.0
 WRITE_STALL_SECONDS = 30.0          # a client that reads nothing of its answer this long is let go
 RETRY = 5                           # seconds a refused client waits
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: %d\r\n"
            b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 BUSY = b'{"error": "the service has as many connections as it can hold; try again in a few seconds"}'
+
+
+def deepen_queue(sockets):
+    """The kernel's queue of each listening socket made QUEUE long: asyncio listens with the backlog
+    it accepts in one go (ACCEPT_BURST), too short a queue for a class's burst of connections."""
+    for sock in sockets or ():
+        sock.listen(QUEUE)
 
 
 def raise_descriptor_limit():
@@ -206,5 +217,7 @@ class GuardedH11(H11Protocol):
             self._write_timer.cancel()
             self._write_timer = None
         self.guard.gone(self)
-        if not self.transport.is_closing():
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()              # close() would wait for a client that reads nothing: the
+        elif not self.transport.is_closing():   # descriptor (and a download's file) held until it does
             self.transport.close()

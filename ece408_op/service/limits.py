@@ -26,7 +26,7 @@ from .jobs import Refused
 
 STREAMS_PER_TEAM = 16
 STREAMS_PER_SESSION = 6                     # what a browser opens to one host at most
-STREAMS_PER_ADDRESS = 128                   # a lab behind one address
+STREAMS_PER_ADDRESS = 512                   # a campus behind one NAT address (serve --streams-per-address)
 STREAMS_INSTRUCTOR = 64
 RETRY = 10
 
@@ -59,7 +59,7 @@ class Streams:
         Refused (429) where a cap is reached."""
         keys = self._keys(principal, session, address)
         for key in keys:
-            if self.counts[key] >= self.caps[key[0]]:
+            if self.caps[key[0]] and self.counts[key] >= self.caps[key[0]]:
                 what = {"team": "your team", "session": "this browser session", "address": "this address",
                         "instructor": "the instructor"}[key[0]]
                 raise Refused(429, f"{what} already has {self.caps[key[0]]} {self.what} open, the most it may; "
@@ -178,20 +178,21 @@ class Refusals:
 
     def __init__(self, longest=60.0):
         self.longest = longest
-        self.kept = {}                           # (team, kind) -> (until, Refused)
+        self.kept = {}                           # (team, kind) -> (until, Refused, when it was decided)
 
     async def admit(self, service, team, kind, milestone, key, asked):
         """``jobs.admit``'s answer (the job of an earlier try of ``key``, or None), or its refusal."""
         now = time.monotonic()
         found = self.kept.get((team, kind)) if key is None else None
         if found is not None and found[0] > now:
-            until, refusal = found
-            raise Refused(refusal.status, str(refusal), retry_after=max(1, math.ceil(until - now)))
+            until, refusal, at = found
+            wait = refusal.retry_after - (now - at) if refusal.retry_after is not None else until - now
+            raise Refused(refusal.status, str(refusal), retry_after=max(1, math.ceil(wait)))
         try:
             return await service.run(jobs.admit, service.db, service.settings.rules, team, kind, milestone, key, asked)
         except Refused as exc:
             if exc.holds:
                 if len(self.kept) > 10_000:
                     self.kept.clear()
-                self.kept[(team, kind)] = (now + min(exc.holds, self.longest), exc)
+                self.kept[(team, kind)] = (now + min(exc.holds, self.longest), exc, now)
             raise

@@ -32,7 +32,7 @@ from .app import make_app
 from .db import Database, Unavailable, first_line
 from ..base.extras import install_hint
 from .errors import ServeError
-from .guard import HEADER_SECONDS, Guard, protocol_class
+from .guard import ACCEPT_BURST, HEADER_SECONDS, QUEUE, Guard, deepen_queue, protocol_class
 from .jobrun import PARENT_ENV
 from .logs import log, set_level, uvicorn_log_config
 from .paths import default_db, default_state_dir, instructor_token_file
@@ -310,7 +310,7 @@ def _serve(options, db, sock, uvicorn, gpu_indices):
         options.log_level), access_log=False, http=protocol_class(guard), loop="asyncio", lifespan="on",
         proxy_headers=options.forwarded_allow_ips is not None,
         forwarded_allow_ips=options.forwarded_allow_ips or "127.0.0.1", timeout_graceful_shutdown=10,
-        timeout_keep_alive=30, server_header=False)
+        timeout_keep_alive=30, server_header=False, backlog=ACCEPT_BURST)
     server = DrainingServer(config, service, options.drain_seconds)
     if slots:
         workers = LocalWorkers(url, worker_token, slots, options.worker_args)
@@ -338,7 +338,7 @@ def bind(host, port):
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host.strip("[]"), port))
-    sock.listen(2048)
+    sock.listen(QUEUE)
     sock.set_inheritable(True)
     return sock
 
@@ -359,6 +359,10 @@ class DrainingServer(_uvicorn_server()):
         self.workers = None
         self.dispatcher = None
         self.draining = False
+
+    async def startup(self, sockets=None):
+        await super().startup(sockets=sockets)
+        deepen_queue(sockets)
 
     def handle_exit(self, sig, frame):
         if self.draining:

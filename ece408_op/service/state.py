@@ -12,7 +12,7 @@ from . import jobs
 from . import upload as uploads
 from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
 from .db import Unavailable
-from .limits import Refusals, Streams, Uploads
+from .limits import STREAMS_PER_ADDRESS, Refusals, Streams, Uploads
 from .logs import log
 from .rankings import Rankings
 from .grading_door import StoreError
@@ -36,6 +36,7 @@ class Settings:
     build_dir: str = None                        # where build folders are kept (serve: <state folder>/builds)
     keep_builds: float = KEEP_DAYS * 86400       # seconds a build folder is kept (0: none kept)
     build_quota: int = QUOTA_MIB << 20           # bytes of build folders a team may have kept
+    streams_per_address: int = STREAMS_PER_ADDRESS   # live streams from one client address (0: no cap)
 
 
 class Service:
@@ -54,7 +55,7 @@ class Service:
         self._down_logged = 0.0
         self.tasks = []
         self.rankings = Rankings(self)            # the ranking as the API and the pages show it
-        self.streams = Streams()                  # live streams per team, session and address
+        self.streams = Streams(per_address=settings.streams_per_address)   # per team, session and address
         self.downloads = Streams(per_team=4, per_address=32, instructor=8, what="downloads")   # build folders
         self.refusals = Refusals()                # refusals that hold (a team past its hourly limit), kept
         self.uploads = Uploads(settings.upload_reads, settings.upload_checks)

@@ -9,7 +9,7 @@ from starlette.responses import RedirectResponse, Response
 from .. import overview, plots, standings
 from ..jobs import ENDED, Refused
 from ..logs import log
-from ..grading_door import printable
+from ..grading_door import printable, valid
 from ..state import service_of
 from .errors import page_router
 from .site import board_params, files_of, member, member_stream, site_of
@@ -73,7 +73,7 @@ async def team_plot(request: Request, viewer=Depends(member_stream)):
     cached = site.plots.get(key)
     if cached is None or cached[0] != serial:
         names = standings.record_teams(team)
-        runs = [(r.created_at, r.op_time, standings.valid(r)) for r in (st.chosen.records if st.chosen else [])
+        runs = [(r.created_at, r.op_time, valid(r)) for r in (st.chosen.records if st.chosen else [])
                 if r.team in names]
         best, median = st.best_and_median()
         try:
