@@ -197,3 +197,43 @@ def test_the_views_agree_on_a_plain_done_run(svc):
     time.sleep(1.5)
     assert "plain-done" in ranked_teams_api(svc, "json")
     assert not check_everywhere(svc, {"plain-done": job_id})
+
+
+@pytest.mark.timeout(300)
+def test_a_cancel_storm_costs_the_database_one_write(svc):
+    """A team sends 20 cancels of its running job at once, then 20 more one by one: every one is
+    answered (200, or 409 once it has ended), the job ends cancelled once, and the cancel is
+    written once (one ``job.cancel`` log line), not once a request: a storm of cancels takes
+    the database's write lock from nobody."""
+    token = svc.add_teams("storm")["storm"]
+    worker = Worker(svc)
+    try:
+        answer = submit_ranked(svc, token)
+        assert answer.status_code == 201, answer.text
+        job_id = answer.json()["id"]
+        claim = worker.claim(wait=5)
+        assert claim and claim["job"]["id"] == job_id, claim
+        before = svc.log().count("job.cancel ")
+        statuses = []
+
+        def cancel():
+            with svc.http(token) as http:
+                statuses.append(http.post(f"/api/jobs/{job_id}/cancel").status_code)
+        barrier = threading.Barrier(20)
+        threads = [threading.Thread(target=lambda: (barrier.wait(), cancel())) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for _ in range(20):
+            cancel()
+        assert sorted(set(statuses)) == [200] and len(statuses) == 40, statuses
+        assert svc.log().count("job.cancel ") - before == 1
+        assert worker.call(claim, "heartbeat").json().get("cancel") is True
+        assert worker.finish(claim, op_time=0.05).status_code in (200, 409)
+        job = wait_until(lambda: (lambda j: j if j["state"] in ENDED else None)(svc.job(job_id)), 20, "the job's end")
+        assert job["state"] == "cancelled" and len(end_lines(svc.transcript(job_id))) == 1
+        with svc.http(token) as http:
+            assert http.post(f"/api/jobs/{job_id}/cancel").status_code == 409
+    finally:
+        worker.close()

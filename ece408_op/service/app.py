@@ -18,7 +18,7 @@ from . import pages
 from . import upload as uploads
 from .api import ROUTERS
 from .db import Unavailable
-from .http import DOWN_RETRY, AccessLog, NoNul, error
+from .http import DOWN_RETRY, AccessLog, EarlyRefusals, NoNul, error
 from .jobs import QUEUED, Lost, Refused
 from .live import Hub
 from .logs import flush_repeats, log
@@ -73,6 +73,7 @@ def make_app(service):
                   openapi_url=None)
     app.state.service = service
     app.add_middleware(NoNul)
+    app.add_middleware(EarlyRefusals)
     app.add_middleware(AccessLog)
 
     @app.exception_handler(Refused)

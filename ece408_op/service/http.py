@@ -191,6 +191,47 @@ class NoNul:
         return await self.app(scope, receive, send)
 
 
+class EarlyRefusals:
+    """A submission that a kept refusal answers (a team past its hourly limit, posting again
+    without an Idempotency-Key) is refused here, from the token and the query alone: before the
+    routes, their dependencies and the body, so that a team hammering the service costs it the
+    least a request can (limits.Refusals keeps the refusals; the route refuses the same way)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/api/jobs":
+            refusal = self.kept(scope)
+            if refusal is not None:
+                return await error(refusal.status, str(refusal), refusal.retry_after)(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    @staticmethod
+    def kept(scope):
+        service = scope["app"].state.service
+        if not service.refusals.kept:
+            return None
+        token = None
+        for name, value in scope["headers"]:
+            if name == b"idempotency-key":
+                return None
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() != "bearer":
+                    return None
+        if not token or service.tokens.stale():
+            return None
+        principal = service.tokens.lookup(token.strip())
+        if principal is None or principal.kind != "team":
+            return None
+        kind = "development"
+        for part in scope.get("query_string", b"").split(b"&"):
+            if part.startswith(b"kind="):
+                kind = part[5:].decode("latin-1")
+        return service.refusals.held(principal.name, kind)
+
+
 class AccessLog:
     """One ``http`` log line a request: method, path (never the query string or a header: no
     token can reach the log this way), status, milliseconds, client address. The workers' routine

@@ -180,14 +180,23 @@ class Refusals:
         self.longest = longest
         self.kept = {}                           # (team, kind) -> (until, Refused, when it was decided)
 
+    def held(self, team, kind):
+        """The kept refusal of ``team``'s submissions of ``kind`` as it stands now (its Retry-After
+        counting down the refusal's own wait), or None."""
+        now = time.monotonic()
+        found = self.kept.get((team, kind))
+        if found is None or found[0] <= now:
+            return None
+        until, refusal, at = found
+        wait = refusal.retry_after - (now - at) if refusal.retry_after is not None else until - now
+        return Refused(refusal.status, str(refusal), retry_after=max(1, math.ceil(wait)))
+
     async def admit(self, service, team, kind, milestone, key, asked):
         """``jobs.admit``'s answer (the job of an earlier try of ``key``, or None), or its refusal."""
         now = time.monotonic()
-        found = self.kept.get((team, kind)) if key is None else None
-        if found is not None and found[0] > now:
-            until, refusal, at = found
-            wait = refusal.retry_after - (now - at) if refusal.retry_after is not None else until - now
-            raise Refused(refusal.status, str(refusal), retry_after=max(1, math.ceil(wait)))
+        kept = self.held(team, kind) if key is None else None
+        if kept is not None:
+            raise kept
         try:
             return await service.run(jobs.admit, service.db, service.settings.rules, team, kind, milestone, key, asked)
         except Refused as exc:

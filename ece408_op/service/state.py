@@ -12,6 +12,7 @@ from . import jobs
 from . import upload as uploads
 from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
 from .db import Unavailable
+from .jobs import Refused
 from .limits import STREAMS_PER_ADDRESS, Refusals, Streams, Uploads
 from .logs import log
 from .rankings import Rankings
@@ -54,6 +55,7 @@ class Service:
         self._places_lock = None
         self._down_logged = 0.0
         self.tasks = []
+        self._cancels = {}                        # (job id, team) -> the cancel being written
         self.rankings = Rankings(self)            # the ranking as the API and the pages show it
         self.streams = Streams(per_address=settings.streams_per_address)   # per team, session and address
         self.downloads = Streams(per_team=4, per_address=32, instructor=8, what="downloads")   # build folders
@@ -98,8 +100,27 @@ class Service:
 
     async def cancel(self, job_id, principal, **fields):
         """Cancel ``job_id`` for ``principal`` (a team: its own jobs only); the job, or None where
-        there is none. Its followers and the queue's places are told; ``fields`` join the log line."""
+        there is none. Its followers and the queue's places are told; ``fields`` join the log line.
+        A cancel storm costs the database one write: a job that has ended is refused (409) from a
+        read, and cancels of one job that arrive while its first is being written wait for that
+        one's answer rather than queueing a write each."""
         team = principal.name if principal.kind == "team" else None
+        key = (job_id, team)
+        pending = self._cancels.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        pending = self._cancels[key] = asyncio.ensure_future(self._cancel(job_id, team, principal, fields))
+        pending.add_done_callback(lambda done: self._cancels.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _cancel(self, job_id, team, principal, fields):
+        seen = await self.run(jobs.get, self.db, job_id, team)
+        if seen is None:
+            return None
+        if seen["state"] in jobs.ENDED:
+            raise Refused(409, f"job {job_id} has already ended ({seen['state']})")
+        if seen.get("cancel_requested"):
+            return seen                                  # asked already: its worker stops it at its next report
         job = await self.run(jobs.cancel, self.db, job_id, team)
         if job is not None:
             log("job.cancel", job=job_id, by=principal.kind, state=job["state"], **fields)

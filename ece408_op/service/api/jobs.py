@@ -124,9 +124,16 @@ async def cancel_job(request: Request, job_id: str, principal=Depends(team_or_in
 
 
 @router.get("/{job_id}/events")
-async def events(request: Request, job=Depends(own_job), principal=Depends(team_or_instructor)):
+async def events(request: Request, job_id: str, principal=Depends(team_or_instructor)):
+    """The job's transcript, live. Cheap before expensive: the stream caps (in memory) before the
+    job is looked up, so that a team past its cap costs the database nothing."""
     service = service_of(request)
     after = after_param(request)
     ticket = service.streams.open(principal, address(request))
+    try:
+        job = await own_job(request, job_id, principal)
+    except BaseException:
+        service.streams.close(ticket)
+        raise
     return EventSourceResponse(limits.stream(service.streams, ticket, follow(service, job["id"], after)), ping=15,
                                send_timeout=30, background=BackgroundTask(service.streams.close, ticket))

@@ -82,8 +82,13 @@ async def job_build(request: Request, job_id: str, viewer=Depends(member)):
 @router.get("/jobs/{job_id}/events")
 async def job_events(request: Request, job_id: str, viewer=Depends(member_stream)):
     service, site = service_of(request), site_of(request)
-    job = await own_job(request, viewer.principal, job_id)
     after = after_param(request)
+    ticket = service.streams.open(viewer.principal, address(request), viewer.value)   # the caps first
+    try:
+        job = await own_job(request, viewer.principal, job_id)
+    except BaseException:
+        service.streams.close(ticket)
+        raise
 
     async def stream():
         waiting = False
@@ -108,7 +113,6 @@ async def job_events(request: Request, job_id: str, viewer=Depends(member_stream
                 yield {"event": "verdict", "data": json.dumps(html)}
                 yield {"event": "end", "data": json.dumps(ended["state"])}
                 return
-    ticket = service.streams.open(viewer.principal, address(request), viewer.value)
     return EventSourceResponse(limits.stream(service.streams, ticket, stream()), ping=15, send_timeout=30,
                                headers={"Cache-Control": "no-store"},
                                background=BackgroundTask(service.streams.close, ticket))

@@ -72,7 +72,12 @@ async def ranking_events(request: Request, viewer=Depends(member_stream)):
     service, site = service_of(request), site_of(request)
     milestone, size = board_params(request.query_params)           # none: the newest board, once there is one
     device = kind_param(request.query_params, "device") if milestone is not None else None
-    await ranking_view(service, viewer.principal, milestone, size, device)    # a kind named: one of the board's
+    ticket = service.streams.open(viewer.principal, address(request), viewer.value)   # the caps first
+    try:
+        await ranking_view(service, viewer.principal, milestone, size, device)    # a kind named: one of the board's
+    except BaseException:
+        service.streams.close(ticket)
+        raise
 
     async def stream():
         sent, checked = None, time.monotonic()
@@ -92,7 +97,6 @@ async def ranking_events(request: Request, viewer=Depends(member_stream)):
                 await asyncio.sleep(DOWN_RETRY)
                 continue
             await asyncio.sleep(1.0)
-    ticket = service.streams.open(viewer.principal, address(request), viewer.value)
     return EventSourceResponse(limits.stream(service.streams, ticket, stream()), ping=15, send_timeout=30,
                                headers={"Cache-Control": "no-store"},
                                background=BackgroundTask(service.streams.close, ticket))
