@@ -11,7 +11,7 @@ from fastapi import Request
 
 from .jobs import Refused, duration
 from .logs import log
-from .http import address
+from .http import address, bearer_token
 from .state import service_of
 
 NEEDS = {"instructor": "the instructor's token", "worker": "a worker's token"}
@@ -41,10 +41,10 @@ async def check_token(service, token, where, path):
 async def authenticate(request, kinds):
     """The Principal of the request's token, of one of ``kinds``; Refused (401, 403, 429) else."""
     service = service_of(request)
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(request.headers.get("authorization"))
+    if token is None:
         raise Refused(401, "this needs a token: python -m ece408_op login (or $ECE408_TOKEN)")
-    principal, refusal = await check_token(service, token.strip(), address(request), request.url.path)
+    principal, refusal = await check_token(service, token, address(request), request.url.path)
     if refusal:
         raise refusal
     if principal.kind not in kinds:

@@ -191,6 +191,12 @@ class NoNul:
         return await self.app(scope, receive, send)
 
 
+def bearer_token(header):
+    """The token of an ``Authorization: Bearer TOKEN`` header's value, or None."""
+    scheme, _, token = (header or "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
 class EarlyRefusals:
     """A submission that a kept refusal answers (a team past its hourly limit, posting again
     without an Idempotency-Key) is refused here, from the token and the query alone: before the
@@ -217,12 +223,10 @@ class EarlyRefusals:
             if name == b"idempotency-key":
                 return None
             if name == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                if scheme.lower() != "bearer":
-                    return None
+                token = bearer_token(value.decode("latin-1"))
         if not token or service.tokens.stale():
             return None
-        principal = service.tokens.lookup(token.strip())
+        principal = service.tokens.lookup(token)
         if principal is None or principal.kind != "team":
             return None
         kind = "development"
