@@ -35,16 +35,19 @@ RUN apt-get update \
 
 # The dependencies alone, from setup.py and its table of requirements only, so that this layer
 # survives code changes (the "package" here is the local folder, nothing in it yet).
+# The checkpoints are a distribution of their own (models/setup.py) that the extras need: installed
+# here with them, into $VIRTUAL_ENV/share/ece408_op/models, and seen at /models as in the course image.
 WORKDIR /opt/src
 COPY setup.py ./
 COPY ece408_op/base/extras.py ./ece408_op/base/
+COPY models/ ./models/
 # hadolint ignore=DL3013
 RUN --mount=type=secret,id=cacert \
     ca=/run/secrets/cacert; if [ -s "$ca" ]; then export PIP_CERT="$ca" REQUESTS_CA_BUNDLE="$ca"; fi \
- && pip install --no-cache-dir ".[$(if [ "$GPU" = 1 ]; then echo gpu; else echo mxnet; fi)]" \
- && pip uninstall -y ece408_op
-
-COPY models/ /models/
+ && pip install --no-cache-dir ./models ".[$(if [ "$GPU" = 1 ]; then echo gpu; else echo mxnet; fi)]" \
+ && pip uninstall -y ece408_op \
+ && rm -rf ./models \
+ && ln -s "$VIRTUAL_ENV/share/ece408_op/models" /models
 
 # The package itself (no dependencies left to fetch), then the data through its own fetcher.
 COPY README.md ./

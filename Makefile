@@ -9,10 +9,11 @@ PY      = $(VENV)/bin/python
 .PHONY: run test test-fast data bench-cpu clean
 
 # The test extra: every part's packages (mxnet, service, grade) and the test tools (ece408_op/base/extras.py)
-$(VENV)/.installed: setup.py ece408_op/base/extras.py
+# and the checkpoints, a distribution of their own (models/setup.py) that the mxnet extra needs
+$(VENV)/.installed: setup.py ece408_op/base/extras.py models/setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q ./models -e '.[test]'
 	touch $@
 
 data: $(VENV)/.installed

@@ -210,3 +210,17 @@ def striped_winograd_case():
     k = rng.standard_normal((32, 64, 3, 3)).astype(np.float32)
     ref, bound = reference_and_bound(x, k, None, spec)
     return spec, x, k, ref, bound
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """A wheel of this checkout (tests/laptop.py), built once a run."""
+    from laptop import build_wheel
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def client_env(tmp_path_factory, built_wheel):
+    """The python of a fresh client-only virtual environment holding that wheel (tests/laptop.py)."""
+    from laptop import client_venv
+    return client_venv(tmp_path_factory.mktemp("client"), built_wheel)

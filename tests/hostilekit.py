@@ -26,7 +26,7 @@ from pagekit import record_of, ranked_upload
 from servicekit import Service, started_postgres
 from teams import rai_yaml
 
-from ece408_op.service.client import sse_events
+from ece408_op.client.api import sse_events
 
 DATABASES = ("sqlite", "postgresql")
 BUBBLEWRAP = ["--engine", "bubblewrap", "--gpus", "none"]

@@ -8,8 +8,9 @@ import stat
 
 import pytest
 
-from ece408_op.service import archive, buildfolder
-from ece408_op.service.archive import UploadError
+from ece408_op.base import archive
+from ece408_op.service import buildfolder
+from ece408_op.base.archive import UploadError
 
 
 def write(folder, files):

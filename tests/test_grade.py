@@ -53,7 +53,7 @@ def classroom(tmp_path_factory):
                "x-fails": FAILS, "y-slow": SLOW, "z-forks": FORKS}
     for name, source in sources.items():
         team_project(root / name, cpu=source)
-    from ece408_op.grading.names import team_name
+    from ece408_op.base.names import team_name
     return root, {team_name(name): outcome for name, outcome in OUTCOMES.items()}
 
 

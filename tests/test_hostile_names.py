@@ -17,7 +17,7 @@ from hostilekit import (Worker, csrf_of, login, module_service, postgres_server,
                         submit_ranked)  # noqa: F401  postgres_server: a fixture
 from pagekit import wait_until
 
-from ece408_op.grading.names import printable
+from ece408_op.base.names import printable
 
 pytestmark = pytest.mark.service
 

@@ -14,7 +14,6 @@
   dependencies, no build isolation) and runs a user's script that imports MXNet first."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, python_command, require_mxnet
+from laptop import skip_without_the_index, source_copy
 
 # Top-level distributions the fresh environment borrows from this one (by symlink) instead of
 # installing them: MXNet, NumPy and what MXNet imports.
@@ -68,15 +68,6 @@ def _pip(python, *args):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _source_copy(tmp_path):
-    """This checkout's package files (so that the build writes nothing into the work tree)."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "ece408_op", src / "ece408_op", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "setup.py", src)
-    shutil.copy(ROOT / "README.md", src)
-    return src
-
-
 INSTALLS = {
     "editable-pep660": ["--use-pep517", "-e"],     # what `make` does (pip builds an editable wheel)
     "editable-develop": ["-e"],                    # pip's legacy path without build isolation: setup.py develop
@@ -89,7 +80,7 @@ INSTALLS = {
 def test_import_mxnet_first_works_after_install(tmp_path, how):
     require_mxnet()
     python, purelib = _fresh_venv(tmp_path)
-    src = _source_copy(tmp_path)
+    src = source_copy(tmp_path)
     _pip(python, *INSTALLS[how], str(src))
     assert (purelib / "ece408_op-hook.pth").is_file()
     run = dict(capture_output=True, text=True, cwd=tmp_path)         # not the checkout: the install
@@ -118,39 +109,6 @@ def test_without_the_hook_mxnet_first_fails_here(tmp_path):
 ABSENT = ("numpy", "mxnet", "numba")             # none of them in the client's environment
 HEAVY = {"mxnet", "numpy", "numba", "llvmlite", "pycuda", "torch", "scipy"}
 LIGHT_PLATFORMS = [("macosx_11_0_arm64", "3.13"), ("win_amd64", "3.9")]      # MXNet 1.9.1 has no build for either
-
-
-@pytest.fixture(scope="module")
-def built_wheel(tmp_path_factory):
-    """A wheel of this checkout, built offline (no dependencies, no build isolation)."""
-    src = _source_copy(tmp_path_factory.mktemp("wheel-src"))
-    out = tmp_path_factory.mktemp("wheel")
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                             "-w", str(out), str(src)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (wheel,) = out.glob("ece408_op-*.whl")
-    return wheel
-
-
-@pytest.fixture(scope="module")
-def client_env(tmp_path_factory, built_wheel):
-    """A fresh virtual environment with the wheel and its client extra, from the package index."""
-    if sys.flags.no_site:
-        pytest.skip("this interpreter runs without site (-S): a virtual environment's packages are not seen")
-    venv = tmp_path_factory.mktemp("client") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    result = subprocess.run([str(python), "-m", "pip", "install", "-q", f"{built_wheel}[client]"],
-                            capture_output=True, text=True, timeout=600)
-    _skip_without_the_index(result)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return python
-
-
-def _skip_without_the_index(result):
-    """Skip where pip found no httpx at all (no package index here): the client's own requirement."""
-    if result.returncode != 0 and "No matching distribution found for httpx" in result.stderr:
-        pytest.skip(f"the package index cannot be reached here: {result.stderr.strip().splitlines()[-1]}")
 
 
 def _client(python, *args, cwd, home=None):
@@ -233,7 +191,7 @@ def _resolved(wheel, platform, python, tmp_path):
 @pytest.mark.parametrize("platform,python", LIGHT_PLATFORMS)
 def test_the_client_resolves_where_mxnet_has_no_build(built_wheel, tmp_path, platform, python):
     result, install = _resolved(built_wheel, platform, python, tmp_path)
-    _skip_without_the_index(result)
+    skip_without_the_index(result)
     assert result.returncode == 0, result.stderr[-3000:]
     names = {item["metadata"]["name"].lower() for item in install}
     assert "ece408-op" in names or "ece408_op" in names, names
@@ -280,8 +238,8 @@ def test_the_client_reads_files_where_the_system_has_no_nofollow_or_nonblock(tmp
 WINDOWS_LACKS = "import sys\nfor m in ('fcntl', 'termios', 'resource', 'pwd', 'grp', 'pty', 'tty', 'syslog'):\n" \
                 "    sys.modules[m] = None\n"
 CLIENT_MODULES = ("ece408_op.cli", "ece408_op.cli.remote", "ece408_op.cli.login", "ece408_op.cli.jobs",
-                  "ece408_op.cli.teams", "ece408_op.cli.deadlines", "ece408_op.cli.init", "ece408_op.service.client",
-                  "ece408_op.service.instructor_client", "ece408_op.service.roster")
+                  "ece408_op.cli.teams", "ece408_op.cli.deadlines", "ece408_op.cli.init", "ece408_op.client.api",
+                  "ece408_op.client.instructor", "ece408_op.client.roster")
 
 
 def test_the_client_imports_without_the_modules_windows_lacks():
@@ -331,6 +289,10 @@ def test_setup_reads_the_one_table_of_requirements():
     for name in ("mxnet", "gpu", "service", "grade", "test"):
         assert "mxnet==1.9.1" in table[name] and "numpy<2" in table[name]
     assert "pycuda" in table["gpu"] and "pycuda" in table["bench"] and "mxnet==1.9.1" not in table["bench"]
+    # the checkpoints come with MXNet (every extra that runs a model), never with the client
+    for name in ("mxnet", "gpu", "service", "grade", "test"):
+        assert extras.MODELS in table[name], name
+    assert extras.MODELS not in table["client"] and extras.MODELS not in table["bench"]
 
 
 @pytest.mark.slow
@@ -343,21 +305,68 @@ def test_the_wheel_requires_what_the_table_says(built_wheel):
     assert [r for r in requires if "extra ==" not in r] == ["httpx<1,>=0.27"] or \
         [r for r in requires if "extra ==" not in r] == ["httpx>=0.27,<1"], requires
     assert any(r.startswith("mxnet==1.9.1") and 'extra == "mxnet"' in r for r in requires), requires
+    assert any(r.startswith("ece408_op_models==") and 'extra == "mxnet"' in r for r in requires), requires
+
+
+@pytest.mark.slow
+def test_a_laptops_wheel_carries_no_model_and_the_models_distribution_does(built_wheel, tmp_path):
+    """The checkpoints (23 MB) are models/setup.py's distribution, installed where the package looks
+    for them (share/ece408_op/models): the client's wheel holds none, the models' wheel every one."""
+    import zipfile
+    with zipfile.ZipFile(built_wheel) as wheel:
+        names = wheel.namelist()
+    assert not [n for n in names if n.endswith((".params", "-symbol.json"))], names
+    assert built_wheel.stat().st_size < 2 << 20, built_wheel.stat().st_size
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                             "-w", str(tmp_path), str(ROOT / "models")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (models,) = tmp_path.glob("ece408_op_models-*.whl")
+    with zipfile.ZipFile(models) as wheel:
+        got = sorted(n.split("/")[-1] for n in wheel.namelist() if "/share/ece408_op/models/" in n)
+    want = sorted(p.name for p in (ROOT / "models").iterdir() if p.name.endswith((".params", "-symbol.json")))
+    assert got == want and len(want) == 8, (got, want)
 
 
 def test_token_files_and_rosters_as_windows_writes_and_reads_them(tmp_path):
     """Without O_NOFOLLOW (Windows has none) token files are still written; a token file or a
     roster saved with a byte order mark (Notepad, Excel's "CSV UTF-8") reads as without it."""
     code = (WINDOWS_LACKS + "import os\ndel os.O_NOFOLLOW\n"
-            "from ece408_op.service.instructor_client import write_token\n"
+            "from ece408_op.client.instructor import write_token\n"
             f"write_token({str(tmp_path / 'w.token')!r}, 'ece408_' + '0' * 16 + '_' + 'a' * 43)\n")
     result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "w.token").read_text().strip().startswith("ece408_")
-    from ece408_op.service.client import read_token_file
-    from ece408_op.service.roster import roster_names
+    from ece408_op.client.api import read_token_file
+    from ece408_op.client.roster import roster_names
     token = "ece408_" + "1" * 16 + "_" + "b" * 43
     (tmp_path / "bom.token").write_bytes(b"\xef\xbb\xbf" + token.encode() + b"\r\n")
     assert read_token_file(tmp_path / "bom.token") == token
     (tmp_path / "roster.csv").write_bytes(b"\xef\xbb\xbfteam,email\r\nred,r@x\r\nblue,b@x\r\n")
     assert roster_names(tmp_path / "roster.csv") == ["red", "blue"]
+
+
+@pytest.mark.parametrize("text,names", [
+    ("team,email\nred,r@x\nblue,b@x\n", ["red", "blue"]),
+    ("name,email\nred,r@x\nblue,b@x\n", ["red", "blue"]),            # a header of other words: not a team 'name'
+    ("Email,Team Name\nr@x,red\n", ["red"]),
+    ("netid,team\nab1,rho\ncd2,sigma\n", ["rho", "sigma"]),
+    ("red\nblue\n", ["red", "blue"]),                                  # no header: the first column
+])
+def test_a_rosters_team_column_is_found_by_its_header(tmp_path, text, names):
+    from ece408_op.client.roster import roster_names
+    (tmp_path / "roster.csv").write_text(text)
+    assert roster_names(tmp_path / "roster.csv") == names
+
+
+@pytest.mark.parametrize("text,says", [
+    ("netid,email\nab1,a@x\n", "no team column"),
+    ("team\nred\nbl\x00ue\n", "line 3: the team name holds the control character U+0000"),
+    ("team\nred\nbl\x07ue\n", "line 3"),
+])
+def test_a_roster_that_cannot_be_read_rightly_is_refused_in_one_line(tmp_path, text, says):
+    from ece408_op.client.api import ClientError
+    from ece408_op.client.roster import roster_names
+    (tmp_path / "roster.csv").write_bytes(text.encode())
+    with pytest.raises(ClientError) as caught:
+        roster_names(tmp_path / "roster.csv")
+    assert says in str(caught.value) and "\n" not in str(caught.value), caught.value

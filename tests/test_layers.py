@@ -22,10 +22,11 @@ ALLOWED = {
     "selftest": {"conv", "kernels", "data", "mx", "selftest"},
     "bench": {"conv", "kernels", "data", "team", "torch", "mx", "bench"},   # every measurement; MXNet, PyTorch below
     "service": {"grading", "team", "data", "service"},   # the submission service: grading through service/grading_door.py only
-    "cli": {"conv", "kernels", "data", "team", "mx", "grading", "selftest", "torch", "bench", "service", "cli"},
+    "client": {"service", "client"},           # a laptop's client: the upload's format only (test below)
+    "cli": {"conv", "kernels", "data", "team", "mx", "grading", "selftest", "torch", "bench", "service", "client", "cli"},
 }
 BASE = {"errors", "course", "console", "", "base"}   # leaves every layer may import (base/: small helpers)
-MXNET_FREE = ("base", "conv", "tasks", "kernels", "team", "data", "grading", "selftest", "bench", "service", "cli")   # these
+MXNET_FREE = ("base", "conv", "tasks", "kernels", "team", "data", "grading", "selftest", "bench", "service", "client", "cli")   # these
 # import mx lazily, but for the benchmark modules that import MXNet (cpu, zoo: through mx/) or PyTorch (network):
 IMPORTS_MXNET_OR_TORCH = {"bench/cpu.py", "bench/zoo.py", "bench/network_layers.py"}
 
@@ -148,13 +149,29 @@ def test_the_clients_import_nothing_heavy():
     heavy = ("numpy", "mxnet", "numba", "pycuda", "torch", "fastapi", "starlette", "jinja2", "matplotlib", "anyio",
              "uvicorn", "sse_starlette")
     code = ("import sys\n"
-            "import ece408_op.service.client, ece408_op.service.instructor_client, ece408_op.service.roster\n"
+            "import ece408_op.client.api, ece408_op.client.instructor, ece408_op.client.roster\n"
             "import ece408_op.cli.remote, ece408_op.cli.jobs, ece408_op.cli.login, ece408_op.cli.teams\n"
             "import ece408_op.cli.deadlines\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n")
     result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_the_client_wing_takes_only_the_uploads_format_from_the_service():
+    # client/ is what a laptop runs: of the service it shares the upload's format (service/upload.py),
+    # nothing of the server; what both must agree on is in base/ (terms.py, archive.py, names.py)
+    bad = []
+    for owner, path in _modules():
+        if owner != "client":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 2 and (node.module or "").startswith("service"):
+                names = [node.module] if node.module != "service" else [f"service.{a.name}" for a in node.names]
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports ece408_op.{n}" for n in names
+                        if n != "service.upload"]
+    assert not bad, "\n".join(bad)
 
 
 def test_the_service_reaches_grading_through_one_module():

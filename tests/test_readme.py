@@ -279,18 +279,18 @@ def session(tmp_path_factory):
         shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
         shim.chmod(0o755)
-    env = {**os.environ,
+    # a user's own empty HOME and none of the project's variables, as a reader has; the caches (the fetched
+    # data, compiled kernels) stay this machine's user's, as they would be on a reader's machine after `make run`
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ECE408_", "XDG_"))},
            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "XDG_DATA_HOME": str(home / "user" / "data"),
-           "XDG_STATE_HOME": str(home / "user" / "state"),
-           "XDG_CONFIG_HOME": str(home / "user" / "config"),
+           "HOME": str(home / "user"),
+           "XDG_CACHE_HOME": cache,
            "TMPDIR": str(home),
            "PYTHONUNBUFFERED": "1"}
-    for name in ("ECE408_TEAM", "ECE408_DB", "ECE408_SPOOL", "ECE408_SERVER", "ECE408_TOKEN", "ECE408_TOKEN_FILE",
-                 "ECE408_INSTRUCTOR_TOKEN"):
-        env.pop(name, None)
+    (home / "user").mkdir()
     yield {"home": home, "cwd": work, "env": env}
-    for pid_file in (home / "user" / "state").glob("ece408_op/service/serve-*.pid"):
+    for pid_file in (home / "user").glob(".local/state/ece408_op/service/serve-*.pid"):
         port = pid_file.stem.split("-")[-1]
         subprocess.run([*python_command(), "-m", "ece408_op", "serve", "--stop", "--port", port], env=env,
                        capture_output=True, timeout=120)

@@ -16,7 +16,7 @@ from services import Postgres, Unavailable
 from teams import cli
 
 from ece408_op.grading import store as store_module
-from ece408_op.grading.names import UNPRINTABLE, printable, shown, team_name
+from ece408_op.base.names import UNPRINTABLE, printable, shown, team_name
 from ece408_op.grading.options import options_key, run_options
 from ece408_op.grading.ranking import FORMULA_STARTS
 from ece408_op.grading.store import Record, SpooledError, move_spool, open_store, spool, spooled_files

@@ -1,4 +1,4 @@
-"""The upload's archive (service/archive.py, service/upload.py), without a server: every hostile
+"""The upload's archive (base/archive.py, service/upload.py), without a server: every hostile
 archive refused in one line saying what and where, what honest writers produce taken, the
 unpack writing exactly what the check took (a property test over random and damaged archives,
 tarfile as an independent reader), and the client's packing leaving out what the service would
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, python_command
-from ece408_op.service import archive
+from ece408_op.base import archive
 from ece408_op.service import upload as uploads
 
 CONFIG = b"rai:\n  version: 0.2\n  image: x\ncommands:\n  build:\n    - echo hi\n"
@@ -439,7 +439,8 @@ def test_on_windows_the_client_packs_slash_separated_names(tmp_path):
 def test_the_folder_walk_is_shared_by_the_client_and_the_local_run(tmp_path):
     """One walker (grading/scratch.py's walk_folder) for both: the same entries, the same order,
     version control and caches left out by both."""
-    from ece408_op.grading.scratch import copy_submission, walk_folder
+    from ece408_op.base.terms import walk_folder
+    from ece408_op.grading.scratch import copy_submission
     team = tmp_path / "team"
     for rel in ("rai_build.yml", "src/a.cu", ".git/HEAD", "src/__pycache__/x.pyc", "src/m.pyc", "z/y/x"):
         (team / rel).parent.mkdir(parents=True, exist_ok=True)

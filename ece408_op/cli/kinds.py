@@ -25,7 +25,7 @@ def command(argv):
     args = parser.parse_args(argv)
     if args.action == "grade" and (args.kind is None) == (not args.clear):
         parser.error("give the KIND, or --clear")
-    from ..service import instructor_client
+    from ..client import instructor as instructor_client
     c = instructor_connect(args)
     if args.action == "grade":
         return instructor_client.set_grading_kind(c, args.milestone, args.kind)

@@ -19,7 +19,7 @@ def command(argv):
         raise UsageError("error: a token never goes on the command line, where every user of this machine can "
                          "read it (ps): type it when asked, pipe it in, or give --token-file PATH")
     args = parser.parse_args(argv)
-    from ..service import client
+    from ..client import api as client
     url = client.check_url(args.server) if args.server else client.resolve_server(None)
     if args.token_file:
         token = client.read_token_file(args.token_file)

@@ -5,6 +5,7 @@ from ..grading.ranking import ranking_report
 from ..course import RANKED as MILESTONES
 from ..grading.store import DB_ENV, default_sqlite_path, open_store
 from .errors import ArgumentParser, run
+from .remote import LOCAL, RULE
 
 
 def command(argv):
@@ -12,7 +13,7 @@ def command(argv):
                             description="Teams by their fastest valid total Op Time (every model's Correctness "
                                         "equal to the reference run's), one row per team; only runs measured with "
                                         "the same options (models, hidden model, repeats, engine) on the same kind of "
-                                        "device are compared: one table per device kind.")
+                                        "device are compared: one table per device kind. " + RULE["ranking"])
     parser.add_argument("--milestone", choices=MILESTONES, help="default: the newest record's")
     parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
     parser.add_argument("--options", metavar="KEY",
@@ -27,6 +28,8 @@ def command(argv):
                                                         "a formula start with a single quote)")
     form.add_argument("--json", action="store_true", help="JSON instead of a table")
     parser.add_argument("--db", help=f"SQLite path or postgresql:// URL (default ${DB_ENV}, else {default_sqlite_path()})")
+    parser.add_argument(LOCAL, action="store_true", help="the records stored here even when logged in to the "
+                                                          "class's service")
     parser.add_argument("--debug", action="store_true", help="tracebacks instead of one-line errors")
     args = parser.parse_args(argv)
     fmt = "csv" if args.csv else "json" if args.json else "table"

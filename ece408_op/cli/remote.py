@@ -1,22 +1,64 @@
-"""The service's client on the command line: ``submit --server`` and ``ranking --server``
-(``cli.main`` hands ``submit`` and ``ranking`` over here when --server or $ECE408_SERVER is given,
-before their local modules are imported), and the options every client command shares. The HTTP
-is ``service/client.py``; nothing here needs MXNet, a GPU or a sandbox."""
+"""The service's client on the command line: ``submit`` and ``ranking`` on the class's service
+(``cli.main`` hands them over here, before their local modules are imported, where ``where``
+says so), and the options every client command shares. The HTTP is ``client/api.py``; nothing
+here needs MXNet, a GPU or a sandbox."""
 import os
 
+from ..base.extras import installed
+from ..base.terms import DEFAULT_SIZE
 from ..course import RANKED as MILESTONES
-from ..grading.request import DEFAULT_SIZE
 from .errors import ArgumentParser, run
 from .teamargs import check_size, team_folder
 
 SERVER_ENV = "ECE408_SERVER"
-LOCAL_ONLY = ("--engine", "--image", "--timeout", "--memory", "--processes", "--cpu-time", "--disk", "--max-output",
-              "--scratch", "--hidden-model", "--repeats", "--db", "--keep-scratch", "--allow-network", "--name")
+LOCAL = "--local"
+LOCAL_ONLY = {"submit": ("--engine", "--image", "--timeout", "--memory", "--processes", "--cpu-time", "--disk",
+                         "--max-output", "--scratch", "--hidden-model", "--repeats", "--db", "--keep-scratch",
+                         "--allow-network", "--name"),
+              "ranking": ("--db", "--options")}
+# The rule, said once in each command's --help and in the README
+RULE = {"submit": "Where it runs: on the class's service with --server URL or $ECE408_SERVER, after 'login', and "
+                  "always on a client-only install; otherwise here, each command in a sandbox (--local: here even "
+                  "when logged in).",
+        "ranking": "Whose ranking: the class's service's with --server URL or $ECE408_SERVER, after 'login', and "
+                   "always on a client-only install; otherwise the records stored here (--local: those even when "
+                   "logged in)."}
 
 
-def wanted(argv):
-    """Whether a command line goes to the service: --server, or $ECE408_SERVER set."""
-    return any(a == "--server" or a.startswith("--server=") for a in argv) or bool(os.environ.get(SERVER_ENV))
+def _given(argv, flag):
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def where(argv):
+    """(the service or not, why) for ``submit``/``ranking``'s command line ``argv``: ``RULE``.
+    ``why`` is what decided: --local, --server, $ECE408_SERVER, 'login' or 'client-only'."""
+    if LOCAL in argv:
+        return False, LOCAL
+    if _given(argv, "--server"):
+        return True, "--server"
+    if os.environ.get(SERVER_ENV):
+        return True, f"${SERVER_ENV}"
+    if not installed("mxnet"):
+        return True, "client-only"
+    from ..client.api import saved_login
+    return (True, "login") if saved_login() else (False, "")
+
+
+def refuse_local_options(parser, name, argv, why):
+    """A usage error for the options only a local run takes, saying why this one goes to the service."""
+    local = sorted({a.split("=")[0] for a in argv if a.split("=")[0] in LOCAL_ONLY[name]})
+    if not local:
+        return
+    them = "it" if len(local) == 1 else "them"
+    if why == "login":
+        from ..client.api import saved_login
+        fix = (f"you are logged in to {saved_login()['server']}, so this goes to the service: leave {them} out, "
+               f"or add --local to run it here")
+    elif why == "client-only":
+        fix = f"this install goes to the service (it has no local runs: the mxnet extra is not installed); leave {them} out"
+    else:
+        fix = f"the service decides how runs are made; leave {them} out (or run here: without {why}, or with --local)"
+    parser.error(f"{', '.join(local)}: {fix}")
 
 
 def add_client_options(parser):
@@ -29,15 +71,16 @@ def add_client_options(parser):
 
 
 def connect(args, preferred_files=()):
-    from ..service import client
+    from ..client import api as client
     return client.connect(args.server, args.token_file, preferred_files)
 
 
-def submit(argv):
-    parser = ArgumentParser(prog="ece408_op submit --server URL",
+def submit(argv, why):
+    parser = ArgumentParser(prog="ece408_op submit",
                             description="Send a submission to the class's service and follow it: a development run "
                                         "of rai_build.yml, or with --submit a ranked run of the team's forward. The "
-                                        "transcript streams back as the worker produces it; Ctrl-C detaches.")
+                                        "transcript streams back as the worker produces it; Ctrl-C detaches. "
+                                        + RULE["submit"])
     parser.add_argument("folder", nargs="?", help="the team's folder (default: --team, else this folder)")
     parser.add_argument("--team", metavar="DIR", help="the team's folder (default: this folder)")
     parser.add_argument("--submit", choices=MILESTONES, metavar="{m2,m3,final}",
@@ -50,10 +93,7 @@ def submit(argv):
                              "('H100'); python -m ece408_op kinds lists them (not with --submit m2: the CPU's run)")
     parser.add_argument("--detach", action="store_true", help="queue the job and return (jobs show ID --follow)")
     add_client_options(parser)
-    local = sorted({a.split("=")[0] for a in argv if a.split("=")[0] in LOCAL_ONLY})
-    if local:
-        parser.error(f"{', '.join(local)}: the service decides how runs are made; leave {'it' if len(local) == 1 else 'them'} "
-                     f"out (or run locally: without --server and ${SERVER_ENV})")
+    refuse_local_options(parser, "submit", argv, why)
     args = parser.parse_args(argv)
     folder = team_folder(parser, args)
     if args.submit is None and args.size is not None:
@@ -63,14 +103,14 @@ def submit(argv):
                      "by the CPU's kind)")
     size = DEFAULT_SIZE if args.size is None else args.size
     check_size(parser, size)
-    from ..service import client
+    from ..client import api as client
     return client.submit(connect(args), folder, args.submit, size if args.submit else None, args.detach, args.gpu)
 
 
-def ranking(argv):
-    parser = ArgumentParser(prog="ece408_op ranking --server URL",
+def ranking(argv, why):
+    parser = ArgumentParser(prog="ece408_op ranking",
                             description="The class's ranking on the service: teams by their fastest valid total Op "
-                                        "Time, one row per team, one table per device kind.")
+                                        "Time, one row per team, one table per device kind. " + RULE["ranking"])
     parser.add_argument("--milestone", choices=MILESTONES, help="default: the newest record's")
     parser.add_argument("--size", type=int, metavar="N", help="images per run (default: the newest record's)")
     parser.add_argument("--device", metavar="KIND", help="one device kind's table only (its name, or the first characters "
@@ -79,12 +119,13 @@ def ranking(argv):
     form.add_argument("--csv", action="store_true", help="CSV instead of a table")
     form.add_argument("--json", action="store_true", help="JSON instead of a table")
     add_client_options(parser)
+    refuse_local_options(parser, "ranking", argv, why)
     args = parser.parse_args(argv)
-    from ..service import client
+    from ..client import api as client
     fmt = "csv" if args.csv else "json" if args.json else "table"
     return client.ranking(connect(args), args.milestone, args.size, fmt, args.device)
 
 
-def main(name, argv):
-    """The --server form of the command ``name`` (``submit`` or ``ranking``)."""
-    return run({"submit": submit, "ranking": ranking}[name], argv)
+def main(name, argv, why):
+    """The service's form of the command ``name`` (``submit`` or ``ranking``), chosen for ``why``."""
+    return run(lambda a: {"submit": submit, "ranking": ranking}[name](a, why), argv)

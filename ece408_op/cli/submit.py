@@ -2,6 +2,7 @@
 (each command in a sandbox, the course's ``* Running <command>`` transcript, no record), or
 with ``--submit m2|m3|final`` a ranked run of the team's forward (the grader's harness measures
 it; a record for the ranking)."""
+from ..base.terms import DEFAULT_SIZE
 from ..course import MILESTONES, RANKED
 from ..grading import request as req, runner
 from ..grading.development import run_development
@@ -11,7 +12,13 @@ from ..grading.store import DB_ENV, Delivery, default_sqlite_path, describe, ope
 from ..team.project import require_files
 from .argtypes import positive, whole
 from .errors import ArgumentParser, run
+from .remote import LOCAL, RULE
 from .teamargs import check_size, team_folder
+
+
+SERVICE_FORM = ("On the class's service (--server URL, $ECE408_SERVER, or after 'login') it also takes --gpu KIND "
+                "(a device kind) and --detach (queue it and return), and none of the options of how runs are made "
+                "here: 'submit --server URL --help' lists them.")
 
 
 def add_run_options(parser):
@@ -35,8 +42,8 @@ def add_run_options(parser):
     parser.add_argument("--max-output", type=positive, default=limits.output / 2**20, metavar="MIB",
                         help=f"output of each command before it is stopped (default {limits.output / 2**20:g} MiB)")
     parser.add_argument("--scratch", metavar="DIR", help="where scratch folders go (default $TMPDIR)")
-    parser.add_argument("--size", type=int, default=req.DEFAULT_SIZE, metavar="N",
-                        help=f"with --submit: images per run, 1-10000 (default {req.DEFAULT_SIZE})")
+    parser.add_argument("--size", type=int, default=DEFAULT_SIZE, metavar="N",
+                        help=f"with --submit: images per run, 1-10000 (default {DEFAULT_SIZE})")
     parser.add_argument("--hidden-model", metavar="PREFIX",
                         help="with --submit: staff's hidden third model (checkpoint prefix)")
     parser.add_argument("--repeats", type=int, metavar="N",
@@ -70,7 +77,8 @@ def command(argv):
     parser = ArgumentParser(prog="ece408_op submit",
                             description="Run a submission folder's rai_build.yml in a sandbox like the course "
                                         "server (a development run); --submit measures the team's forward with "
-                                        "the grader's harness and stores a ranked record.")
+                                        "the grader's harness and stores a ranked record. " + RULE["submit"],
+                            epilog=SERVICE_FORM)
     parser.add_argument("folder", nargs="?", help="the team's folder (default: --team, else this folder)")
     parser.add_argument("--submit", choices=RANKED, metavar="{m2,m3,final}",
                         help="a ranked run: the team's new-forward.py (m2) or new-forward.cu + launch.py (m3, final) "
@@ -82,6 +90,7 @@ def command(argv):
                         help="development runs: give commands the network when rai_build.yml says network: true "
                              "(refused otherwise: the grading host's own services would be in reach)")
     add_run_options(parser)
+    parser.add_argument(LOCAL, action="store_true", help="run it here even when logged in to the class's service")
     args = parser.parse_args(argv)
     folder = team_folder(parser, args)
     check_size(parser, args.size)
@@ -104,7 +113,7 @@ def command(argv):
     record = runner.submit(request, Delivery(args.db))
     summary = (f"total Op Time {record.op_time:.6f} s, " if record.op_time is not None else "") + \
         ("Correctness as expected" if record.correct else "not valid for the ranking")
-    from ..grading.names import shown
+    from ..base.names import shown
     print(f"* Record {record.id} ({shown(record.team)}, {record.milestone}, {record.size} images): "
           f"{record.status}; {summary}; stored in {where}")
     return {"ok": 0, "killed": 143}.get(record.status, 1)

@@ -13,7 +13,7 @@ def instructor_connect(args):
 def loopback_server(args):
     from urllib.parse import urlsplit
 
-    from ..service import client
+    from ..client import api as client
     try:
         return client.loopback(urlsplit(client.resolve_server(args.server)).hostname or "")
     except client.ClientError:
@@ -43,8 +43,8 @@ def command(argv):
     for p in sub.choices.values():
         add_client_options(p)
     args = parser.parse_args(argv)
-    from ..service import instructor_client
-    from ..service.roster import roster_names
+    from ..client import instructor as instructor_client
+    from ..client.roster import roster_names
     c = instructor_connect(args)
     if args.action == "add":
         return instructor_client.add_teams(c, args.names, token_dir=args.token_dir)

@@ -11,7 +11,7 @@ def command(argv):
     import os
 
     from ..grading.sandbox import ENGINES
-    from ..service.client import check_url, read_token_file
+    from ..client.api import check_url, read_token_file
     from ..service.worker import WorkerError, WorkerOptions, run_worker
     parser = ArgumentParser(prog="ece408_op worker",
                             description="Take jobs from the class's service and run them here, one at a time per GPU "

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from ..base.extras import install_hint
 from ..base.files import IsLink, NotRegular, TooLarge, read_regular
+from ..base.terms import CONFIG_NAME
 from ..errors import Ece408Error
 
-CONFIG_NAME = "rai_build.yml"
 MAX_BYTES = 64 << 10
 MAX_DEPTH = 20
 MAX_COMMANDS = 100
@@ -204,7 +204,7 @@ def read_config_text(path):
 
 
 def _shown(path):
-    from .names import printable
+    from ..base.names import printable
     return printable(os.fsdecode(os.fspath(path)), limit=400)
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from ..base.processes import python_command
 from ..errors import Ece408Error
-from ..team.project import TeamError
-from .names import printable, shown, team_name
+from ..base.terms import TeamError
+from ..base.names import printable, shown, team_name
 from .options import hidden_digest, options_key, run_options
 from .inputs import hidden_files
 from .request import Options, SubmitRequest

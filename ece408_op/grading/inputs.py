@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import Ece408Error
-from .names import printable
+from ..base.names import printable
 from .request import SubmitError
 
 MAX_HIDDEN_BYTES = 256 << 20

@@ -12,7 +12,7 @@ it equals (ignoring case and spacing), else the one kind it begins, or begins on
 (``H100`` names ``NVIDIA H100 80GB HBM3`` where no other kind has a word starting ``H100``).
 """
 from ..errors import Ece408Error
-from .names import printable
+from ..base.names import printable
 
 
 class KindError(Ece408Error):

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..base.files import Refused, read_regular
-from ..team import project
+from ..base.terms import MILESTONE_FILES, TeamError, read_team_files
 from . import channel
 from . import transcript as tx
 from .inputs import course_model_files, read_hidden, test_images
@@ -107,9 +107,9 @@ def run_ranked(request, transcript):
     with Scratch(options.scratch_parent, sandbox.uid, options.limits.disk, options.keep_scratch) as scratch:
         scratch.src.mkdir(mode=0o755)
         try:
-            files = project.read_team_files(request.folder, project.MILESTONE_FILES[milestone])
+            files = read_team_files(request.folder, MILESTONE_FILES[milestone])
             run.taken, run.digest = files.write(scratch.src), files.digest
-        except project.TeamError as exc:
+        except TeamError as exc:
             transcript.line(f"error: {exc}")
             run.reason = str(exc)
             return run

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import Ece408Error
 from .kinds import kind_of, resolve
-from .names import printable, shown
+from ..base.names import printable, shown
 from .options import describe_options
 
 UNRECORDED = "unrecorded"          # the key of the records stored without options (before migration 3)

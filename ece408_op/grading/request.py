@@ -3,6 +3,7 @@ limits) and the request of a ranked run, and the one error for a run that cannot
 import math
 from dataclasses import dataclass, field
 
+from ..base.terms import DEFAULT_SIZE
 from ..course import GPU_RANKED, RANKED, RANKED_MODELS
 from ..errors import Ece408Error
 from .sandbox import Limits
@@ -10,7 +11,6 @@ from .sandbox import Limits
 MODELS = RANKED_MODELS                   # the course models every ranked run measures (and a hidden one)
 MILESTONES = RANKED                      # the ranked milestones (course.py)
 GPU_MILESTONES = GPU_RANKED
-DEFAULT_SIZE = 10000
 DEFAULT_TIMEOUT = 600.0
 
 

@@ -6,7 +6,7 @@ Two kinds of run:
 submission's rai_build.yml, each in its own sandbox. The transcript is all it gives.
 
 ``submit`` (``submit --submit m2|m3|final``, and each task of ``grade``): a ranked run. From the
-submission only the team's files are taken (``team/project.py``: new-forward.py for m2;
+submission only the team's files are taken (``base/terms.py``: new-forward.py for m2;
 new-forward.cu and launch.py for m3 and final), each read once; then the build and the
 measuring process run in the run's sandbox (``ranked.py``). The record is written here, after
 every process of the run has ended; it names the team files it measured with their SHA-256
@@ -19,11 +19,11 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from ..team import project
+from ..base.terms import MILESTONE_FILES, read_team_files
 from . import transcript as tx
 from .inputs import hidden_files
 from .machine import check_device
-from .names import printable, team_name
+from ..base.names import printable, team_name
 from .ranked import RankedRun, run_ranked
 from .request import MILESTONES, MODELS, SubmitError
 from .steps import Stopped, stop_on_signals
@@ -44,9 +44,9 @@ def default_team(folder=None):
 
 def team_digest(folder, milestone):
     """SHA-256 over the team's files a milestone takes (name, size, bytes), each read once
-    (``project.read_team_files``): what ``grade`` compares to skip a team already graded.
+    (``base/terms.read_team_files``): what ``grade`` compares to skip a team already graded.
     TeamError (one line) where a file is missing or not a regular file."""
-    return project.read_team_files(folder, project.MILESTONE_FILES[milestone]).digest
+    return read_team_files(folder, MILESTONE_FILES[milestone]).digest
 
 
 def submit(request, store, transcript=None):

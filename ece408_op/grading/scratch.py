@@ -18,12 +18,10 @@ import tempfile
 from pathlib import Path
 
 from ..errors import Ece408Error
+from ..base.terms import MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, walk_folder
 from .owner import owner_tag, tag_alive
 
 PREFIX = "ece408-run-"
-MAX_SUBMISSION_BYTES = 64 << 20
-MAX_SUBMISSION_FILES = 10000
-IGNORED = (b".git", b".hg", b".svn", b"__pycache__", b".venv", b"venv", b".pytest_cache", b".mypy_cache")
 
 
 class ScratchError(Ece408Error):
@@ -75,39 +73,6 @@ def link_stays_inside(root, rel, target):
         if i < len(steps) - 1 and os.path.islink(os.path.join(root, *parts)):
             return False
     return True
-
-
-class Found:
-    """One entry ``walk_folder`` found: its ``parts`` (names from the root, of the root's type), the
-    ``path`` to open it by, its ``info`` (lstat: a link is not followed); a folder is walked into
-    after the consumer's turn unless it set ``descend`` to False."""
-
-    __slots__ = ("parts", "path", "info", "descend")
-
-    def __init__(self, parts, path, info):
-        self.parts, self.path, self.info, self.descend = parts, path, info, True
-
-
-def walk_folder(root, skip_caches=True):
-    """Every entry under the folder ``root`` (str or bytes; names come back of the same type), each
-    folder's entries in name order, version control and caches (IGNORED, ``*.pyc``) left out unless
-    ``skip_caches`` is False (a build folder is taken whole).
-    Paths come from the system's own listing (no path module joins them), so that names are
-    ``parts`` on every platform. The OSError of a folder that cannot be listed propagates, its
-    ``filename`` set."""
-    stack = [((), root)]
-    while stack:
-        parts, folder = stack.pop()
-        with os.scandir(folder) as listing:
-            entries = sorted(listing, key=lambda e: e.name)
-        for entry in entries:
-            raw = os.fsencode(entry.name)
-            if skip_caches and (raw in IGNORED or raw.endswith(b".pyc")):
-                continue
-            found = Found(parts + (entry.name,), entry.path, entry.stat(follow_symlinks=False))
-            yield found
-            if found.descend and stat.S_ISDIR(found.info.st_mode):
-                stack.append((found.parts, entry.path))
 
 
 def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBMISSION_FILES):
@@ -172,7 +137,7 @@ def _nofollow(path, flags):
 
 def _show(path):
     """A path of any bytes, printable: undecodable bytes and control characters escaped."""
-    from .names import printable
+    from ..base.names import printable
     return printable(os.fsdecode(path))
 
 

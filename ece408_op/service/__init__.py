@@ -8,17 +8,17 @@ Three processes, one job each:
     worker  (``worker``)  takes one job at a time per GPU over HTTP, runs it through the existing
                           ranked or development path in its sandbox, streams the transcript, posts
                           the record; holds no database credentials
-    client  (``submit --server``, ``jobs``, ``ranking --server``, ``login``)  uploads, follows,
+    client  (``submit``, ``jobs``, ``ranking``, ``login``: ``ece408_op/client/``)  uploads, follows,
                           prints; needs no GPU, no MXNet, no sandbox
 
 One module per job:
 
-    runs.py      the only door into grading/ and team/ (a move of those modules touches this file)
+    grading_door.py  the only door into grading/ and team/ (a move of those modules touches this file)
     db.py        the service's tables (own migrations, own version table) in the store's database
     tokens.py    team, worker and instructor tokens: made, hashed, checked in constant time
     jobs.py      the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
-    upload.py    the upload format: packed by the client, checked before anything unpacks it
-    archive.py   the upload's tar archive: read by a parser of its own, every entry checked, unpacked
+    upload.py    the upload format: packed by the client, checked before anything unpacks it (its tar
+                 archive: base/archive.py, shared with the client)
     buildfolder.py  a development run's /build as the service keeps it: packed by the worker (bounded),
                  checked by the server and by ``jobs download``, unpacked (all or nothing)
     buildstore.py   the server's build folders: received under the job's lease, kept on disk for
@@ -29,7 +29,7 @@ One module per job:
     calls.py     the worker's HTTP side: its calls (retried), a job's transcript and heartbeat
     jobrun.py    that child: one ranked or development run through grading's runner
     logs.py      log lines on stderr (one event a line, key=value)
-    paths.py     where the service keeps its files (database, state folder, tokens, a login)
+    paths.py     where the service keeps its files (database, state folder, tokens)
     errors.py    ServeError: what stops ``serve`` from starting, in one line
 
 The HTTP application (FastAPI), assembled by ``app.py`` (its start and stop, the lease reaper,
@@ -44,12 +44,7 @@ errors as one-line JSON, the routers):
                  team's jobs), ranking.py (the ranking, deadlines), instructor.py (teams, tokens,
                  deadlines), worker.py (claim, upload, chunks, heartbeat, release, finish)
 
-The clients, needing httpx only (no NumPy, MXNet, FastAPI):
-
-    client.py             the team's: ``submit --server``, ``jobs``, ``ranking --server``, ``login``;
-                          the connection (server, token, errors as one line) the others use
-    instructor_client.py  the instructor's: ``teams``, ``deadlines``, workers' tokens
-    roster.py             the class's roster CSV, as ``teams import`` reads it
+The clients (``ece408_op/client/``: httpx only) share the upload's format (upload.py) and nothing else.
 
 The class's pages, served by the same application:
 

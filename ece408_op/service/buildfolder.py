@@ -27,8 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..base.files import Refused, file_kind, read_regular
-from .archive import Entry, UploadError, raw_cap, read, unpack
-from .grading_door import printable, walk_folder
+from ..base.archive import Entry, UploadError, raw_cap, read, unpack
+from ..base.names import printable
+from ..base.terms import walk_folder
 from .upload import add_entry, inflate, name_left_out
 
 MAX_BYTES = 256 << 20                 # bytes of file data kept of one build folder

@@ -32,7 +32,7 @@ from starlette.concurrency import iterate_in_threadpool
 from starlette.responses import StreamingResponse
 
 from . import buildfolder, limits
-from .archive import size_text
+from ..base.archive import size_text
 from .db import Unavailable
 from .http import check_size
 from .jobs import DONE, ENDED, Lost, Refused, when

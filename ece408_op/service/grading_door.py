@@ -5,8 +5,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..grading.config import CONFIG_NAME, ConfigError, load_config
-from ..grading.names import printable, shown, team_name
+from ..base.terms import CONFIG_NAME
+from ..grading.config import ConfigError, load_config
+from ..base.names import printable, shown, team_name
 from ..grading.kinds import (KindError, kind_of, listed as listed_kinds, matching as matching_kinds,
                              resolve as resolve_kind)
 from ..grading.ranking import (RankingError, Table, board as make_board, csv_cell, format_board, format_csv, only,
@@ -14,22 +15,19 @@ from ..grading.ranking import (RankingError, Table, board as make_board, csv_cel
 from ..grading.development import run_development
 from ..grading.inputs import data_dir, model_dirs
 from ..grading.machine import cpu_name, gpu_name, gpu_query
-from ..grading.request import DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, Options, SubmitError, SubmitRequest
+from ..grading.request import GPU_MILESTONES, MILESTONES, Options, SubmitError, SubmitRequest
 from ..grading.runner import submit
 from ..grading.sandbox import ENGINES
-from ..grading.scratch import MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, walk_folder
 from ..grading.steps import Stopped, stop_on_signals
 from ..grading.transcript import Transcript, killed_line
 from ..grading.store import COLUMNS as RECORD_COLUMNS, POSTGRES_PREFIXES, Record, StoreError, describe, \
     insert_statement, open_store, resolve_url
-from ..team.project import MAX_FILE_BYTES, MILESTONE_FILES, TeamError, read_team_files
 
-__all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTONES", "MAX_FILE_BYTES",
-           "MAX_SUBMISSION_BYTES", "MAX_SUBMISSION_FILES", "MILESTONES", "MILESTONE_FILES", "Options",
-           "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "TeamError", "Transcript",
+__all__ = ["ConfigError", "ENGINES", "GPU_MILESTONES", "MILESTONES", "Options",
+           "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "Transcript",
            "cpu_name", "data_dir", "describe", "insert_statement", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
-           "printable", "ranking_report", "read_team_files", "resolve_url", "run_development",
-           "stop_on_signals", "submit", "team_name", "walk_folder", "check_build_config", "record_summary",
+           "printable", "ranking_report", "resolve_url", "run_development",
+           "stop_on_signals", "submit", "team_name", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does
            "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board", "only",
            "shown", "valid",

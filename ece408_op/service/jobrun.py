@@ -25,7 +25,8 @@ from datetime import datetime, timezone
 
 from ..errors import Ece408Error
 from . import buildfolder
-from .grading_door import (Options, Record, Stopped, SubmitRequest, TeamError, Transcript, killed_line, run_development,
+from ..base.terms import TeamError
+from .grading_door import (Options, Record, Stopped, SubmitRequest, Transcript, killed_line, run_development,
                    stop_on_signals, submit)
 
 PARENT_ENV = "ECE408_PARENT_PID"

@@ -39,7 +39,6 @@ from .grading_door import insert_statement, kind_of, record_summary
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 ENDED = (DONE, FAILED, CANCELLED)
-KINDS = ("ranked", "development")
 JOB_COLUMNS = ("id", "team", "kind", "milestone", "size", "gpu", "state", "submitted_at", "started_at",
                "finished_at", "heartbeat_at", "time_limit", "attempts", "lease", "worker", "cancel_requested",
                "status", "exit_code", "valid", "reason", "summary", "record_id", "next_seq", "upload_bytes",

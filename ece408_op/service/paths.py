@@ -17,6 +17,3 @@ def default_db():
 def instructor_token_file(state_dir=None):
     return Path(state_dir or default_state_dir()) / "instructor.token"
 
-
-def login_file():
-    return user_folder("config", "login.json")

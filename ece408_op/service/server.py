@@ -37,7 +37,8 @@ from .jobrun import PARENT_ENV
 from .logs import log, set_level, uvicorn_log_config
 from .paths import default_db, default_state_dir, instructor_token_file
 from .state import Service, Settings
-from .tokens import INSTRUCTOR, looks_like_token, new_token
+from ..base.terms import looks_like_token
+from .tokens import INSTRUCTOR, new_token
 
 INSTRUCTOR_ENV = "ECE408_INSTRUCTOR_TOKEN"
 TOKEN_ENV = "ECE408_TOKEN"

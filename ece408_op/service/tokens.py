@@ -20,11 +20,11 @@ import unicodedata
 from collections import deque
 from dataclasses import dataclass
 
+from ..base.terms import parse_token
 from .jobs import Refused
 from .grading_door import csv_cell, printable, team_name
 
 PREFIX = "ece408"
-TOKEN = re.compile(r"^ece408_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 KINDS = ("team", "worker", "instructor")
 INSTRUCTOR = "instructor"
 DUMMY_HASH = hashlib.sha256(b"no such token").hexdigest()
@@ -67,16 +67,6 @@ def secret_hash(secret):
     return hashlib.sha256(secret.encode("ascii", "replace")).hexdigest()
 
 
-def parse(token):
-    """(id, secret) of a well-formed token, else None."""
-    match = TOKEN.match(token or "")
-    return (match.group(1), match.group(2)) if match else None
-
-
-def looks_like_token(text):
-    return parse(text.strip()) is not None
-
-
 class Tokens:
     """Token checks in memory: the active tokens' ids, owners and secret digests (a few hundred
     rows) are read from the database at the start, after every change this process makes
@@ -105,7 +95,7 @@ class Tokens:
     def lookup(self, token):
         """The Principal of a valid token, else None; constant time in the secret, also for an
         unknown id (compared against a dummy digest). The table must have been read (``refresh``)."""
-        parsed = parse(token)
+        parsed = parse_token(token)
         token_id, secret = parsed if parsed else ("", "")
         with self._lock:
             found = (self._table or {}).get(token_id)
@@ -225,7 +215,7 @@ class Tokens:
     def register(self, kind, name, token):
         """Make ``token`` (from a file or the environment) the one token of ``kind``/``name``;
         ValueError where it is not a well-formed token."""
-        parsed = parse(token)
+        parsed = parse_token(token)
         if parsed is None:
             raise ValueError("not a token of this service (ece408_<16 hex>_<43 characters>)")
         now = time.time()

@@ -2,7 +2,7 @@
 
 Packed by the client (``pack_ranked``, ``pack_development``), it holds exactly what the run uses:
 for a ranked run the milestone's team files, read as the local ranked run reads them
-(``project.read_team_files``: one descriptor each, regular files only, at most 1 MiB); for a
+(``terms.read_team_files``: one descriptor each, regular files only, at most 1 MiB); for a
 development run the folder as a local development run copies it (``walk_folder``: version
 control and caches left out, at most 64 MiB and 10,000 entries), files and folders only. Left
 out, one line each: a symbolic link, FIFO, device or socket; a name the service would refuse
@@ -25,16 +25,15 @@ import tarfile
 import zlib
 
 from ..base.files import Refused, read_regular
-from .archive import (MAX_DEPTH, MAX_NAME, Checked, Entry, UploadError, fold, name_problem, raw_cap, read,
+from ..base.archive import (MAX_DEPTH, MAX_NAME, Checked, Entry, UploadError, fold, name_problem, raw_cap, read,
                       size_text, unpack)
-from .jobs import KINDS
-from .grading_door import (CONFIG_NAME, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, MILESTONE_FILES,
-                   printable, read_team_files, walk_folder)
+from ..base.names import printable
+from ..base.terms import (CONFIG_NAME, JOB_KINDS, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES,
+                          MAX_UPLOAD, MILESTONE_FILES, read_team_files, walk_folder)
 
 __all__ = ["Checked", "Entry", "MAX_UPLOAD", "UploadError", "add_entry", "caps", "check", "config_text", "inflate",
            "name_left_out", "pack_development", "pack_ranked", "size_text", "unpack"]
 
-MAX_UPLOAD = 16 << 20                 # bytes as sent (compressed): serve --max-upload
 
 
 def caps(kind):
@@ -175,7 +174,7 @@ def check(data, kind, milestone=None, max_upload=MAX_UPLOAD):
     Checked, or UploadError (one line) before anything is written anywhere."""
     if len(data) > max_upload:
         raise UploadError(f"the upload is {size_text(len(data))}; this service takes at most {size_text(max_upload)}")
-    if kind not in KINDS:
+    if kind not in JOB_KINDS:
         raise UploadError(f"the job's kind is {printable(str(kind), 20)}, not ranked or development")
     if kind == "ranked" and milestone not in MILESTONE_FILES:
         raise UploadError(f"a ranked job names a milestone ({', '.join(MILESTONE_FILES)}), not "

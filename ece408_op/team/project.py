@@ -4,35 +4,16 @@ Only the template's own file names are ever taken from a team folder, as regular
 symbolic link is refused), each at most MAX_FILE_BYTES, hashed (SHA-256) as they are copied:
 the record of a ranked run lists exactly the files it measured and their digests.
 """
-import hashlib
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..base.files import NotRegular, Refused, TooLarge, read_regular
-from ..course import CPU_FILES, GPU_FILES, MILESTONES
-from ..errors import Ece408Error
+from ..base.terms import TeamError
+from ..course import CPU_FILES, GPU_FILES
 from ..course import TEMPLATE                  # the task's template: what init copies
 
 TEMPLATE_FILES = ("README.md", "rai_build.yml", "new-forward.py", "new-forward.cu", "launch.py")
 FORWARD_FILES = CPU_FILES + GPU_FILES
-MILESTONE_FILES = {name: m.files for name, m in MILESTONES.items() if m.files}
-MAX_FILE_BYTES = 1 << 20
-
-
-class TeamError(Ece408Error):
-    """A team folder that cannot be used (missing files, a link, a file too large)."""
-
-
-@dataclass(frozen=True)
-class TeamFile:
-    name: str
-    sha256: str
-    size: int
-
-    def to_dict(self):
-        return {"name": self.name, "sha256": self.sha256, "size": self.size}
 
 
 def init(dest, restore=False):
@@ -93,58 +74,3 @@ def require_files(folder, names):
                         "ece408_op init DIR and run this in it, or give --team DIR")
     raise TeamError(f"the team folder {folder} has no {' or '.join(missing)}; restore the template's (your other "
                     f"files are kept): python -m ece408_op init {folder} --restore")
-
-
-@dataclass(frozen=True)
-class TeamFiles:
-    """The team's files a run takes, read ONCE: their bytes, what the record lists, and the digest
-    ``grade`` compares. What is written into the sandbox, hashed and recorded is the same read."""
-    files: tuple                      # ((name, bytes), ...)
-    taken: tuple                      # (TeamFile, ...)
-
-    @property
-    def digest(self):
-        """SHA-256 over (name, size, bytes) of every file, in order."""
-        digest = hashlib.sha256()
-        for name, data in self.files:
-            digest.update(f"{name}\0{len(data)}\0".encode())
-            digest.update(data)
-        return digest.hexdigest()
-
-    def write(self, dest):
-        """Write the files into the folder ``dest``; returns [TeamFile]."""
-        for name, data in self.files:
-            with open(Path(dest) / name, "wb") as out:
-                out.write(data)
-        return list(self.taken)
-
-
-def read_file_once(folder, name, max_bytes=MAX_FILE_BYTES):
-    """The bytes of ``folder/name``, read once (``base.files.read_regular``: no link followed, never
-    blocking, a regular file of at most ``max_bytes`` on the descriptor it is read from); TeamError
-    (one line) otherwise."""
-    path = os.path.join(os.fsencode(folder), os.fsencode(name))
-    try:
-        return read_regular(path, max_bytes)
-    except FileNotFoundError:
-        raise TeamError(f"the submission has no {name}; a team project needs it "
-                        "(python -m ece408_op init DIR makes one)") from None
-    except NotRegular as exc:
-        raise TeamError(f"the submission's {name} is not a regular file ({exc.kind})") from None
-    except TooLarge as exc:
-        raise TeamError(f"the submission's {name} has {exc.size} bytes; at most {max_bytes}" if not exc.growing else
-                        f"the submission's {name} grew past {max_bytes} bytes while it was read") from None
-    except Refused as exc:
-        raise TeamError(f"the submission's {name} cannot be taken: {exc}") from None
-    except OSError as exc:
-        raise TeamError(f"the submission's {name} cannot be read: {exc.strerror or exc}") from None
-
-
-def read_team_files(folder, names, max_bytes=MAX_FILE_BYTES):
-    """TeamFiles of ``names`` in the team ``folder`` (each read once: ``read_file_once``)."""
-    files, taken = [], []
-    for name in names:
-        data = read_file_once(folder, name, max_bytes)
-        files.append((name, data))
-        taken.append(TeamFile(name, hashlib.sha256(data).hexdigest(), len(data)))
-    return TeamFiles(tuple(files), tuple(taken))

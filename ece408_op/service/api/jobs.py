@@ -13,7 +13,8 @@ from ..http import address, after_param, check_job_id, check_size, idempotency_k
 from ..jobs import Refused, public
 from ..live import follow, with_place
 from ..logs import log
-from ..grading_door import ConfigError, DEFAULT_SIZE, GPU_MILESTONES, MILESTONES, check_build_config, printable
+from ...base.terms import DEFAULT_SIZE, JOB_KINDS
+from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, printable
 from ..state import service_of
 
 router = APIRouter(prefix="/api/jobs")
@@ -39,7 +40,7 @@ async def submit(request: Request, principal=Depends(team)):
     settings = service.settings
     params = request.query_params
     kind = params.get("kind", "development")
-    if kind not in jobs.KINDS:
+    if kind not in JOB_KINDS:
         raise Refused(400, f"kind is ranked or development, not {printable(kind, 20)}")
     milestone = size = None
     if kind == "ranked":

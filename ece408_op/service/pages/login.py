@@ -11,7 +11,7 @@ from ..auth import check_token
 from ..http import address
 from ..logs import log
 from ..state import service_of
-from ..tokens import parse as parse_token
+from ...base.terms import parse_token
 from .errors import page_router
 from .site import read_form, session, set_cookie, site_of
 

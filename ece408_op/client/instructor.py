@@ -8,8 +8,8 @@ import re
 import time
 from pathlib import Path
 
-from .client import NOFOLLOW, table
-from .grading_door import printable, shown
+from .api import NOFOLLOW, table
+from ..base.names import printable, shown
 
 
 def token_file_name(name):

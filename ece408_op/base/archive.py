@@ -38,7 +38,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from ..errors import Ece408Error
-from .grading_door import printable
+from .names import printable
 
 BLOCK = 512
 MAX_DEPTH = 32                         # parts of a name: a/b/c is 3

@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..base.files import user_folder
+from ..base.names import printable, shown
+from ..base.terms import TeamError, looks_like_token
 from ..errors import Ece408Error
-from . import upload as uploads
-from .paths import login_file
-from .grading_door import TeamError, printable, shown
-from .tokens import looks_like_token
+from ..service import upload as uploads
 
 SERVER_ENV = "ECE408_SERVER"
 TOKEN_ENV = "ECE408_TOKEN"
@@ -39,6 +39,11 @@ PATIENCE = 600.0                   # seconds a follow waits for a service that w
 SUBMIT_PATIENCE = 60.0             # seconds a request is retried while the service answers 503
 SUBMIT_SLOW_PATIENCE = 600.0       # seconds a submission waits for a slow service (sent again under its key)
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # POSIX's; Windows has none (and no links a team makes there)
+
+
+def login_file():
+    """Where ``login`` keeps the server and token (mode 600): the user's config folder."""
+    return user_folder("config", "login.json")
 
 
 class ClientError(Ece408Error):
