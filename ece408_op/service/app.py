@@ -18,7 +18,7 @@ from . import pages
 from . import upload as uploads
 from .api import ROUTERS
 from .db import Unavailable
-from .http import DOWN_RETRY, AccessLog, EarlyRefusals, NoNul, error
+from .http import DOWN_RETRY, AccessLog, EarlyRefusals, NoNul, ResponseHeaders, error
 from .jobs import QUEUED, Lost, Refused
 from .live import Hub
 from .logs import flush_repeats, log
@@ -75,6 +75,7 @@ def make_app(service):
     app.add_middleware(NoNul)
     app.add_middleware(EarlyRefusals)
     app.add_middleware(AccessLog)
+    app.add_middleware(ResponseHeaders)              # the outermost: on every answer, refusals too
 
     @app.exception_handler(Refused)
     async def refused(request, exc):

@@ -19,6 +19,7 @@ that served connections cannot fill the budget either.
 class uvicorn's ``Config(http=...)`` takes.
 """
 import resource
+import socket
 import time
 from collections import OrderedDict
 
@@ -124,6 +125,19 @@ class Guard:
                 closed_for_room=self.evicted, headers_too_slow=self.timed_out, not_reading=self.stalled)
 
 
+def no_delay(transport):
+    """TCP_NODELAY on the connection's socket: an answer goes out as it is written. Without it, the
+    second request of a kept-alive connection waits for the client's delayed ACK (Nagle's rule meets
+    it): about 40 ms on every request after the first. asyncio sets it only where the listening
+    socket was made with IPPROTO_TCP; serve's, like any made with proto 0, were not."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:                         # the connection already gone
+            pass
+
+
 def protocol_class(guard):
     """uvicorn's h11 protocol under ``guard``."""
     return type("GuardedH11", (GuardedH11,), {"guard": guard})
@@ -142,6 +156,7 @@ class GuardedH11(H11Protocol):
             self._refused = True
             return
         self._refused = False
+        no_delay(transport)
         super().connection_made(transport)
         self._start_header_timer()
 

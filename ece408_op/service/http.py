@@ -5,9 +5,11 @@ import json
 import re
 import time
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from fastapi.responses import JSONResponse
 
+from ..base.terms import redact_tokens
 from . import upload as uploads
 from .jobs import Refused
 from .logs import log
@@ -19,8 +21,10 @@ MAX_JSON = 16 << 20                              # bytes of a JSON request body 
 
 
 def error(status, message, retry_after=None):
+    """The service's one-line JSON error; a token's secret in ``message`` (one a client put in a
+    path or a name, echoed back) is removed first."""
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    return JSONResponse({"error": redact_tokens(message)}, status_code=status, headers=headers)
 
 
 def address(request):
@@ -234,6 +238,49 @@ class EarlyRefusals:
             if part.startswith(b"kind="):
                 kind = part[5:].decode("latin-1")
         return service.refusals.held(principal.name, kind)
+
+
+HSTS = b"max-age=31536000"                      # a year: browsers keep to https:// for this host
+
+
+class ResponseHeaders:
+    """What every answer's headers must say, whatever route made it: a redirect's Location relative
+    (an absolute one is built from the request's Host, which a client or a proxy forwarding it
+    chooses: Starlette's trailing-slash redirect is one); HSTS where the request came over TLS (the
+    scheme a trusted proxy's X-Forwarded-Proto gives, as serve --forwarded-allow-ips takes it); and
+    ``Cache-Control: no-store`` on every API answer that sets none (new tokens, a team's jobs and
+    transcripts: nothing of it for a cache on the way)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        api, tls = scope["path"].startswith("/api/"), scope.get("scheme") == "https"
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", ())]
+                names = {k.lower() for k, _ in headers}
+                if 300 <= message["status"] < 400:
+                    headers = [(k, relative(v) if k.lower() == b"location" else v) for k, v in headers]
+                if tls and b"strict-transport-security" not in names:
+                    headers.append((b"strict-transport-security", HSTS))
+                if api and b"cache-control" not in names:
+                    headers.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": headers}
+            await send(message)
+        return await self.app(scope, receive, sending)
+
+
+def relative(location):
+    """A Location header's value without its scheme and host: the path, query and fragment only."""
+    parts = urlsplit(location.decode("latin-1"))
+    path = parts.path if parts.path.startswith("/") else "/" + parts.path
+    path = "/" + path.lstrip("/")                  # never //host: a path, not another host
+    return (path + (f"?{parts.query}" if parts.query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+            ).encode("latin-1")
 
 
 class AccessLog:

@@ -3,7 +3,8 @@
 Values that hold a space, a quote, ``=`` or a control character are written as JSON strings,
 so that a line always splits back into its fields and a team's name can never start a fake
 line. No token, password or Authorization header is ever given to ``log``: callers pass
-names, ids and outcomes only.
+names, ids and outcomes only; and what a client sent that looks like a token (a path, a team's
+name) has its secret removed from every value (``base.terms.redact_tokens``).
 
 A warning or error that repeats is written at most ``Repeats.LINES`` times a window of
 ``Repeats.WINDOW`` seconds (per event, or per message of a library's logger); the rest are
@@ -16,6 +17,8 @@ import sys
 import threading
 import time
 
+from ..base.terms import redact_tokens
+
 _lock = threading.Lock()
 LEVELS = ("debug", "info", "warning", "error")
 _threshold = {"value": 1}
@@ -27,6 +30,7 @@ def set_level(name):
 
 def _value(value):
     text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    text = redact_tokens(text)                   # a secret a client sent as a path or a name: never written
     if text == "" or any(c in text for c in ' "=\\') or not text.isprintable():
         return json.dumps(text, ensure_ascii=True)
     return text

@@ -5,6 +5,7 @@ from fastapi import APIRouter
 from fastapi.routing import APIRoute
 from starlette.responses import RedirectResponse
 
+from ...base.terms import redact_tokens
 from ..db import Unavailable
 from ..http import DOWN_RETRY
 from ..jobs import Refused
@@ -17,7 +18,7 @@ def error_page(request, status, message, retry_after=None):
     up before the error: every page's dependency does)."""
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
     return site_of(request).render("error.html", getattr(request.state, "viewer", None), status=status,
-                                   headers=headers, status_code=status, message=message)
+                                   headers=headers, status_code=status, message=redact_tokens(message))
 
 
 class PageRoute(APIRoute):
