@@ -428,7 +428,8 @@ DESKTOP, PHONE = {"width": 1280, "height": 800}, {"width": 390, "height": 844}
 def a_class_with_every_kind_of_run(server):
     """Teams alpha and beta; alpha's runs of every kind a team page shows: valid, not valid, failed
     before any Op Time, a development run of several files, cancelled before it ran, cancelled
-    while it ran, and one running now (its lines posted, no end yet). Returns (tokens, runs, ids)."""
+    while it ran, and one running now (its lines posted, no end yet); beta's one waiting behind it.
+    Returns (tokens, runs, ids)."""
     runs = runs_of(server)
     tokens = server.add_teams("alpha", "beta")
     ids = {"valid": runs.run(tokens["alpha"], [[0.011, 0.002], [0.012]])}
@@ -457,6 +458,7 @@ def a_class_with_every_kind_of_run(server):
     claimed = runs.claim()
     runs.lines(claimed, ["* Running python -m ece408_op m2\n", "Loading model... done\n", "New Inference\n"])
     ids["running"], ids["claimed"] = job["id"], claimed
+    ids["queued"] = runs.submit(tokens["beta"])["id"]                    # /admin's waiting jobs
     return tokens, runs, ids
 
 
