@@ -61,6 +61,22 @@ class Runs:
         assert answer.status_code == 201, answer.text
         return answer.json()
 
+    def submit_development(self, token, files):
+        """A development job of the token's team: rai_build.yml (one echo) and ``files`` {name: text}."""
+        from teams import rai_yaml
+        entries = [Entry("rai_build.yml", rai_yaml(["echo hi"]).encode())]
+        entries += [Entry(name, text.encode()) for name, text in files.items()]
+        with self.http(token) as c:
+            answer = c.post("/api/jobs", params={"kind": "development"}, content=_tar(entries))
+        assert answer.status_code == 201, answer.text
+        return answer.json()
+
+    def cancel(self, token, job_id):
+        with self.http(token) as c:
+            answer = c.post(f"/api/jobs/{job_id}/cancel")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
     def claim(self, device="AMD EPYC 7B13"):
         with self.http(self.worker) as c:
             answer = c.post("/api/worker/claim", json={"slot": "s0", "gpu": False, "device": device, "wait": 0})
@@ -93,6 +109,15 @@ class Runs:
         job = {**job, "record_id": claimed["job"]["record_id"]}
         self.finish(claimed, record_of(job, op_times, **record))
         return job["id"]
+
+
+def failed_record(job, reason="the harness exited with status 1 before any Op Time"):
+    """The record of a ranked run that failed before it timed anything: its models named, no
+    Op Time, no Correctness (as a run that crashed in its first layer stores it)."""
+    record = record_of(job, [[], []], status="failed", correct=False, reason=reason)
+    for m in record["models"]:
+        m.update(op_times=[], op_time=None, correctness=None, correct=False)
+    return record
 
 
 def chromium_or_skip():

@@ -439,6 +439,33 @@ def test_a_team_page_lists_its_runs_with_the_files_and_why_not_valid(klass):
     assert "AMD EPYC 7B13" in page
 
 
+def test_a_team_page_says_what_each_run_did_in_a_compact_row(klass):
+    from hashlib import sha256
+    from pagekit import FORWARD, failed_record
+    runs, alpha = klass.runs, klass.tokens["alpha"]
+    good = runs.run(alpha, [[0.011], [0.012]])
+    job = runs.submit(alpha)
+    claimed = runs.claim()
+    runs.finish(claimed, failed_record({**job, "record_id": claimed["job"]["record_id"]}), status="failed")
+    before = runs.cancel(alpha, runs.submit(alpha)["id"])["id"]
+    development = runs.submit_development(alpha, {f"f{n}.cu": f"// {n}\n" for n in range(30)})["id"]
+    rows = {re.search(r'href="/jobs/([0-9a-f]+)"', row).group(1): text_of(row)
+            for row in re.findall(r"<tr>(.*?)</tr>", klass.browser(alpha).get("/team").text, re.S) if "/jobs/" in row}
+    digest = sha256(FORWARD.encode()).hexdigest()
+    assert f'<code class="hash" title="SHA-256 {digest}">{digest[:12]}</code></summary>' in \
+        klass.browser(alpha).get("/team").text                             # the short hash, the full one in details
+    assert "failed before any Op Time" in rows[job["id"]] and " s, Correctness -" not in rows[job["id"]]
+    assert "no: the harness exited with status 1 before any Op Time" in rows[job["id"]]
+    assert "cancelled before it ran" in rows[before] and "killed" not in rows[before]
+    assert "31 files" in rows[development] and "and 11 more" in rows[development]       # 20 listed on demand
+    assert "Op Time over your runs" in klass.browser(alpha).get("/team").text
+    verdict = text_of(klass.browser(alpha).get(f"/jobs/{job['id']}").text)
+    assert "ece408-high not timed, no Correctness" in " ".join(verdict.split())
+    instructor = klass.browser(klass.instructor).get("/team?name=alpha").text
+    assert "Op Time over this team&#39;s runs" in instructor and "your" not in text_of(instructor).lower()
+    assert good in instructor
+
+
 @pytest.mark.skipif(not plots.available(), reason="matplotlib is not installed")
 def test_the_team_plot_is_an_svg_drawn_by_matplotlib(klass):
     klass.runs.run(klass.tokens["alpha"], [[0.03], [0.02]])
@@ -452,6 +479,9 @@ def test_the_team_plot_is_an_svg_drawn_by_matplotlib(klass):
     assert svg.lstrip().startswith("<?xml") and "Matplotlib" in svg and "<script" not in svg
     assert "class best 0.010000 s" in svg and "class median 0.020000 s" in svg and "your valid runs" in svg
     assert alpha.get("/team/plot.svg?milestone=m2&size=100").text == svg        # cached, and the same
+    theirs = klass.browser(klass.instructor).get("/team/plot.svg?name=alpha&milestone=m2&size=100").text
+    assert "this team's valid runs" in theirs and "your" not in theirs          # the instructor's own legend
+    assert alpha.get("/team/plot.svg?milestone=m2&size=100").text == svg
 
 
 def test_without_matplotlib_the_team_page_says_so(klass, monkeypatch):

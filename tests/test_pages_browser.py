@@ -4,10 +4,10 @@ real ``serve`` on the loopback address (tests/servicekit.py).
 Where the runs come from, test by test:
 - the ranking's live update and the job page's live transcript: a real local worker running a
   ranked m2 and development runs in its bubblewrap sandbox, submitted by the real client;
-- access, escaping, logout, no JavaScript, a phone's width and the screenshots: records stored
-  through the service's own routes (tests/pagekit.py: a team submits over the API, a worker token
-  claims the job, posts its lines and ends it with a record), where a real run would only slow
-  the test.
+- access, escaping, logout, no JavaScript, a phone's width, axe-core on every page, the team
+  page's rows and the screenshots: records stored through the service's own routes
+  (tests/pagekit.py: a team submits over the API, a worker token claims the job, posts its lines
+  and ends it with a record), where a real run would only slow the test.
 
 The screenshots (small PNGs) go to the test's folder; with ``PAGES_SCREENSHOTS=docs`` to docs/
 (docs/service.md shows them): ``PAGES_SCREENSHOTS=docs pytest tests/test_pages_browser.py``.
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from pagekit import Runs, chromium_or_skip, wait_until
+from pagekit import FORWARD, Runs, chromium_or_skip, failed_record, record_of, wait_until
 from servicekit import Service, job_id_of
 from teams import PLAIN, team_project
 
@@ -373,6 +373,9 @@ def test_screenshots_of_each_page(server, chromium, tmp_path):
         page.check("input[value=anonymised]")
         page.click("form[action='/admin/names'] button")
         page.wait_for_url("**/admin?done=names")
+        runs.cancel(tokens["charlie"], runs.submit(tokens["charlie"])["id"])         # the team page's other rows
+        runs.submit_development(tokens["charlie"], {"new-forward.py": FORWARD, "custom/kernel.cu": "// k\n"})
+        runs.finish(runs.claim())
         job = runs.submit(tokens["charlie"])
         claimed = runs.claim()
         runs.lines(claimed, ["* Team file new-forward.py: 1536 bytes\n", "Loading fashion-mnist data... done\n",
@@ -403,5 +406,175 @@ def test_screenshots_of_each_page(server, chromium, tmp_path):
     finally:
         watched.close()
         instructor.close()
-    for name in ("pages-admin.png", "pages-team.png", "pages-ranking.png", "pages-job.png", "pages-login.png"):
+    phone = Watched(chromium, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:                                                              # a phone's width: the tables scroll, marked
+        page = phone.login(server.url, tokens["charlie"])
+        page.wait_for_function("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+        screenshot(page, tmp_path, "pages-team-390.png")
+        page.goto(server.url + "/")
+        screenshot(page, tmp_path, "pages-ranking-390.png")
+    finally:
+        phone.close()
+    for name in ("pages-admin.png", "pages-team.png", "pages-ranking.png", "pages-job.png", "pages-login.png",
+                 "pages-team-390.png", "pages-ranking-390.png"):
         assert Path(tmp_path / name).stat().st_size < 400_000
+
+
+# ---------------------------------------------------------------------------- fit for a class: axe-core, a phone
+
+DESKTOP, PHONE = {"width": 1280, "height": 800}, {"width": 390, "height": 844}
+
+
+def a_class_with_every_kind_of_run(server):
+    """Teams alpha and beta; alpha's runs of every kind a team page shows: valid, not valid, failed
+    before any Op Time, a development run of several files, cancelled before it ran, cancelled
+    while it ran, and one running now (its lines posted, no end yet); beta's one waiting behind it.
+    Returns (tokens, runs, ids)."""
+    runs = runs_of(server)
+    tokens = server.add_teams("alpha", "beta")
+    ids = {"valid": runs.run(tokens["alpha"], [[0.011, 0.002], [0.012]])}
+    ids["not valid"] = runs.run(tokens["alpha"], [[0.009], [0.01]], correct=False,
+                                reason="Correctness 0.1 on ece408-high, expected 0.91")
+    runs.run(tokens["beta"], [[0.02], [0.03]])
+    job = runs.submit(tokens["alpha"])
+    claimed = runs.claim()
+    runs.lines(claimed, ["* Running python -m ece408_op m2\n", "Traceback (most recent call last):\n"])
+    runs.finish(claimed, failed_record({**job, "record_id": claimed["job"]["record_id"]}), status="failed")
+    ids["failed"] = job["id"]
+    files = {"new-forward.py": FORWARD, "custom/kernel.cu": "// a kernel\n" * 40, "custom/helper.cuh": "// helper\n",
+             "README.md": "notes\n", "build.sh": "make\n"}
+    job = runs.submit_development(tokens["alpha"], files)
+    claimed = runs.claim()
+    runs.lines(claimed, ["hi\n"])
+    runs.finish(claimed)
+    ids["development"] = job["id"]
+    ids["cancelled before"] = runs.cancel(tokens["alpha"], runs.submit(tokens["alpha"])["id"])["id"]
+    job = runs.submit(tokens["alpha"])
+    claimed = runs.claim()
+    runs.cancel(tokens["alpha"], job["id"])
+    runs.finish(claimed, record_of({**job, "record_id": claimed["job"]["record_id"]}, [[0.01], [0.01]]))
+    ids["cancelled while"] = job["id"]
+    job = runs.submit(tokens["alpha"])
+    claimed = runs.claim()
+    runs.lines(claimed, ["* Running python -m ece408_op m2\n", "Loading model... done\n", "New Inference\n"])
+    ids["running"], ids["claimed"] = job["id"], claimed
+    ids["queued"] = runs.submit(tokens["beta"])["id"]                    # /admin's waiting jobs
+    return tokens, runs, ids
+
+
+def axe_violations(page, where):
+    """axe-core's violations on ``page`` (every rule of its default set, colour contrast among them),
+    as lines: id, impact, the nodes' targets."""
+    from axe_playwright_python.sync_playwright import Axe
+    found = Axe().run(page).response["violations"]
+    return [f"{where}: {v['id']} ({v['impact']}) at {', '.join(' '.join(n['target']) for n in v['nodes'])}"
+            for v in found]
+
+
+@pytest.mark.timeout(300)
+def test_every_page_passes_axe_core_at_desktop_and_phone_width(server, chromium):
+    pytest.importorskip("axe_playwright_python", reason="pip install axe-playwright-python (the test extra)")
+    tokens, runs, ids = a_class_with_every_kind_of_run(server)
+    found, errors = [], []
+    for size in (DESKTOP, PHONE):
+        width = f"{size['width']} px"
+        options = {"viewport": size, **({"is_mobile": True, "has_touch": True} if size is PHONE else {})}
+        watched = Watched(chromium, **options)
+        try:
+            page = watched.page
+            page.goto(server.url + "/login")
+            found += axe_violations(page, f"/login at {width}")
+            watched.login(server.url, tokens["alpha"])
+            for path in ("/", "/team", *(f"/jobs/{ids[k]}" for k in ("valid", "failed", "development",
+                                                                       "cancelled before")), "/jobs/" + "0" * 32):
+                page.goto(server.url + path)
+                found += axe_violations(page, f"{path} at {width}")
+            page.goto(f"{server.url}/jobs/{ids['running']}")                  # live: its lines as they come
+            page.wait_for_selector("#live-status:not([hidden])")
+            found += axe_violations(page, f"the live job page at {width}")
+            watched.context.clear_cookies()
+            watched.login(server.url, server.instructor_token)
+            for path in ("/admin", "/team?name=alpha", "/"):
+                page.goto(server.url + path)
+                found += axe_violations(page, f"{path} as the instructor at {width}")
+        finally:
+            watched.close()
+        errors += [e for e in watched.errors if "status of 404" not in e]        # the error page's own 404
+    watched = Watched(chromium, viewport=PHONE, is_mobile=True, has_touch=True)
+    try:                                                          # the live page once its verdict has come
+        page = watched.login(server.url, tokens["alpha"])
+        page.goto(f"{server.url}/jobs/{ids['running']}")
+        page.wait_for_selector("#live-status:not([hidden])")
+        claimed = ids["claimed"]
+        job = {"id": ids["running"], "team": "alpha", "milestone": "m2", "size": 100,
+               "record_id": claimed["job"]["record_id"], "files": []}
+        runs.finish(claimed, record_of(job, [[0.01], [0.02]]))
+        page.wait_for_selector("#verdict .verdict")
+        found += axe_violations(page, "the live job page once ended, at 390 px")
+    finally:
+        watched.close()
+    assert not found, "axe-core found:\n" + "\n".join(found)
+    assert not errors and not watched.errors, errors + watched.errors
+
+
+def test_the_team_page_fits_a_desktop_and_a_phone_and_says_what_each_run_did(server, chromium, tmp_path):
+    tokens, runs, ids = a_class_with_every_kind_of_run(server)
+    from hashlib import sha256
+    digest = sha256(FORWARD.encode()).hexdigest()
+    desktop = Watched(chromium, viewport=DESKTOP, java_script_enabled=False)          # the pages need no script
+    try:
+        page = desktop.login(server.url, tokens["alpha"])
+        row = page.locator("table.runs tr", has=page.locator(f"a[href='/jobs/{ids['development']}']"))
+        box = row.bounding_box()
+        row.screenshot(path=str(tmp_path / "development-row-1280.png"))
+        assert box["height"] < 80, f"a development run's row is {box['height']} px tall at 1280 px"
+        files = row.locator("td.files")
+        assert files.inner_text().startswith("6 files") and not files.locator("ul").is_visible()
+        cell = page.locator("table.runs tr", has=page.locator(f"a[href='/jobs/{ids['valid']}']")).locator("td.files")
+        assert cell.locator("summary code.hash").inner_text() == digest[:12]             # the short hash
+        assert digest not in cell.inner_text()
+        cell.locator("summary").click()                                                  # the full one on demand
+        assert digest in cell.inner_text()
+        cells = {k: page.locator("table.runs tr", has=page.locator(f"a[href='/jobs/{ids[k]}']")).inner_text()
+                 for k in ("failed", "cancelled before", "cancelled while")}
+        assert "failed before any Op Time" in cells["failed"] and "the harness exited" in cells["failed"]
+        assert " s, Correctness -" not in cells["failed"] and "ece408-high" not in cells["failed"]
+        assert "cancelled before it ran" in cells["cancelled before"] and "killed" not in cells["cancelled before"]
+        assert "cancelled while running (stopped)" in cells["cancelled while"]
+        assert "Op Time over your runs" in page.inner_text("main")
+        page.goto(f"{server.url}/jobs/{ids['failed']}")
+        assert "ece408-high not timed, no Correctness" in " ".join(page.inner_text("#verdict").split())
+        page.goto(f"{server.url}/jobs/{ids['cancelled before']}")
+        assert "Cancelled before it ran." in page.inner_text("#verdict")
+    finally:
+        desktop.close()
+    phone = Watched(chromium, viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        page = phone.login(server.url, tokens["alpha"])
+        screenshot(page, tmp_path, "team-390.png")
+        box = page.locator("table.runs tbody tr td.strong").first.bounding_box()
+        assert 0 <= box["x"] and box["x"] + box["width"] <= PHONE["width"], f"Op Time at {box} on a 390 px phone"
+        region = page.locator("div.scroll[role=region]", has=page.locator("table.runs"))
+        assert region.get_attribute("tabindex") == "0" and region.get_attribute("aria-label") == "Your runs"
+        assert region.evaluate("e => e.scrollWidth > e.clientWidth")                    # it scrolls...
+        assert "radial-gradient" in region.evaluate("e => getComputedStyle(e).backgroundImage")   # ...and shows it
+        region.focus()
+        page.keyboard.press("ArrowRight")                                                # by the keyboard too
+        wait_until(lambda: region.evaluate("e => e.scrollLeft") > 0, 5, "the runs' table scrolled by the keyboard")
+    finally:
+        phone.close()
+    instructor = Watched(chromium, viewport=DESKTOP)
+    try:
+        page = instructor.login(server.url, server.instructor_token)
+        page.goto(server.url + "/team?name=alpha")
+        text = page.inner_text("main")
+        assert "Op Time over this team's runs" in text and "your" not in text.lower(), text
+        assert page.get_attribute("div.scroll[role=region]", "aria-label") == "This team's runs"
+        svg = page.request.get(server.url + "/team/plot.svg?name=alpha&milestone=m2&size=100").text()
+        assert "this team's valid runs" in svg and "your" not in svg
+        page.goto(server.url + "/admin")
+        recent = page.inner_text("#recent + .scroll")
+        assert "cancelled before it ran" in recent and "cancelled while running (stopped)" in recent
+        assert "(killed)" not in recent
+    finally:
+        instructor.close()

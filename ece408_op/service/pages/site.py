@@ -63,7 +63,7 @@ class Site:
         self.env.filters.update(utc=utc, secs=secs, ago=ago, text=as_text, shown=shown)
         self.static = load_static()
         self.env.globals.update(static=self.static_url, MILESTONES=MILESTONES, urlencode=urlencode)
-        self.plots = OrderedDict()              # (team, milestone, size) -> (standing's serial, SVG)
+        self.plots = OrderedDict()              # (team, milestone, size, viewer's kind) -> (standing's serial, SVG)
         for name in self.env.list_templates():  # compiled now, not by the first request
             self.env.get_template(name)
 

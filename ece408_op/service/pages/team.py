@@ -1,8 +1,9 @@
 """A team's page (``/team``; the instructor: ``/team?name=T``): its jobs, newest first, each with
-its record (Op Time per layer, Correctness, why not valid, its files' SHA-256); and per board a
-plot of its Op Time over its runs against the class's best and median on one device kind (the
-kind its grade counts where the team ran on it, else that of its newest run) (``/team/plot.svg``,
-matplotlib on the server, kept until the board changes)."""
+its record (Op Time per layer, Correctness, why not valid, its files: a short SHA-256 in a
+<details> that holds the full one); and per board a plot of its Op Time over its runs against the
+class's best and median on one device kind (the kind its grade counts where the team ran on it,
+else that of its newest run) (``/team/plot.svg``, matplotlib on the server, kept until the board
+changes). A team reads "your runs", the instructor "this team's runs", on the page and the plot."""
 from fastapi import Depends, Request
 from starlette.responses import RedirectResponse, Response
 
@@ -52,11 +53,19 @@ async def team_page(request: Request, viewer=Depends(member)):
     runs = []
     for j in found:
         record = records.get(j["record_id"])
-        runs.append({"job": j, "record": record, "layers": standings.layers_of(record.models) if record else [],
+        layers = standings.layers_of(record.models) if record else []
+        runs.append({"job": j, "record": record, "layers": layers,
+                     "timed": any(layer.times or layer.total is not None for layer in layers),
                      "files": files_of(record.team_files if record and record.team_files else j["files"])})
     query = {"name": team} if viewer.principal.kind == "instructor" else {}
     return site_of(request).render("team.html", viewer, team=team, runs=runs, total=total, boards=mine,
-                                   plots=plots.available(), query=query)
+                                   plots=plots.available(), query=query, whose=whose(viewer.principal))
+
+
+def whose(principal):
+    """Whose runs a team page shows, as its viewer reads it: a team's own are "your" runs, to the
+    instructor they are "this team's"."""
+    return "your" if principal.kind == "team" else "this team's"
 
 
 @router.get("/team/plot.svg")
@@ -69,7 +78,7 @@ async def team_plot(request: Request, viewer=Depends(member_stream)):
     if not plots.available():
         raise Refused(404, "this server has no matplotlib: no plots (pip install matplotlib)")
     serial, st = await service.rankings.team_standing(milestone, size, team)
-    key = (team, milestone, size)
+    key = (team, milestone, size, viewer.principal.kind)                 # the legend says whose runs
     cached = site.plots.get(key)
     if cached is None or cached[0] != serial:
         names = standings.record_teams(team)
@@ -79,7 +88,8 @@ async def team_plot(request: Request, viewer=Depends(member_stream)):
         try:
             on = f" on {printable(st.device, 60)}".replace("$", r"\$") if st.device else ""    # no mathtext
             svg = await service.run(plots.op_time_svg, runs, best, median,
-                                    f"{milestone}, {size} images{on}: total Op Time of each run")
+                                    f"{milestone}, {size} images{on}: total Op Time of each run",
+                                    f"{whose(viewer.principal)} valid runs")
         except ImportError as exc:                       # a broken install: no plots from now on
             plots.missing()
             log("plots.unavailable", level="warning", reason=str(exc))
