@@ -49,6 +49,9 @@ def submit(argv):
                              "it ('NVIDIA H100 80GB HBM3'), or the first characters of it or of one of its words "
                              "('H100'); python -m ece408_op kinds lists them (not with --submit m2: the CPU's run)")
     parser.add_argument("--detach", action="store_true", help="queue the job and return (jobs show ID --follow)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what would be sent (each file and its size, what is left out and why) and send "
+                             "nothing: no service or token needed")
     add_client_options(parser)
     local = sorted({a.split("=")[0] for a in argv if a.split("=")[0] in LOCAL_ONLY})
     if local:
@@ -64,6 +67,8 @@ def submit(argv):
     size = DEFAULT_SIZE if args.size is None else args.size
     check_size(parser, size)
     from ..service import client
+    if args.dry_run:
+        return client.dry_run(folder, args.submit)
     return client.submit(connect(args), folder, args.submit, size if args.submit else None, args.detach, args.gpu)
 
 

@@ -17,13 +17,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..base.ignore import LeftOut, Rules, holds_token
 from ..errors import Ece408Error
 from .owner import owner_tag, tag_alive
 
 PREFIX = "ece408-run-"
 MAX_SUBMISSION_BYTES = 64 << 20
 MAX_SUBMISSION_FILES = 10000
-IGNORED = (b".git", b".hg", b".svn", b"__pycache__", b".venv", b"venv", b".pytest_cache", b".mypy_cache")
 
 
 class ScratchError(Ece408Error):
@@ -88,10 +88,10 @@ class Found:
         self.parts, self.path, self.info, self.descend = parts, path, info, True
 
 
-def walk_folder(root, skip_caches=True):
+def walk_folder(root):
     """Every entry under the folder ``root`` (str or bytes; names come back of the same type), each
-    folder's entries in name order, version control and caches (IGNORED, ``*.pyc``) left out unless
-    ``skip_caches`` is False (a build folder is taken whole).
+    folder's entries in name order (what a submission leaves out is its consumer's to decide:
+    ``base/ignore.py``'s rules; a build folder is taken whole).
     Paths come from the system's own listing (no path module joins them), so that names are
     ``parts`` on every platform. The OSError of a folder that cannot be listed propagates, its
     ``filename`` set."""
@@ -101,9 +101,6 @@ def walk_folder(root, skip_caches=True):
         with os.scandir(folder) as listing:
             entries = sorted(listing, key=lambda e: e.name)
         for entry in entries:
-            raw = os.fsencode(entry.name)
-            if skip_caches and (raw in IGNORED or raw.endswith(b".pyc")):
-                continue
             found = Found(parts + (entry.name,), entry.path, entry.stat(follow_symlinks=False))
             yield found
             if found.descend and stat.S_ISDIR(found.info.st_mode):
@@ -112,17 +109,25 @@ def walk_folder(root, skip_caches=True):
 
 def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBMISSION_FILES):
     """Copy the folder ``src`` into ``dst`` (which must not exist): regular files, folders and
-    symbolic links (as links, never followed), names of any bytes; version control and caches
-    left out. A link that would resolve outside the submission (absolute, or climbing above its
-    root) is left out, so that no link of a submission ever reaches a file of the grader's.
+    symbolic links (as links, never followed), names of any bytes; what an upload's rules leave out
+    (``base/ignore.py``: tokens, databases, version control, caches, virtual environments, other
+    teams' folders, .ece408ignore) left out too, counted in one line. A link that would resolve
+    outside the submission (absolute, or climbing above its root) is left out, so that no link of
+    a submission ever reaches a file of the grader's.
     ScratchError where it holds more than ``max_bytes`` (apparent sizes: a sparse file counts
-    whole) or ``max_files`` entries, or something that is none of those. Returns one line per
-    entry left out."""
+    whole) or ``max_files`` entries, or something that is none of those; IgnoreError where its
+    .ece408ignore cannot be read. Returns one line per link left out, and the rules' line."""
     src_b, dst_b = os.fsencode(src), os.fsencode(dst)
     total = count = 0
-    plan, notes = [], []
+    plan, notes, left = [], [], LeftOut()
+    rules = Rules(src_b)                         # the upload's rules (base/ignore.py): the same folder either way
     try:
         for found in walk_folder(src_b):
+            ignored = rules.left_out(found.parts, stat.S_ISDIR(found.info.st_mode), found.path)
+            if ignored is not None:
+                left.add(_show(b"/".join(found.parts)), stat.S_ISDIR(found.info.st_mode), *ignored, path=found.path)
+                found.descend = False
+                continue
             count += 1
             if count > max_files:
                 raise ScratchError(f"the submission has more than {max_files} files; leave out what the build "
@@ -158,11 +163,18 @@ def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBM
             if kind == "link":
                 os.symlink(os.readlink(source), target)
             elif kind == "file":
-                with open(source, "rb", opener=_nofollow) as f_in, open(target, "wb") as f_out:
-                    shutil.copyfileobj(f_in, f_out, 1 << 20)
+                with open(source, "rb", opener=_nofollow) as f_in:
+                    data = f_in.read(max_bytes + 1)
+                if holds_token(data):
+                    left.add(_show(path), False, "token", "it holds a token of the service: never sent")
+                    continue
+                with open(target, "wb") as f_out:
+                    f_out.write(data)
                 os.chmod(target, 0o755 if os.stat(source).st_mode & 0o111 else 0o644)
     except OSError as exc:
         raise ScratchError(f"cannot copy the submission into {Path(dst).parent}: {exc.strerror or exc}") from exc
+    if left.items:
+        notes.append(f"* L{left.line()[1:]} (python -m ece408_op submit --dry-run lists them)")
     return notes
 
 
