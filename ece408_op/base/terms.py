@@ -22,10 +22,10 @@ MAX_FILE_BYTES = 1 << 20                     # each of a ranked run's files
 MAX_SUBMISSION_BYTES = 64 << 20              # a development run's folder: file data
 MAX_SUBMISSION_FILES = 10000                 # ... and entries
 MAX_UPLOAD = 16 << 20                        # an upload's bytes as sent (compressed): serve --max-upload
-IGNORED = (b".git", b".hg", b".svn", b"__pycache__", b".venv", b"venv", b".pytest_cache", b".mypy_cache")
 TOKEN = re.compile(r"^ece408_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")   # ece408_<id: 64 bits hex>_<secret: 256 bits>
 
 
+TOKEN_BYTES = re.compile(rb"(?<![A-Za-z0-9_-])ece408_[0-9a-f]{16}_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])")   # in a file
 # a token's secret anywhere in a text (a path, a name, a message), also cut short or run into other text
 TOKEN_IN_TEXT = re.compile(r"(ece408_[0-9a-f]{16}_)[A-Za-z0-9_-]{8,}")
 
@@ -59,10 +59,10 @@ class Found:
         self.parts, self.path, self.info, self.descend = parts, path, info, True
 
 
-def walk_folder(root, skip_caches=True):
+def walk_folder(root):
     """Every entry under the folder ``root`` (str or bytes; names come back of the same type), each
-    folder's entries in name order, version control and caches (IGNORED, ``*.pyc``) left out unless
-    ``skip_caches`` is False (a build folder is taken whole).
+    folder's entries in name order (what a submission leaves out is its consumer's to decide:
+    ``base/ignore.py``'s rules; a build folder is taken whole).
     Paths come from the system's own listing (no path module joins them), so that names are
     ``parts`` on every platform. The OSError of a folder that cannot be listed propagates, its
     ``filename`` set."""
@@ -72,9 +72,6 @@ def walk_folder(root, skip_caches=True):
         with os.scandir(folder) as listing:
             entries = sorted(listing, key=lambda e: e.name)
         for entry in entries:
-            raw = os.fsencode(entry.name)
-            if skip_caches and (raw in IGNORED or raw.endswith(b".pyc")):
-                continue
             found = Found(parts + (entry.name,), entry.path, entry.stat(follow_symlinks=False))
             yield found
             if found.descend and stat.S_ISDIR(found.info.st_mode):

@@ -92,6 +92,9 @@ def submit(argv, why):
                              "it ('NVIDIA H100 80GB HBM3'), or the first characters of it or of one of its words "
                              "('H100'); python -m ece408_op kinds lists them (not with --submit m2: the CPU's run)")
     parser.add_argument("--detach", action="store_true", help="queue the job and return (jobs show ID --follow)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what would be sent (each file and its size, what is left out and why) and send "
+                             "nothing: no service or token needed")
     add_client_options(parser)
     refuse_local_options(parser, "submit", argv, why)
     args = parser.parse_args(argv)
@@ -104,6 +107,8 @@ def submit(argv, why):
     size = DEFAULT_SIZE if args.size is None else args.size
     check_size(parser, size)
     from ..client import api as client
+    if args.dry_run:
+        return client.dry_run(folder, args.submit)
     return client.submit(connect(args), folder, args.submit, size if args.submit else None, args.detach, args.gpu)
 
 

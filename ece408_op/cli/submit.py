@@ -89,10 +89,16 @@ def command(argv):
     parser.add_argument("--allow-network", action="store_true",
                         help="development runs: give commands the network when rai_build.yml says network: true "
                              "(refused otherwise: the grading host's own services would be in reach)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what the run would take from the folder (each file and its size, what is left "
+                             "out and why: as an upload to the service) and run nothing")
     add_run_options(parser)
     parser.add_argument(LOCAL, action="store_true", help="run it here even when logged in to the class's service")
     args = parser.parse_args(argv)
     folder = team_folder(parser, args)
+    if args.dry_run:
+        from ..client.api import dry_run
+        return dry_run(folder, args.submit)
     check_size(parser, args.size)
     check_repeats(parser, args.repeats, ranked=args.submit is not None)
     options = options_of(args, args.keep_scratch)

@@ -308,19 +308,20 @@ def submit(client, folder, milestone=None, size=None, detach=False, gpu=None):
     if milestone is not None:
         try:
             data, taken = uploads.pack_ranked(folder, milestone)
-        except TeamError as exc:
+        except (TeamError, uploads.IgnoreError) as exc:
             raise ClientError(str(exc)) from None
         what = f"ranked {milestone} on {size} images: " + ", ".join(f"{f.name} ({f.size} bytes)" for f in taken)
         params = {"kind": "ranked", "milestone": milestone, "size": size}
     else:
         try:
-            data, entries, notes = uploads.pack_development(folder)
-        except (uploads.UploadError, TeamError) as exc:
+            packed = uploads.pack_folder(folder)
+        except (uploads.UploadError, uploads.IgnoreError, TeamError) as exc:
             raise ClientError(str(exc)) from None
-        for line in notes:
+        for line in packed.notes:
             client.note(line)
-        files = sum(1 for e in entries if e.data is not None)
-        what = f"development run: {files} file(s), {sum(len(e.data) for e in entries if e.data is not None)} bytes"
+        data = packed.data
+        what = (f"development run: {len(packed.files)} file(s), {sum(len(e.data) for e in packed.files)} bytes; "
+                f"{packed.left_out.line()}" + (" (submit --dry-run lists them)" if packed.left_out.items else ""))
         params = {"kind": "development"}
     if gpu is not None:
         params["gpu"] = gpu
@@ -336,6 +337,19 @@ def submit(client, folder, milestone=None, size=None, detach=False, gpu=None):
         client.note(f"* Follow it with: python -m ece408_op jobs show {job['id']} --follow")
         return 0
     return follow_to_end(client, job["id"])
+
+
+def dry_run(folder, milestone=None, out=None):
+    """``submit --dry-run``: list what ``submit`` would send from ``folder`` (each file and its size,
+    what is left out and why, the counts) on ``out``; sends nothing, needs no service or token."""
+    try:
+        lines = uploads.preview(folder, milestone)
+    except (uploads.UploadError, uploads.IgnoreError, TeamError) as exc:
+        raise ClientError(str(exc)) from None
+    out = out or sys.stdout
+    out.write("".join(line + "\n" for line in lines))
+    out.flush()
+    return 0
 
 
 def show(client, job_id, follow=False):
@@ -468,5 +482,5 @@ def login(url, token):
     return who, path
 
 
-__all__ = ["Client", "ClientError", "connect", "submit", "show", "listing", "cancel", "download", "ranking", "login",
-           "resolve_server", "resolve_token", "check_url", "read_token_file", "loopback", "table"]
+__all__ = ["Client", "ClientError", "connect", "submit", "dry_run", "show", "listing", "cancel", "download", "ranking",
+           "login", "resolve_server", "resolve_token", "check_url", "read_token_file", "loopback", "table"]

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..base.ignore import LeftOut, Rules, holds_token
 from ..errors import Ece408Error
 from ..base.terms import MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES, walk_folder
 from .owner import owner_tag, tag_alive
@@ -77,17 +78,25 @@ def link_stays_inside(root, rel, target):
 
 def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBMISSION_FILES):
     """Copy the folder ``src`` into ``dst`` (which must not exist): regular files, folders and
-    symbolic links (as links, never followed), names of any bytes; version control and caches
-    left out. A link that would resolve outside the submission (absolute, or climbing above its
-    root) is left out, so that no link of a submission ever reaches a file of the grader's.
+    symbolic links (as links, never followed), names of any bytes; what an upload's rules leave out
+    (``base/ignore.py``: tokens, databases, version control, caches, virtual environments, other
+    teams' folders, .ece408ignore) left out too, counted in one line. A link that would resolve
+    outside the submission (absolute, or climbing above its root) is left out, so that no link of
+    a submission ever reaches a file of the grader's.
     ScratchError where it holds more than ``max_bytes`` (apparent sizes: a sparse file counts
-    whole) or ``max_files`` entries, or something that is none of those. Returns one line per
-    entry left out."""
+    whole) or ``max_files`` entries, or something that is none of those; IgnoreError where its
+    .ece408ignore cannot be read. Returns one line per link left out, and the rules' line."""
     src_b, dst_b = os.fsencode(src), os.fsencode(dst)
     total = count = 0
-    plan, notes = [], []
+    plan, notes, left = [], [], LeftOut()
+    rules = Rules(src_b)                         # the upload's rules (base/ignore.py): the same folder either way
     try:
         for found in walk_folder(src_b):
+            ignored = rules.left_out(found.parts, stat.S_ISDIR(found.info.st_mode), found.path)
+            if ignored is not None:
+                left.add(_show(b"/".join(found.parts)), stat.S_ISDIR(found.info.st_mode), *ignored, path=found.path)
+                found.descend = False
+                continue
             count += 1
             if count > max_files:
                 raise ScratchError(f"the submission has more than {max_files} files; leave out what the build "
@@ -123,11 +132,18 @@ def copy_submission(src, dst, max_bytes=MAX_SUBMISSION_BYTES, max_files=MAX_SUBM
             if kind == "link":
                 os.symlink(os.readlink(source), target)
             elif kind == "file":
-                with open(source, "rb", opener=_nofollow) as f_in, open(target, "wb") as f_out:
-                    shutil.copyfileobj(f_in, f_out, 1 << 20)
+                with open(source, "rb", opener=_nofollow) as f_in:
+                    data = f_in.read(max_bytes + 1)
+                if holds_token(data):
+                    left.add(_show(path), False, "token", "it holds a token of the service: never sent")
+                    continue
+                with open(target, "wb") as f_out:
+                    f_out.write(data)
                 os.chmod(target, 0o755 if os.stat(source).st_mode & 0o111 else 0o644)
     except OSError as exc:
         raise ScratchError(f"cannot copy the submission into {Path(dst).parent}: {exc.strerror or exc}") from exc
+    if left.items:
+        notes.append(f"* L{left.line()[1:]} (python -m ece408_op submit --dry-run lists them)")
     return notes
 
 

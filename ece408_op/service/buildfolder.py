@@ -89,7 +89,7 @@ def pack(folder, out, max_bytes=MAX_BYTES, max_entries=MAX_ENTRIES):
     taken, seen, cut = {}, 0, []
     with open(out, "xb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=COMPRESSION, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        walk = walk_folder(str(folder), skip_caches=False)
+        walk = walk_folder(str(folder))
         while True:
             try:
                 found = next(walk)

@@ -3,9 +3,11 @@
 Packed by the client (``pack_ranked``, ``pack_development``), it holds exactly what the run uses:
 for a ranked run the milestone's team files, read as the local ranked run reads them
 (``terms.read_team_files``: one descriptor each, regular files only, at most 1 MiB); for a
-development run the folder as a local development run copies it (``walk_folder``: version
-control and caches left out, at most 64 MiB and 10,000 entries), files and folders only. Left
-out, one line each: a symbolic link, FIFO, device or socket; a name the service would refuse
+development run the folder (``walk_folder``), at most 64 MiB and 10,000 entries, files and
+folders only, less what ``base/ignore.py``'s rules leave out (tokens and any file holding one,
+databases, version control, caches, virtual environments, other teams' folders, the folder's
+.ece408ignore), counted for the upload's one line (``LeftOut``; ``preview``: submit --dry-run's
+list). Left out, one line each: a symbolic link, FIFO, device or socket; a name the service would refuse
 (``archive.name_problem``: not UTF-8, a character Windows or macOS cannot store, too long, too
 deep) and a name equal to one already taken where case or Unicode normalisation is ignored. On
 every platform the names are ``/``-separated parts of the system's own listing.
@@ -23,17 +25,19 @@ import io
 import stat
 import tarfile
 import zlib
+from dataclasses import dataclass
 
 from ..base.files import Refused, read_regular
+from ..base.ignore import IgnoreError, LeftOut, Rules, holds_token
 from ..base.archive import (MAX_DEPTH, MAX_NAME, Checked, Entry, UploadError, fold, name_problem, raw_cap, read,
-                      size_text, unpack)
+                            size_text, unpack)
 from ..base.names import printable
 from ..base.terms import (CONFIG_NAME, JOB_KINDS, MAX_FILE_BYTES, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_FILES,
                           MAX_UPLOAD, MILESTONE_FILES, read_team_files, walk_folder)
 
-__all__ = ["Checked", "Entry", "MAX_UPLOAD", "UploadError", "add_entry", "caps", "check", "config_text", "inflate",
-           "name_left_out", "pack_development", "pack_ranked", "size_text", "unpack"]
-
+__all__ = ["Checked", "Entry", "IgnoreError", "MAX_UPLOAD", "Packed", "UploadError", "add_entry", "caps", "check",
+           "config_text", "inflate", "name_left_out", "pack_development", "pack_folder", "pack_ranked", "preview",
+           "size_text", "unpack"]
 
 
 def caps(kind):
@@ -68,8 +72,15 @@ def _tar(entries):
 
 def pack_ranked(folder, milestone):
     """(upload bytes, [TeamFile]) of the milestone's team files in ``folder``; TeamError (one
-    line) where one is missing, a link, not a regular file or too large."""
-    files = read_team_files(folder, MILESTONE_FILES[milestone])
+    line) where one is missing, a link, not a regular file or too large; IgnoreError where the
+    folder's .ece408ignore cannot be read or leaves one out, or one holds a token."""
+    names = MILESTONE_FILES[milestone]
+    Rules(folder).needed(names)                 # a milestone's file left out by .ece408ignore: said, not dropped
+    files = read_team_files(folder, names)
+    for name, data in files.files:
+        if holds_token(data):
+            raise IgnoreError(f"{name} holds a token of the service, and a token is never sent; take it out of the "
+                              "file")
     return _tar([Entry(name, data) for name, data in files.files]), list(files.taken)
 
 
@@ -92,21 +103,49 @@ def name_left_out(parts, taken):
     return None
 
 
+@dataclass
+class Packed:
+    """A development upload: its bytes, its entries (in name order), one note per entry the service
+    would refuse, and everything left out (``LeftOut``: the rules' and the refused ones)."""
+    data: bytes
+    entries: list
+    notes: list
+    left_out: LeftOut
+
+    @property
+    def files(self):
+        return [e for e in self.entries if e.data is not None]
+
+
 def pack_development(folder, max_bytes=MAX_SUBMISSION_BYTES, max_entries=MAX_SUBMISSION_FILES):
-    """(upload bytes, entries, notes) of the development run's folder: files and folders, as a
-    local development run copies them; one note per entry left out. UploadError where the
-    folder holds more than the caps or no rai_build.yml."""
+    """(upload bytes, entries, notes) of ``pack_folder``."""
+    packed = pack_folder(folder, max_bytes, max_entries)
+    return packed.data, packed.entries, packed.notes
+
+
+def pack_folder(folder, max_bytes=MAX_SUBMISSION_BYTES, max_entries=MAX_SUBMISSION_FILES):
+    """The Packed development upload of ``folder``: files and folders, less what the rules leave
+    out (``base/ignore.py``). UploadError where the folder holds more than the caps or no
+    rai_build.yml; IgnoreError where its .ece408ignore cannot be read or leaves rai_build.yml out."""
     root = str(folder)
-    entries, notes, taken, total = [], [], {}, 0
+    rules = Rules(root)
+    rules.needed([CONFIG_NAME])
+    entries, notes, taken, total, left = [], [], {}, 0, LeftOut()
     try:
         for found in walk_folder(root):
             name, mode = "/".join(found.parts), found.info.st_mode
+            ignored = rules.left_out(found.parts, stat.S_ISDIR(mode), found.path)
+            if ignored is not None:
+                left.add(name, stat.S_ISDIR(mode), *ignored, path=found.path)
+                found.descend = False
+                continue
             why = name_left_out(found.parts, taken)
             if why is None and not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
                 why = (f"{'a symbolic link' if stat.S_ISLNK(mode) else 'not a file or a folder'} (the service "
                        "takes files and folders only)")
             if why is not None:
                 notes.append(f"* Left out {printable(name)}: {why}")
+                left.add(name, stat.S_ISDIR(mode), "refused", why, path=found.path)
                 found.descend = False
                 continue
             if stat.S_ISDIR(mode):
@@ -116,11 +155,17 @@ def pack_development(folder, max_bytes=MAX_SUBMISSION_BYTES, max_entries=MAX_SUB
                     raise UploadError(f"the folder holds more than {max_bytes >> 20} MiB (at {printable(name)}); "
                                       "leave out data and builds")
                 data = _read(found.path, name, max_bytes - total)
+                if holds_token(data):
+                    if name == CONFIG_NAME:
+                        raise IgnoreError(f"{CONFIG_NAME} holds a token of the service, and a token is never sent; take "
+                                          "it out of the file")
+                    left.add(name, False, "token", "it holds a token of the service: never sent")
+                    continue
                 total += len(data)
                 entries.append(Entry(name, data, bool(mode & 0o111)))
             if len(entries) > max_entries:
                 raise UploadError(f"the folder holds more than {max_entries} files and folders; leave out what "
-                                  "the build does not need")
+                                  "the build does not need (.ece408ignore)")
     except OSError as exc:
         raise UploadError(f"cannot read the folder {printable(str(exc.filename or root))}: "
                           f"{exc.strerror or exc}") from None
@@ -128,7 +173,26 @@ def pack_development(folder, max_bytes=MAX_SUBMISSION_BYTES, max_entries=MAX_SUB
         raise UploadError(f"{CONFIG_NAME}: not found in {printable(root)}; every submission needs one "
                           "at its top level")
     entries.sort(key=lambda e: e.name)
-    return _tar(entries), entries, notes
+    return Packed(_tar(entries), entries, notes, left)
+
+
+def preview(folder, milestone=None):
+    """``submit --dry-run``: the lines listing what an upload of ``folder`` would send (each file,
+    its size), what it leaves out and why, and the counts; nothing is sent. Raises as packing does."""
+    if milestone is not None:
+        _, taken = pack_ranked(folder, milestone)
+        lines = [f"{f.size:>10}  {f.name}" for f in taken]
+        size = sum(f.size for f in taken)
+        return lines + [f"* Dry run: a ranked {milestone} would send {len(taken)} file(s) ({size_text(size)}): "
+                        f"{', '.join(f.name for f in taken)}, nothing else of the folder; nothing was sent"]
+    packed = pack_folder(folder)
+    lines = [f"{len(e.data):>10}  {printable(e.name)}" for e in packed.files]
+    for name, is_dir, files, _, words in packed.left_out.items:
+        inside = f" ({files} file{'' if files == 1 else 's'})" if is_dir else ""
+        lines.append(f"{'left out':>10}  {printable(name)}{'/' if is_dir else ''}{inside}: {words}")
+    size = sum(len(e.data) for e in packed.files)
+    return lines + [f"* Dry run: a development run would send {len(packed.files)} file(s) ({size_text(size)}); "
+                    f"{packed.left_out.line()}; nothing was sent"]
 
 
 def _read(path, name, limit):
