@@ -66,7 +66,10 @@ def command(argv):
                         help=f"MiB of build folders kept per team; past it its oldest are deleted (default "
                              f"{QUOTA_MIB})")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
-                        help="failed token checks an address may make per minute (default 20)")
+                        help="failed token checks an address (IPv6: a /64) may make per minute (default 20)")
+    parser.add_argument("--max-failures-total", type=count, metavar="N",
+                        help="failed token checks all addresses together may make per minute (default 10 x "
+                             "--max-failures): a guesser with many addresses gets no more")
     parser.add_argument("--streams-per-address", type=count, default=STREAMS_PER_ADDRESS, metavar="N",
                         help=f"live streams one client address may hold (default {STREAMS_PER_ADDRESS}: a campus "
                              "behind one NAT address; 0: no cap); a team holds 16 at most")
@@ -112,6 +115,7 @@ def command(argv):
     rules = Rules(ranked_per_hour=args.ranked_per_hour, development_per_hour=args.development_per_hour,
                   max_waiting=args.max_waiting, job_timeout=args.job_timeout, lease=args.lease)
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
+                        max_failures_total=args.max_failures_total,
                         keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20),
                         streams_per_address=args.streams_per_address)
     slurm = None

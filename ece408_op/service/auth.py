@@ -2,8 +2,9 @@
 dependency that names the kinds of token a route takes (``Depends(team_or_instructor)``,
 ``Depends(instructor)``, ``Depends(worker)``...), and answers with the ``Principal``.
 
-Failed checks count per client address (tokens.FailureLimiter): past the limit a wrong token from
-that address is refused (429) until its window has passed; a valid one always passes. The login
+Failed checks count per client address (IPv6 per /64) and for the whole service
+(tokens.FailureLimiter): past either limit a wrong token is refused (429) until its window has
+passed; a valid one always passes. The login
 page checks its token through the same ``check_token``."""
 import math
 
@@ -28,9 +29,10 @@ async def check_token(service, token, where, path):
     principal = service.tokens.lookup(token) if token else None
     if principal:
         return principal, None
-    wait = service.failures.wait(where)
+    wait, whose = service.failures.wait(where)
     if wait:
-        return None, Refused(429, f"too many failed token checks from this address; try again in {duration(wait)}",
+        many = "from this address" if whose == "address" else "on this service from many addresses at once"
+        return None, Refused(429, f"too many failed token checks {many}; try again in {duration(wait)}",
                              retry_after=math.ceil(wait))
     service.failures.fail(where)
     log("auth.failed", level="warning", address=where, path=path)

@@ -48,33 +48,41 @@ class Repeats:
     LINES = 5
     WINDOW = 60.0
 
+    TOP = 5                                  # addresses a repeat's line names, the most frequent first
+    ADDRESSES = 10000                        # distinct addresses counted a window (past it: "others")
+
     def __init__(self):
-        self.windows = {}                    # key -> [window start, lines written, lines held back]
+        self.windows = {}       # key -> [window start, lines written, lines held back, {address: count}]
         self.lock = threading.Lock()
 
     def ended(self, now=None):
-        """[(key, count)] of the windows that have ended with lines held back (forgotten here)."""
+        """[(key, count, [(address, count)...])] of the windows that have ended with lines held back
+        (forgotten here): the addresses of the held lines, the most frequent first."""
         now = time.monotonic() if now is None else now
         out = []
         with self.lock:
-            for key, (start, _, held) in list(self.windows.items()):
+            for key, (start, _, held, addresses) in list(self.windows.items()):
                 if now - start >= self.WINDOW:
                     del self.windows[key]
                     if held:
-                        out.append((key, held))
+                        out.append((key, held, sorted(addresses.items(), key=lambda a: (-a[1], a[0]))))
         return out
 
-    def allow(self, key, now=None):
-        """(whether a line of ``key`` may be written now, [(key, count)] of windows just ended with
-        lines held back)."""
+    def allow(self, key, now=None, address=None):
+        """(whether a line of ``key`` may be written now, what ``ended`` gives of the windows just
+        ended). A line held back counts toward its ``address`` (a client's), where it names one."""
         now = time.monotonic() if now is None else now
         ended = self.ended(now)
         with self.lock:
-            window = self.windows.setdefault(key, [now, 0, 0])
+            window = self.windows.setdefault(key, [now, 0, 0, {}])
             if window[1] < self.LINES:
                 window[1] += 1
                 return True, ended
             window[2] += 1
+            if address is not None:
+                counts = window[3]
+                slot = str(address) if str(address) in counts or len(counts) < self.ADDRESSES else "others"
+                counts[slot] = counts.get(slot, 0) + 1
             return False, ended
 
 
@@ -91,16 +99,20 @@ def _write(line):
 
 
 def _say_repeats(ended):
-    for key, count in ended:
-        _write(" ".join([stamp(), "warning", "log.repeated", f"event={_value(key)}", f"count={count}",
-                         f"seconds={Repeats.WINDOW:g}"]) + "\n")
+    for key, count, addresses in ended:
+        fields = [stamp(), "warning", "log.repeated", f"event={_value(key)}", f"count={count}",
+                  f"seconds={Repeats.WINDOW:g}"]
+        if addresses:                        # whom the held lines stand for: the top ones, and how many others
+            top = ",".join(f"{a}:{n}" for a, n in addresses[:Repeats.TOP])
+            fields += [f"addresses={_value(top)}", f"address_count={len(addresses)}"]
+        _write(" ".join(fields) + "\n")
 
 
 def log(event, level="info", **fields):
     if LEVELS.index(level) < _threshold["value"]:
         return
     if LEVELS.index(level) >= LEVELS.index("warning"):
-        allowed, ended = _repeats.allow(event)
+        allowed, ended = _repeats.allow(event, address=fields.get("address"))
         _say_repeats(ended)
         if not allowed:
             return

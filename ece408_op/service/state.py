@@ -25,6 +25,7 @@ class Settings:
     rules: jobs.Rules = field(default_factory=jobs.Rules)
     max_upload: int = uploads.MAX_UPLOAD
     max_failures: int = 20                       # failed token checks per address and window
+    max_failures_total: int = None               # ... of all addresses together (None: 10 x max_failures)
     failure_window: float = 60.0
     claim_wait: float = 25.0                     # seconds a worker's claim waits for a job
     reap_every: float = 5.0
@@ -47,7 +48,7 @@ class Service:
         self.db = db
         self.settings = settings
         self.tokens = Tokens(db)
-        self.failures = FailureLimiter(settings.max_failures, settings.failure_window)
+        self.failures = FailureLimiter(settings.max_failures, settings.failure_window, settings.max_failures_total)
         self.hub = None                           # live.Hub, made by the application's lifespan
         self.loop = None
         self.draining = False

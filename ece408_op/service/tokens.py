@@ -12,6 +12,7 @@ A token is never logged, never put in a URL or an error message.
 """
 import hashlib
 import hmac
+import ipaddress
 import re
 import secrets
 import threading
@@ -278,42 +279,75 @@ def check_team_name(name):
     return stored
 
 
-class FailureLimiter:
-    """Failed token checks per client address: past ``max_failures`` within ``window`` seconds,
-    that address is refused until its oldest failure is ``window`` old."""
+def address_key(address):
+    """What failed checks are counted against: an IPv4 address as it is (an IPv4-mapped IPv6 one as
+    its IPv4), an IPv6 address by its /64 (one host is given a whole /64: counting each address
+    would give a guesser 2^64 of them)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 6:
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
-    def __init__(self, max_failures=20, window=60.0):
+
+class FailureLimiter:
+    """Failed token checks per client address (IPv6 per /64: ``address_key``): past
+    ``max_failures`` within ``window`` seconds, that address is refused until its oldest failure is
+    ``window`` old; and for the whole service: past ``max_total`` failures within the window from
+    all addresses together, every further failure is refused until the oldest is ``window`` old, so
+    that a guesser with many addresses gets no more checks than ``max_total`` a window. (A valid
+    token passes either way: auth.check_token.) What is kept is bounded by that: a failure refused
+    is not recorded, so the table holds at most ``max_total`` failures of the window."""
+
+    def __init__(self, max_failures=20, window=60.0, max_total=None):
         self.max_failures = max_failures
         self.window = window
+        self.max_total = max_total if max_total is not None else 10 * max_failures
         self._failures = {}
+        self._total = deque()
         self._lock = threading.Lock()
 
-    def _recent(self, address, now):
-        times = self._failures.get(address)
+    def _recent(self, key, now):
+        times = self._failures.get(key)
         if times is None:
             return None
         while times and times[0] <= now - self.window:
             times.popleft()
         if not times:
-            del self._failures[address]
+            del self._failures[key]
             return None
         return times
 
+    def _total_recent(self, now):
+        while self._total and self._total[0] <= now - self.window:
+            self._total.popleft()
+        return self._total
+
     def wait(self, address):
-        """Seconds ``address`` must still wait, or 0."""
+        """(seconds ``address`` must still wait, or 0; whose limit: "address" or "service")."""
         now = time.monotonic()
         with self._lock:
-            times = self._recent(address, now)
-            if times is None or len(times) < self.max_failures:
-                return 0.0
-            return max(0.0, times[0] + self.window - now)
+            times = self._recent(address_key(address), now)
+            if times is not None and len(times) >= self.max_failures:
+                return max(0.0, times[0] + self.window - now), "address"
+            total = self._total_recent(now)
+            if len(total) >= self.max_total:
+                return max(0.0, total[0] + self.window - now), "service"
+            return 0.0, None
 
     def fail(self, address):
         now = time.monotonic()
+        key = address_key(address)
         with self._lock:
-            times = self._recent(address, now)
+            times = self._recent(key, now)
             if times is None:
-                times = self._failures[address] = deque()
+                times = self._failures[key] = deque()
             times.append(now)
-            if len(self._failures) > 100_000:            # bounded memory under a spray of addresses
-                self._failures.pop(next(iter(self._failures)))
+            self._total_recent(now).append(now)
+            if len(self._failures) > 2 * self.max_total:        # only where fail() was called past wait()
+                for stale in [k for k in self._failures if k != key]:
+                    self._recent(stale, now)
