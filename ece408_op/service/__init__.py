@@ -39,6 +39,8 @@ errors as one-line JSON, the routers):
     auth.py      who is asking: a token checked by a dependency, ``Depends(team_or_instructor)``...
     http.py      the routes' helpers: JSON errors, bounded bodies, checked parameters, the access log
     live.py      the Hub of in-process wake-ups and ``follow``, a job's live events (SSE)
+    progress.py  a running job's step as its worker reports it (checked, bounded text) and the
+                 ``progress`` and ``end`` events
     rankings.py  the ranking as this server keeps it between records (the API's and the pages')
     api/         the API, a router per area: health.py (health, readiness, whoami), jobs.py (a
                  team's jobs), ranking.py (the ranking, deadlines), instructor.py (teams, tokens,
@@ -50,6 +52,7 @@ The clients, needing httpx only (no NumPy, MXNet, FastAPI):
                           the connection (server, token, errors as one line) the others use
     instructor_client.py  the instructor's: ``teams``, ``deadlines``, workers' tokens
     roster.py             the class's roster CSV, as ``teams import`` reads it
+    statusline.py         a followed job's elapsed time and step on stderr (in place on a terminal)
 
 The class's pages, served by the same application:
 
