@@ -94,7 +94,7 @@ JSON_ROUTES = {                                   # (method, path, auth, the bod
     "teams worker": ("POST", "/api/admin/workers", "instructor", {"name": "w"}),
     "deadlines": ("PUT", "/api/admin/deadlines", "instructor", {"milestone": "m3", "deadline": None}),
     "claim": ("POST", "/api/worker/claim", "worker", {"slot": "s", "gpu": False, "device": "d", "wait": 0}),
-    "chunks": ("POST", "/api/worker/jobs/{job}/chunks", "worker", {"chunks": [[0, "x"]]}),
+    "chunks": ("POST", "/api/worker/jobs/{job}/chunks", "worker", {"chunks": [[0, "x"]], "progress": "a step"}),
     "finish": ("POST", "/api/worker/jobs/{job}/finish", "worker", {"status": "ok", "exit_code": 0, "reason": None,
                                                                    "record": None}),
     "release": ("POST", "/api/worker/jobs/{job}/release", "worker", {"why": "x"}),

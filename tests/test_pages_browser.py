@@ -167,6 +167,66 @@ def test_the_job_page_shows_its_place_then_lines_as_they_arrive(tmp_path, chromi
         svc.close()
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
+@pytest.mark.timeout(600)
+def test_the_job_page_shows_the_elapsed_time_and_step_then_its_end_without_a_reload(tmp_path, chromium):
+    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
+    watched = Watched(chromium)
+    try:
+        token = svc.add_teams("zeta")["zeta"]
+        team = team_project(tmp_path / "zeta", commands=["sleep 3", '/bin/sh -c "sleep 3; echo kept > /build/out.txt"',
+                                                         "sleep 2"])
+        job = job_id_of(svc.cli("submit", "--detach", team, token=token).stderr)
+        page = watched.login(svc.url, token)
+        page.goto(f"{svc.url}/jobs/{job}")
+        page.evaluate("window.stillThisPage = true")                  # gone if the page reloads
+        assert page.get_attribute("#step", "aria-live") == "polite"
+        page.wait_for_selector("#step:has-text('build command 2 of 3')", timeout=120_000)
+        assert page.is_visible("#progress") and page.inner_text("#state") == "running"
+        first = page.inner_text("#elapsed")
+        assert re.fullmatch(r"Running for \d+ s:", first), first
+        page.wait_for_function("t => document.getElementById('elapsed').textContent !== t", arg=first, timeout=5_000)
+        page.wait_for_selector("#step:has-text('build command 3 of 3: sleep 2')", timeout=60_000)
+        assert "" == page.inner_text("#ended")
+        page.wait_for_selector("#build-folder a[download]", timeout=60_000)            # the end, live
+        assert re.fullmatch(r", ended \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", page.inner_text("#ended"))
+        assert page.get_attribute("#build-folder a[download]", "href") == f"/jobs/{job}/build"
+        assert "1 file(s)" in page.inner_text("#build") and f"jobs download {job}" in page.inner_text("#build")
+        assert "Development run succeeded" in page.inner_text("#verdict") and page.inner_text("#state") == "done"
+        assert page.is_hidden("#progress") and page.evaluate("window.stillThisPage") is True
+        assert not watched.dialogs and not watched.errors, watched.errors
+    finally:
+        watched.close()
+        svc.close()
+
+
+def test_a_hostile_worker_s_step_shows_as_bounded_text(server, chromium):
+    runs = runs_of(server)
+    token = server.add_teams("theta")["theta"]
+    job = runs.submit(token)
+    claimed = runs.claim()
+    watched = Watched(chromium, bypass_csp=True)            # the escaping alone must stop it
+    try:
+        page = watched.login(server.url, token)
+        page.goto(f"{server.url}/jobs/{job['id']}")
+        page.wait_for_selector("#live-status:not([hidden])")
+        hostile = "<img src=x onerror=alert(1)><script>alert(2)</script>\x1b[31m" + "y" * 100_000
+        with server.http(runs.worker) as worker:
+            answer = worker.post(f"/api/worker/jobs/{job['id']}/chunks", headers={"X-Lease": claimed["lease"]},
+                                 json={"chunks": [], "progress": hostile})
+        assert answer.status_code == 200, answer.text
+        page.wait_for_selector("#step:has-text('alert(2)')", timeout=30_000)
+        step = page.inner_text("#step")
+        assert step.startswith("<img src=x onerror=alert(1)><script>alert(2)</script>\\x1b[31myyy") and len(step) == 200
+        assert page.locator("#step *").count() == 0 and page.locator("img").count() == 0
+        page.reload()                                         # and as the server renders it
+        assert page.inner_text("#step") == step and page.locator("#step *").count() == 0
+        page.wait_for_timeout(300)
+        assert not watched.dialogs and not watched.errors, (watched.dialogs, watched.errors)
+    finally:
+        watched.close()
+
+
 # ---------------------------------------------------------------------------- records through the routes
 
 def test_a_team_cannot_open_another_team_s_page_or_job(server, chromium):

@@ -31,6 +31,7 @@ from ..base.names import printable, shown
 from ..base.terms import TeamError, looks_like_token
 from ..errors import Ece408Error
 from ..service import upload as uploads
+from .statusline import StatusLine, elapsed_text
 
 SERVER_ENV = "ECE408_SERVER"
 TOKEN_ENV = "ECE408_TOKEN"
@@ -191,9 +192,20 @@ class Client:
 
     # ------------------------------------------------------------ following a job
     def follow(self, job_id, after=-1, patience=PATIENCE):
-        """Print the job's transcript as it comes (queue places on stderr) until it ends;
-        returns the ended job. Reconnects (from the last chunk) when the connection drops."""
+        """Print the job's transcript as it comes (queue places, the elapsed time and the step on
+        stderr: ``statusline.py``) until it ends; returns the ended job. Reconnects (from the last
+        chunk) when the connection drops."""
+        status = StatusLine(self.out, self.err)
+        try:
+            job = self._follow(job_id, after, patience, status)
+        finally:
+            status.close()
+        self.note(end_line(job))
+        return job
+
+    def _follow(self, job_id, after, patience, status):
         cursor, shown, lost_since = after, None, None
+        note = status.note
         while True:
             try:
                 with self.http.stream("GET", f"/api/jobs/{job_id}/events", params={"after": cursor},
@@ -205,26 +217,27 @@ class Client:
                     if response.status_code == 503:
                         raise self.httpx.TransportError("the service answered 503")
                     if lost_since is not None:
-                        self.note("* Connected again")
+                        note("* Connected again")
                         lost_since = None
                     for event, data, event_id in sse_events(response.iter_lines()):
                         if event == "line":
-                            self.out.write(json.loads(data))
-                            self.out.flush()
+                            status.transcript(json.loads(data))
                             cursor = int(event_id)
+                        elif event == "progress":
+                            status.progress(json.loads(data))
                         elif event == "queued":
                             place = json.loads(data)
                             if place != shown:
-                                self.note(place_line(place))
+                                note(place_line(place))
                                 shown = place
                         elif event == "notice":
-                            self.note(f"* {json.loads(data)}")
+                            note(f"* {json.loads(data)}")
                         elif event == "end":
                             return json.loads(data)
             except self.httpx.TransportError as exc:
                 if lost_since is None:
                     lost_since = time.monotonic()
-                    self.note(f"* Lost the connection to the service ({type(exc).__name__}); reconnecting")
+                    note(f"* Lost the connection to the service ({type(exc).__name__}); reconnecting")
                 elif time.monotonic() - lost_since > patience:
                     raise ClientError(f"the service did not answer for {patience:g} s; the job may still run: "
                                       f"python -m ece408_op jobs show {job_id} --follow") from None
@@ -267,6 +280,22 @@ def place_line(place):
     where = "next in line" if ahead == 0 else f"{ahead} job(s) ahead of yours" if ahead is not None else "queued"
     line = f"* Waiting in the queue: {where} ({place.get('waiting')} waiting, {place.get('running')} running)"
     return line + (f"; {place['note']}" if place.get("note") else "")
+
+
+def end_line(job):
+    """The follower's last line (the ``end`` event's job): when the job ended, how, after how
+    long, and where its build folder is (the record's summary is the transcript's last line)."""
+    finished, started = job.get("finished_at"), job.get("started_at")
+    timed = isinstance(finished, (int, float)) and not isinstance(finished, bool)
+    ended = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(finished)) if timed else "now"
+    how = str(job.get("state", "ended")) + (f", {job['status']}" if job.get("status") else "")
+    line = f"* Ended {ended}: {how}"
+    if timed and isinstance(started, (int, float)) and not isinstance(started, bool):
+        line += f" (elapsed {elapsed_text(finished - started)})"
+    build = job.get("build")
+    if build:
+        line += f"; build folder: python -m ece408_op jobs download {job['id']}"
+    return line
 
 
 def exit_status(job):
@@ -361,6 +390,11 @@ def show(client, job_id, follow=False):
     line = f"* Job {job_id}: {job['state']}" + (f", {job['status']}" if job.get("status") else "")
     if job.get("state") == "queued" and job.get("place") is not None:
         line += f"; {place_line(job)[2:]}"
+    progress = job.get("progress")
+    if job.get("state") == "running" and progress and progress.get("started_at") is not None:
+        line += f", elapsed {elapsed_text(float(progress['now']) - float(progress['started_at']))}"
+        if progress.get("step"):
+            line += f"; step: {shown(progress['step'], 200)}"
     client.note(line)
     return exit_status(job) if job["state"] in ("done", "failed", "cancelled") else 0
 

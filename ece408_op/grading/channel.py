@@ -15,6 +15,10 @@ takes an exclusive ``flock`` on a lock file at a fixed machine-wide path (``Timi
 for GPU milestones, one for the CPU), shared by every runner on the machine whatever its user,
 TMPDIR or scratch folder, so that no two teams' code runs at once there, warm-ups included. The
 time spent waiting for it is added to the measuring command's time limit.
+
+Progress: the measuring process says where it is (``{"progress": "model ece408-high (1 of 2):
+layer 1 ..., fresh run 2 of 5"}``, no answer); the runner hands the text, cut to PROGRESS_LIMIT
+characters, to its ``on_progress`` (the service's worker shows it live). Never part of the record.
 """
 import contextlib
 import os
@@ -30,6 +34,7 @@ SOCKET = "channel.sock"
 TARGET = "/run/ece408"                 # where the measuring sandbox sees the socket's folder
 JOB_LIMIT = 512 << 20
 RESULT_LIMIT = 4 << 20
+PROGRESS_LIMIT = 500                   # characters of a progress message the runner passes on
 LOCK_DIR_ENV = "ECE408_LOCK_DIR"
 LOCK_DIRS = ("/run/lock", "/var/lock", "/tmp")   # machine-wide, never a runner's TMPDIR
 
@@ -125,10 +130,12 @@ class Listener:
     """The runner's end: ``start(job)`` serves one connection in a thread; ``result()`` is the
     report, or None with ``error`` saying why there is none. ``lock``: the TimingLock lent to
     the measuring process on request (None: granted at once); ``waited()`` is the time spent
-    waiting for it so far, a wait still going on included."""
+    waiting for it so far, a wait still going on included. ``on_progress(text)``: where the
+    measuring process's progress messages go (None: dropped)."""
 
-    def __init__(self, folder, lock=None):
+    def __init__(self, folder, lock=None, on_progress=None):
         self.lock = lock
+        self.on_progress = on_progress
         self._waited = 0.0
         self._waiting_since = None
         self.path = os.path.join(str(folder), SOCKET)
@@ -178,6 +185,9 @@ class Listener:
                     elif lease == "release":
                         if self.lock is not None:
                             self.lock.release()
+                    elif isinstance(message, dict) and list(message) == ["progress"]:
+                        if self.on_progress is not None:
+                            self.on_progress(str(message["progress"])[:PROGRESS_LIMIT])
                     else:
                         self.report = message
                         self.error = None
@@ -220,7 +230,8 @@ def connect(path):
 
 class Lease:
     """The measuring process's end of the timing lease: ``lease()`` is a context manager (nested
-    uses hold it once) that asks the runner for the machine's timing lock and gives it back."""
+    uses hold it once) that asks the runner for the machine's timing lock and gives it back;
+    ``progress(text)`` tells the runner where the run is (one message, no answer)."""
 
     def __init__(self, sock):
         self.sock = sock
@@ -242,3 +253,7 @@ class Lease:
                 self.depth -= 1
                 if self.depth == 0:
                     send(self.sock, {"lease": "release"})
+
+    def progress(self, text):
+        with self.lock:                            # one message at a time on the socket
+            send(self.sock, {"progress": str(text)[:PROGRESS_LIMIT]})

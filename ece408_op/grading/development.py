@@ -88,7 +88,8 @@ def run_development(folder, options, transcript=None, keep_build=None):
         mounts = [Mount(str(scratch.src), "/src"), Mount(str(scratch.build), "/build", writable=True)] + mounts
         env = {**step_environment(sandbox, config.gpu_count > 0), **env}
         try:
-            for command in config.commands:
+            for number, command in enumerate(config.commands, 1):
+                transcript.progress(f"build command {number} of {len(config.commands)}: {command}")
                 transcript.line(tx.running_line(command))
                 argv, note = profilers.prepare(split_command(command), sandbox.engine, env.get("PATH"))
                 if argv is None:

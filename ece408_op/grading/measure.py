@@ -59,6 +59,18 @@ def register_job_inputs(job):
         register_memory_model(hidden["name"], hidden["symbol"], base64.b64decode(hidden["params"]))
 
 
+def progress_of(lease, prefix):
+    """A function telling the runner (over the lease's channel) where the run is: ``prefix: text``;
+    one that does nothing where there is no channel. A channel gone is the report's to say."""
+    def step(text):
+        if lease is not None and hasattr(lease, "progress"):
+            try:
+                lease.progress(f"{prefix}: {text}")
+            except OSError:
+                pass
+    return step
+
+
 def run_job(job, console, lease=None):
     """The report of ``job`` (a dict from the runner), its transcript printed through ``console``."""
     import ece408_op
@@ -76,11 +88,16 @@ def run_job(job, console, lease=None):
             image = f.read()
     grader_image = base64.b64decode(job["grader_kernels"]) if job.get("grader_kernels") else None
     report = {"status": "ok", "reason": None, "device": _device_name(job["milestone"]), "models": []}
-    for model in job["models"]:
+    for number, model in enumerate(job["models"], 1):
+        step = progress_of(lease, f"model {model if model != 'hidden' else 'the hidden model'} "
+                                  f"({number} of {len(job['models'])})")
+        step("MXNet's reference run (the Correctness to equal)")
         expected = run_inference(model, job["size"], use_custom=False)["accuracy"]
+        step("the team's forward")
         runtime = TeamRuntime(job["team"], image, repeats=job.get("repeats", milestone.repeats), stdout=None,
                               grader_image=grader_image, time_limit=job.get("time_limit", DEFAULT_TIME_LIMIT),
-                              lease=lease)
+                              lease=lease, on_fresh_run=lambda what, i, n: step(
+                                  f"{what}, fresh run {i}" + (f" of {n}" if n else "")))
         args = Args(model=model, size=job["size"])
         entry = {"model": model, "expected": expected, "op_times": [], "correctness": None, "layers": []}
         report["models"].append(entry)

@@ -71,6 +71,7 @@ def build_team_kernels(sandbox, scratch, arch, transcript, timeout):
     from ..team.build import CUBIN, SOURCE, nvcc_argv
     argv = nvcc_argv(f"/src/{SOURCE}", f"/build/{CUBIN}", arch)
     base = [Mount(str(scratch.src), "/src"), Mount(str(scratch.build), "/build", writable=True)]
+    transcript.progress(f"the build: nvcc {SOURCE}")
     transcript.line(tx.running_line(" ".join(argv)))
     result = execute(sandbox, Step(argv, base, step_environment(sandbox, False), "/build"), transcript, timeout)
     if result.status != "ok":
@@ -124,7 +125,7 @@ def run_ranked(request, transcript):
                 return run
             job["kernels"] = str(cubin) if sandbox.engine == "host" else f"/art/{cubin.name}"
         job["team"] = str(scratch.src) if sandbox.engine == "host" else "/src"
-        listener = channel.Listener(scratch.channel, lock)
+        listener = channel.Listener(scratch.channel, lock, on_progress=transcript.progress)
         sock = f"{channel.TARGET}/{channel.SOCKET}"
         models = list(MODELS) + (["hidden"] if hidden else [])
         job["models"] = models
@@ -134,6 +135,7 @@ def run_ranked(request, transcript):
         transcript.line(tx.running_line(f"python -m ece408_op {milestone} (the grader's harness) on "
                                         f"{', '.join(m if m != 'hidden' else 'the hidden model' for m in models)}, "
                                         f"{request.size} images"))
+        transcript.progress(f"the grader's harness: starting {milestone} on {len(models)} model(s)")
         result = execute(sandbox, Step(argv, steps, env, "/build", gpu=gpu), transcript, options.timeout,
                          label="measure", extra_time=listener.waited)
         report = listener.result()

@@ -108,6 +108,18 @@ class Transcript:
         self.shown_cut = False
         self.lock = threading.Lock()
         self.last = ""
+        self.on_progress = None          # where the run's steps go (the service's worker), None: nowhere
+
+    def progress(self, step):
+        """Where the run is now (``build command 2 of 3: make``, ``model ece408-high (1 of 2): layer
+        1 ..., fresh run 3 of 5``): one line for a live view, given to ``on_progress`` where one is
+        set, never written into the transcript (its text stays the course's)."""
+        hook = self.on_progress
+        if hook is not None:
+            try:
+                hook(str(step))
+            except (OSError, ValueError):
+                pass                               # a live view gone: the run goes on
 
     @staticmethod
     def _trim(parts, size, cap):

@@ -39,6 +39,8 @@ errors as one-line JSON, the routers):
     auth.py      who is asking: a token checked by a dependency, ``Depends(team_or_instructor)``...
     http.py      the routes' helpers: JSON errors, bounded bodies, checked parameters, the access log
     live.py      the Hub of in-process wake-ups and ``follow``, a job's live events (SSE)
+    progress.py  a running job's step as its worker reports it (checked, bounded text) and the
+                 ``progress`` and ``end`` events
     rankings.py  the ranking as this server keeps it between records (the API's and the pages')
     api/         the API, a router per area: health.py (health, readiness, whoami), jobs.py (a
                  team's jobs), ranking.py (the ranking, deadlines), instructor.py (teams, tokens,

@@ -1,12 +1,14 @@
 """The worker's side of the HTTP conversation: its calls (``Api``: each retried through network
 errors and 502/503/504 for the worker's patience), the job's transcript as it comes
-(``ChunkSender``) and its heartbeat (``Heartbeat``), both under the job's lease."""
+(``ChunkSender``, which also carries the run's latest step) and its heartbeat (``Heartbeat``), both
+under the job's lease."""
 import threading
 import time
 
 from ..errors import Ece408Error
 from .jobs import MAX_CHUNK, MAX_CHUNKS, Lost
 from .logs import log
+from .progress import STEP_LIMIT
 
 
 class WorkerError(Ece408Error):
@@ -86,12 +88,15 @@ class Api:
 class ChunkSender(threading.Thread):
     """Streams a job's transcript: text as it comes, numbered from the claim's base, posted in
     order (what accumulates during one post goes in the next), each post retried until it is
-    acknowledged. Also reads the answer: whether the job is to be cancelled, or lost."""
+    acknowledged. The run's step (``progress``) goes with the next post, alone where no text
+    waits; only the latest is sent. Also reads the answer: whether the job is to be cancelled, or
+    lost."""
 
     def __init__(self, api, job_id, lease, base):
         super().__init__(name=f"chunks-{job_id[:8]}", daemon=True)
         self.api, self.job_id, self.lease, self.seq = api, job_id, lease, base
         self.pending, self.closed = [], False
+        self.step = self.step_sent = None
         self.cond = threading.Condition()
         self.cancel = self.lost = False
 
@@ -101,27 +106,40 @@ class ChunkSender(threading.Thread):
                 self.pending.append(text)
                 self.cond.notify()
 
+    def progress(self, step):
+        """The run's step now (one line, at most STEP_LIMIT characters), sent with the next post."""
+        step = str(step)[:STEP_LIMIT]
+        with self.cond:
+            if step != self.step:
+                self.step = step
+                self.cond.notify()
+
     def run(self):
         while True:
             with self.cond:
-                while not self.pending and not self.closed:
+                while not self.pending and self.step == self.step_sent and not self.closed:
                     self.cond.wait()
-                if not self.pending:
+                if not self.pending and (self.closed or self.step == self.step_sent):
                     return
-                text, self.pending = "".join(self.pending), []
+                text, self.pending, step = "".join(self.pending), [], self.step
             if self.lost:
+                self.step_sent = step                  # nothing more is sent
                 continue
             pieces = [text[i:i + MAX_CHUNK] for i in range(0, len(text), MAX_CHUNK)]
-            for start in range(0, len(pieces), MAX_CHUNKS):
+            for start in range(0, max(1, len(pieces)), MAX_CHUNKS):
                 batch = [[self.seq + i, p] for i, p in enumerate(pieces[start:start + MAX_CHUNKS])]
+                body = {"chunks": batch}
+                if step != self.step_sent:
+                    body["progress"] = step
                 try:
                     answer = self.api.call("POST", f"/api/worker/jobs/{self.job_id}/chunks", self.lease,
-                                           {"chunks": batch}).json()
+                                           body).json()
                 except (Lost, Unreachable, Refusal, WorkerError) as exc:
                     log("job.chunks_lost", level="warning", job=self.job_id, reason=f"{type(exc).__name__}: {exc}")
                     self.lost = True
                     break
                 self.seq += len(batch)
+                self.step_sent = step
                 self.cancel = self.cancel or bool(answer.get("cancel"))
 
     def close(self, timeout=None):

@@ -9,6 +9,8 @@ The transcript goes to stdout as it comes (the runner's ``Transcript``: team out
 descriptor the worker names (``result_fd``), which no team process inherits: for a ranked run the record the runner stores
 through its store (``FdStore.add``), for a development run its status and what it packed of its
 build folder into the file the worker names (``build_archive``, ``buildfolder.pack``); one JSON line.
+Before it, as the run goes, the run's steps (``Transcript.progress``: ``{"progress": "build command
+2 of 3: make"}``, a line each), which the worker sends on live.
 
 The worker stops a job (cancelled, past its time limit, the worker itself stopping) with
 SIGTERM: the runner ends every process of the run and writes a ``killed`` record.
@@ -20,6 +22,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -30,6 +33,7 @@ from .grading_door import (Options, Record, Stopped, SubmitRequest, Transcript, 
                    stop_on_signals, submit)
 
 PARENT_ENV = "ECE408_PARENT_PID"
+WRITING = threading.Lock()              # one line at a time on the result descriptor (steps come from threads)
 
 
 def die_with_parent():
@@ -54,9 +58,14 @@ class FdStore:
         self.out = out
 
     def add(self, record):
-        self.out.write(json.dumps({"record": asdict(record)}) + "\n")
-        self.out.flush()
+        write_line(self.out, {"record": asdict(record)})
         return True
+
+
+def write_line(out, message):
+    with WRITING:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
 
 
 def options_of(spec):
@@ -106,8 +115,7 @@ def run_dev(spec, transcript, out):
         result = {"status": "killed", "exit_code": None, "reason": f"stopped ({exc.signal_name})"}
     result["build"] = kept.get("summary")
     result["build_note"] = kept.get("note") or (None if "summary" in kept else "the run ended before its commands ran")
-    out.write(json.dumps({"development": result}) + "\n")
-    out.flush()
+    write_line(out, {"development": result})
 
 
 def one_line(text, limit=500):
@@ -122,8 +130,7 @@ def failed(spec, transcript, out, exc):
     reason = one_line(f"the run's process failed ({type(exc).__name__}: {exc})")
     transcript.line(f"error: {reason}")
     if spec.get("kind") != "ranked":
-        out.write(json.dumps({"development": {"status": "error", "exit_code": None, "reason": reason}}) + "\n")
-        out.flush()
+        write_line(out, {"development": {"status": "error", "exit_code": None, "reason": reason}})
         return
     FdStore(out).add(Record(spec.get("record_id"), datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                             spec.get("team"), spec.get("milestone"), spec.get("size"), "error",
@@ -135,6 +142,7 @@ def main():
     spec = json.load(sys.stdin)
     out = os.fdopen(int(spec["result_fd"]), "w")
     transcript = Transcript(stream=sys.stdout)
+    transcript.on_progress = lambda step: write_line(out, {"progress": one_line(step, 200)})
     try:
         if spec["kind"] == "ranked":
             run_ranked(spec, transcript, FdStore(out))

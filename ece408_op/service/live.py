@@ -2,18 +2,23 @@
 events as its followers (the API's stream, a job's page) receive them.
 
 A live stream reads the database when it starts and when its job's state changes; a running
-job's chunks reach it from memory as they are posted (``Hub``); a waiting claim is woken by a
-new job, one claim a job."""
+job's chunks and its worker's latest step reach it from memory as they are posted (``Hub``); a
+waiting claim is woken by a new job, one claim a job.
+
+The events: ``line`` (a chunk of the transcript, its number as the event's id), ``queued`` (the
+place), ``progress`` (a running job's step, start and the server's time: ``progress.py``),
+``notice``, and ``end`` (the job as the API shows it with its build folder: ``progress.end_event``)."""
 import asyncio
 import json
 import time
 import weakref
 from collections import deque
 
-from . import jobs
+from . import buildstore, jobs
 from .db import Unavailable
 from .http import DOWN_RETRY
-from .jobs import ENDED, QUEUED, public
+from .jobs import ENDED, QUEUED, RUNNING, public
+from .progress import end_event, progress_event
 
 FOLLOW_BATCH = 500
 
@@ -25,11 +30,13 @@ class Hub:
     count in ``versions``. Waiting claims are woken one at a time (``wake_claim``)."""
 
     TAIL = 256                                    # chunks of a job kept in memory for its followers
+    STEPS = 10000                                 # running jobs' steps kept (a job's is dropped as it changes state)
 
     def __init__(self):
         self._jobs = weakref.WeakValueDictionary()
         self.versions = {}                        # job id -> number of its last state change here
         self.tails = {}                           # job id -> deque of (seq, text) posted here since then
+        self.steps = {}                           # job id -> the step its worker last reported (progress.py)
         self.counter = 0
         self.queue_version = 0                    # counts changes of the queue (places are computed again)
         self.records_version = 0
@@ -51,6 +58,17 @@ class Hub:
         self.counter += 1
         self.versions[job_id] = self.counter
         self.tails.pop(job_id, None)
+        self.steps.pop(job_id, None)
+        self._wake(job_id)
+
+    def step_posted(self, job_id, step):
+        """The running job's worker says where its run is now: its followers show it."""
+        if step is None or self.steps.get(job_id) == step:
+            return
+        self.steps.pop(job_id, None)
+        while len(self.steps) >= self.STEPS:          # jobs whose end this process never saw (bounded)
+            del self.steps[next(iter(self.steps))]
+        self.steps[job_id] = step
         self._wake(job_id)
 
     def chunks_posted(self, job_id, chunks):
@@ -126,7 +144,7 @@ def worker_note(job, snap):
 
 async def with_place(service, job):
     """The job as the API shows it; a queued job with its place, the queue's size and a note
-    where no worker able to run it asked for work lately."""
+    where no worker able to run it asked for work lately; a running job with its progress."""
     view = public(job)
     if job["state"] == QUEUED:
         places, snap = await service.places(job["id"])
@@ -134,6 +152,8 @@ async def with_place(service, job):
         view["waiting"] = len(snap["queued"])
         view["running"] = snap["running"]
         view["note"] = worker_note(job, snap)
+    elif job["state"] == RUNNING:
+        view["progress"] = progress_event(job, service.hub.steps.get(job["id"]))
     return view
 
 
@@ -142,7 +162,7 @@ async def follow(service, job_id, cursor):
     the start, after each change of the job's state and every 15 s; in between, a running
     job's chunks come from the hub as they are posted, and a queued job's place is looked
     at every 2 s."""
-    shown, waited, job, seen, read_at = None, False, None, None, 0.0
+    shown, waited, job, seen, read_at, shown_step = None, False, None, None, 0.0, None
     hub = service.hub
     while True:
         wake = hub.job(job_id)
@@ -173,8 +193,13 @@ async def follow(service, job_id, cursor):
         if seen is None:
             continue
         if job["state"] in ENDED:
-            yield {"event": "end", "data": json.dumps(public(job))}
+            yield {"event": "end", "data": json.dumps(await ended(service, job))}
             return
+        if job["state"] == RUNNING:
+            progress = progress_event(job, hub.steps.get(job_id))
+            if (progress["step"], progress["started_at"]) != shown_step:
+                yield {"event": "progress", "data": json.dumps(progress)}
+                shown_step = (progress["step"], progress["started_at"])
         if job["state"] == QUEUED:
             view = await with_place(service, job)
             place = {k: view[k] for k in ("place", "waiting", "running", "note")}
@@ -182,3 +207,14 @@ async def follow(service, job_id, cursor):
                 yield {"event": "queued", "data": json.dumps(place)}
                 shown = place
         await wait_first([wake], 2.0 if job["state"] == QUEUED else 15.0)
+
+
+async def ended(service, job):
+    """The ``end`` event's data: the job and, for a development run, its build folder's row."""
+    row = None
+    if job["kind"] == "development" and service.builds is not None:
+        try:
+            row = await service.run(buildstore.lookup, service.db, job["id"])
+        except Unavailable as exc:              # the end still goes out; the transcript names the folder
+            service.down(exc)
+    return end_event(job, row)

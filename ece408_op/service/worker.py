@@ -10,7 +10,8 @@ on a machine without one a CPU slot (m2 and CPU development runs). Each slot:
    into a new folder (``upload.unpack``: exactly the entries the check took);
 3. runs it in a child process (``jobrun.py``: grading's ranked or development path, each team
    command in its sandbox), streaming the child's transcript to the server as it comes (chunks,
-   numbered, retried until acknowledged), and sending a heartbeat every few seconds;
+   numbered, retried until acknowledged) and the run's step as the child reports it (``build
+   command 2 of 3``, a model's fresh run), and sending a heartbeat every few seconds;
 4. stops the child (SIGTERM: the runner ends every process of the run) when the job is
    cancelled, passes its time limit, or the lease is lost;
 5. ends the job with its outcome: the record of a ranked run (the runner's, from the child's
@@ -49,6 +50,7 @@ from .calls import Api, ChunkSender, Heartbeat, Refusal, Unreachable, WorkerErro
 from .jobrun import PARENT_ENV, die_with_parent, one_line
 from .jobs import Lost
 from .logs import log, set_level
+from .progress import STEP_LIMIT
 from .grading_door import device_name, gpu_indices
 
 CLAIM_WAIT = 20.0
@@ -341,9 +343,13 @@ class Slot:
             with os.fdopen(read_fd, "rb") as f:
                 for line in f:
                     try:
-                        results.append(json.loads(line))
+                        result = json.loads(line)
                     except ValueError:
-                        pass
+                        continue
+                    if isinstance(result, dict) and list(result) == ["progress"]:
+                        sender.progress(one_line(result["progress"], STEP_LIMIT))    # the run's step, live
+                    else:
+                        results.append(result)
 
         def pump():
             decoder = codecs.getincrementaldecoder("utf-8")("replace")

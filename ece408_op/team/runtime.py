@@ -18,6 +18,10 @@ each time (``checks.py``). Op Time is the median of the fresh runs where there a
 network-input run. A time below the layer's physical floor is refused. ``layers`` keeps every
 figure for the record.
 
+``on_fresh_run(what, i, n)``: called before each timed run on a fresh input (``what``: the
+layer; ``i``: its number, from 1; ``n``: how many are planned, None where the loop decides as it
+goes), so that a live view shows where the run is (a ranked run's measuring process sends it on).
+
 ``lease``: a context manager held while any of the team's code runs (its import, its plan, the
 warm-up, the timed runs and their checks): a ranked run's measuring process gets one from the
 runner (``grading/channel.py``), so that no other team's code runs meanwhile on the machine.
@@ -67,7 +71,7 @@ class TeamRuntime:
     docstring."""
 
     def __init__(self, team_dir, image=None, repeats=0, stdout=None, cpu_peaks=None, numba_cache=None,
-                 grader_image=None, time_limit=DEFAULT_TIME_LIMIT, lease=None):
+                 grader_image=None, time_limit=DEFAULT_TIME_LIMIT, lease=None, on_fresh_run=None):
         self.team_dir = Path(team_dir)
         self.image = image
         self.grader_image = grader_image
@@ -77,6 +81,7 @@ class TeamRuntime:
         self.numba_cache = numba_cache
         self.time_limit = time_limit
         self.lease = lease or contextlib.nullcontext
+        self.on_fresh_run = on_fresh_run
         self.workers = {}
         self.modules = {}
         self.graders = {}
@@ -110,6 +115,10 @@ class TeamRuntime:
                             "input": real, "checked": checked, "window": window})
         return op_time
 
+    def _fresh_run(self, what, number):
+        if self.on_fresh_run is not None:
+            self.on_fresh_run(what, number, self.repeats)
+
     @contextlib.contextmanager
     def _team_window(self):
         """The lease, and the wall-clock window it was held (UTC seconds), for the record."""
@@ -139,6 +148,7 @@ class TeamRuntime:
             fresh = []
             scratch = np.empty(layer.y_shape, np.float32) if self.repeats else None
             for r in range(self.repeats):
+                self._fresh_run(what, r + 1)
                 x_fresh = fresh_input(layer.x_shape)                  # the harness's own copy
                 seconds = worker.forward(scratch, x_fresh, k)
                 check_output(scratch, x_fresh, k, layer, f"{what}, fresh run {r + 1}")
@@ -211,6 +221,7 @@ class TeamRuntime:
                 self.warm.add((dev.index, layer))
             fresh = []
             for r in range(self.repeats):
+                self._fresh_run(what, r + 1)
                 keys = []
                 seconds = run(lambda buf: keys.append(grader.fill(int(buf), count)))
                 verify(lambda buf: grader.fill_with(int(buf), count, keys[0]), f"{what}, fresh run {r + 1}")

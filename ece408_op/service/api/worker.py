@@ -1,7 +1,8 @@
 """The workers' routes: claim a job (waiting for one), fetch its upload, post its transcript's
-chunks and heartbeats under the job's lease (``X-Lease``), give it back, send a development run's
-build folder (``buildstore.receive``), finish it with its record. Every route of this router takes
-a worker's token only (the router's dependency)."""
+chunks (with the run's step: ``progress.step_of``) and heartbeats under the job's lease
+(``X-Lease``), give it back, send a development run's build folder (``buildstore.receive``),
+finish it with its record. Every route of this router takes a worker's token only (the router's
+dependency)."""
 import asyncio
 import json
 import re
@@ -15,6 +16,7 @@ from ..auth import worker
 from ..http import check_job_id, encodable, read_json
 from ..jobs import Lost, Refused
 from ..logs import log
+from ..progress import step_of
 from ..grading_door import Record, kind_of, printable
 from ..state import service_of
 
@@ -99,8 +101,11 @@ async def job_chunks(request: Request, job_id: str):
         raise Refused(400, f"chunks is a list of at most {jobs.MAX_CHUNKS} [seq, text] pairs (seq from 0 to "
                            f"{jobs.MAX_SEQ - 1}, text without NUL or lone surrogates)")
     chunks = [(c[0], c[1]) for c in chunks]
+    step = step_of(data)
     cancel = await service.run(jobs.add_chunks, service.db, check_job_id(job_id), lease_of(request), chunks)
-    service.hub.chunks_posted(job_id, chunks)
+    if chunks:
+        service.hub.chunks_posted(job_id, chunks)
+    service.hub.step_posted(job_id, step)
     return {"cancel": cancel}
 
 

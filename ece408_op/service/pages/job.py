@@ -1,8 +1,10 @@
-"""A job's page (``/jobs/{id}``): its place in the queue while it waits, its transcript live as
-its worker sends it (``/jobs/{id}/events``: lines as escaped text, the place, the verdict), the
-verdict at its end; the transcript as plain text; a development run's build folder while it is
-kept (``/jobs/{id}/build``, the tar.gz ``jobs download`` fetches); cancelling it. A team opens its own jobs only
-(another team's answers 404, as the API does)."""
+"""A job's page (``/jobs/{id}``): its place in the queue while it waits, while it runs its elapsed
+time (counted by live.js from the start the server gives) and its worker's step, its transcript
+live as its worker sends it (``/jobs/{id}/events``: lines as escaped text, the place, the step, the
+verdict, and at the end the end time and the build folder's link), the verdict at its end; the
+transcript as plain text; a development run's build folder while it is kept (``/jobs/{id}/build``,
+the tar.gz ``jobs download`` fetches); cancelling it. A team opens its own jobs only (another
+team's answers 404, as the API does)."""
 import json
 import time
 
@@ -12,9 +14,9 @@ from starlette.background import BackgroundTask
 from starlette.responses import PlainTextResponse, RedirectResponse
 
 from .. import buildstore, jobs, limits, overview, standings
-from ..filters import as_text, place_text
+from ..filters import as_text, place_text, utc
 from ..http import JOB_ID, address, after_param
-from ..jobs import ENDED, QUEUED, Refused
+from ..jobs import ENDED, QUEUED, RUNNING, Refused
 from ..live import follow, with_place
 from ..grading_door import printable
 from ..state import service_of
@@ -60,7 +62,8 @@ async def job_page(request: Request, job_id: str, viewer=Depends(member)):
         "job.html", viewer, job=job, place=place_text(view) if job["state"] == QUEUED else None,
         transcript=as_text("".join(t for _, t in chunks)), after=chunks[-1][0] if chunks else -1, record=record,
         layers=standings.layers_of(record.models) if record else [], ended=job["state"] in ENDED,
-        files=files_of(job["files"]), build=build_view(kept))
+        files=files_of(job["files"]), build=build_view(kept), now=f"{time.time():.3f}",
+        step=service.hub.steps.get(job["id"]) if job["state"] == RUNNING else None)
 
 
 def build_view(row):
@@ -104,12 +107,24 @@ async def job_events(request: Request, job_id: str, viewer=Depends(member_stream
                 yield {"event": "place", "data": json.dumps(place_text(json.loads(event["data"])))}
             elif kind == "notice":
                 yield {"event": "notice", "data": json.dumps(as_text(json.loads(event["data"])))}
+            elif kind == "progress":
+                if waiting:
+                    yield {"event": "place", "data": json.dumps("")}
+                    waiting = False
+                progress = json.loads(event["data"])
+                yield {"event": "progress", "data": json.dumps({**progress, "started": utc(progress["started_at"]),
+                                                                "step": as_text(progress["step"] or "")})}
             elif kind == "end":
                 ended = await service.run(jobs.get, service.db, job["id"])
                 record = await record_of(service, ended)
                 html = site.fragment("verdict.html", job=ended, record=record,
                                      layers=standings.layers_of(record.models) if record else [])
+                kept = await service.run(buildstore.lookup, service.db, job["id"]) \
+                    if ended["kind"] == "development" else None
                 yield {"event": "place", "data": json.dumps("")}
+                yield {"event": "ended", "data": json.dumps({
+                    "ended": utc(ended["finished_at"]) if ended["finished_at"] else "",
+                    "build": site.fragment("build.html", job=ended, build=build_view(kept))})}
                 yield {"event": "verdict", "data": json.dumps(html)}
                 yield {"event": "end", "data": json.dumps(ended["state"])}
                 return
