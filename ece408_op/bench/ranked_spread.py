@@ -4,11 +4,11 @@
 
 Makes the course's template (``python -m ece408_op init``), submits it ``--runs`` times as a ranked
 run (``submit --submit m2 --size 100``, the default sandbox: bubblewrap), each under its own team
-name in one fresh database, and reads the totals back from ``ranking --json``: each run's total
-Op Time (the ranking's statistic), its standard error and repeats where the record has them, and
-over the runs (max - min) / mean and stdev / mean. ``--package DIR``: the checkout whose package
-runs (another branch, for a before/after), by default this one. A benchmark: it reports, it
-asserts nothing (docs/benchmarks.md keeps the figures).
+name in one fresh database, and reads the totals back from ``ranking --json``: each run's total Op
+Time (the ranking's statistic), its standard error and repeats where the record has them, the
+1-minute load average as it started, and over the runs (max - min) / mean and stdev / mean.
+``--package DIR``: the checkout whose package runs (another branch, for a before/after), by default
+this one. A benchmark: it reports, it asserts nothing (docs/benchmarks.md keeps the figures).
 """
 import argparse
 import json
@@ -52,8 +52,9 @@ def run(package, runs=5, size=100, milestone="m2", work=None):
         if made.returncode:
             raise SystemExit(f"init failed: {made.stderr.strip()[-500:]}")
         db = tmp / "runs.db"
-        walls = {}
+        walls, loads = {}, {}
         for i in range(1, runs + 1):
+            loads[f"run-{i}"] = round(os.getloadavg()[0], 2)          # the machine's own load, said with the figure
             start = time.monotonic()
             out = _cli(package, "submit", tmp / "team", "--submit", milestone, "--size", size, "--name", f"run-{i}",
                        "--db", db)
@@ -67,7 +68,8 @@ def run(package, runs=5, size=100, milestone="m2", work=None):
     rows = sorted(board["ranking"], key=lambda r: r["team"])
     found = [{"team": r["team"], "op_time": r["op_time"], "std_error": r.get("std_error"),
               "repeats_per_model": r.get("repeats_per_model"), "within_noise_of_above": r.get("within_noise_of_above"),
-              "seconds": walls[r["team"]], "models": models.get(r["team"])} for r in rows]
+              "seconds": walls[r["team"]], "load_average": loads[r["team"]], "models": models.get(r["team"])}
+             for r in rows]
     totals = [r["op_time"] for r in found]
     mean = statistics.fmean(totals)
     return {"milestone": milestone, "size": size, "package": str(package), "options": board.get("options"),

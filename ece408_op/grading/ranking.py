@@ -77,8 +77,8 @@ class Row:
                 "correctness": {str(m.get("model")): m.get("correctness") for m in self.models},
                 "submitted_at": self.submitted_at, "device": self.device, "team_files": self.team_files,
                 "record_id": self.record_id, "runs": self.runs,
-                "statistic": timing.STATISTIC if se is not None else None, "std_error": se, "repeats_per_model": counts,
-                "within_noise_of_above": self.tie}
+                "statistic": timing.STATISTIC if se is not None else None, "std_error": se,
+                "repeats_per_model": counts, "within_noise_of_above": self.tie}
 
 
 def mark_ties(rows):

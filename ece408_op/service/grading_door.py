@@ -31,8 +31,8 @@ __all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTO
            "printable", "ranking_report", "read_team_files", "resolve_url", "run_development",
            "stop_on_signals", "submit", "team_name", "walk_folder", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does
-           "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board", "mark_ties",
-           "only", "shown", "valid",
+           "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board",
+           "mark_ties", "only", "shown", "valid",
            # device kinds (grading/kinds.py): the ranking's tables, the kind a job asks for
            "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind"]
 
