@@ -27,20 +27,23 @@ def ranked_upload(text=FORWARD):
 
 
 def record_of(job, op_times, correct=True, device="AMD EPYC 7B13", reason=None, created=None, status="ok",
-              model_names=MODELS, repeats=1):
+              model_names=MODELS, repeats=1, timing=None):
     """The record a worker would send for ``job`` (a dict of the API), its models' Op Times
-    ``op_times`` [[per layer] a model]."""
+    ``op_times`` [[per layer] a model]; ``timing``: [[repeat totals] a model] (team/repeats.py),
+    each model's figure then their mean."""
     created = created or datetime.now(timezone.utc)
     models = []
-    for name, times in zip(model_names, op_times):
+    for i, (name, times) in enumerate(zip(model_names, op_times)):
         expected = EXPECTED.get(name, 0.5)
         models.append({"model": name, "op_times": list(times), "correctness": expected if correct else 0.1,
                        "expected": expected, "op_time": sum(times), "correct": correct})
+        if timing:
+            models[-1].update(repeats=list(timing[i]), stopped="bound", op_time=sum(timing[i]) / len(timing[i]))
     opts = {**options(job["milestone"], job["size"]), "repeats": repeats}
     return {"id": job["record_id"], "created_at": created.isoformat(timespec="milliseconds"),
             "team": job["team"],                                             # the stored name, as the worker sends it
             "milestone": job["milestone"], "size": job["size"], "status": status, "exit_code": 0 if status == "ok" else 1,
-            "op_time": sum(sum(t) for t in op_times) if status == "ok" else None, "correct": correct,
+            "op_time": sum(m["op_time"] for m in models) if status == "ok" else None, "correct": correct,
             "models": models, "device": device, "engine": "bubblewrap", "host": "test", "duration_s": 12.5,
             "transcript": "", "team_files": job["files"], "isolated": True, "options": opts,
             "options_key": options_key(opts), "reason": reason}

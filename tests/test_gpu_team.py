@@ -36,6 +36,28 @@ def test_template_kernel_through_the_runtime(gpu, tmp_path):
     assert np.all(np.abs(y - ref) <= bound) and 0 < seconds < 1
 
 
+def test_the_runtime_repeats_the_model_on_the_gpu(gpu, tmp_path):
+    """time_model on the GPU path: every layer call again on fresh inputs the grader's kernel
+    draws, each checked (the team process kept by ``held`` until the repeats end)."""
+    from ece408_op.team import repeats
+    from ece408_op.team.build import compile_kernels
+    rng = np.random.default_rng(3)
+    x = rng.random((4, 2, 11, 13), dtype=np.float32)
+    k = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    y = np.empty((4, 4, 9, 11), np.float32)
+    team = team_project(tmp_path / "team")
+    runtime = TeamRuntime(team, compile_kernels(team, gpu.arch), repeats=1)
+    with runtime.held():
+        with runtime:
+            runtime.forward_gpu(y, x, k, device=gpu.index)
+            runtime.forward_gpu(y, x, k, device=gpu.index)
+        timing = runtime.time_model()
+    assert repeats.MIN_REPEATS <= len(timing["totals"]) <= repeats.MAX_REPEATS
+    assert all(len(layer["repeats"]) == len(timing["totals"]) for layer in runtime.layers)
+    assert timing["totals"][0] == pytest.approx(sum(layer["repeats"][0] for layer in runtime.layers))
+    assert not runtime.workers and timing["stopped"] in ("bound", "cap", "wall", "max")
+
+
 def test_grader_kernels_fill_under_secret_keys_and_check_every_value(gpu):
     """The fill repeats exactly under one key and differs under another; the check passes a right
     output, and counts each wrong value (one, then a whole image), naming the first."""

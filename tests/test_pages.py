@@ -331,6 +331,24 @@ def test_the_ranking_page_ranks_as_ranking_does(klass):
     assert "m2, 1000 images" in default and "0.500000" in default
 
 
+def test_the_ranking_page_shows_the_spread_and_a_tie_within_noise(klass):
+    """The total's cell: the mean with its standard error and the repeats (team/repeats.py), ≈
+    where the team is within the noise of the one above; a run without repeats: (n=1)."""
+    gamma = klass.add_team("gamma")
+    klass.runs.run(klass.tokens["alpha"], [[0.02], [0.03]], timing=[[0.0200, 0.0201, 0.0199], [0.0300] * 3])
+    klass.runs.run(klass.tokens["beta"], [[0.02], [0.03]], timing=[[0.0201, 0.0202, 0.0200], [0.0300] * 3])
+    klass.runs.run(gamma, [[0.05], [0.05]])
+    page = klass.browser(klass.instructor).get("/?milestone=m2&size=100").text
+    cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r'<td class="num strong">(.*?)</td>', page)]
+    assert re.fullmatch(r"0\.050000 ± 0\.0000\d\d \(n=3\)", cells[0]) and cells[1].startswith("≈ 0.050")
+    assert cells[2] == "0.100000 (n=1)"
+    with klass.http(klass.instructor) as http:
+        ranked = json.loads(http.get("/api/ranking", params={"milestone": "m2", "size": 100, "format": "json"}).text)[
+            "ranking"]
+    assert [(r["team"], r["within_noise_of_above"]) for r in ranked] == [("alpha", False), ("beta", True),
+                                                                        ("gamma", False)]
+
+
 def test_the_api_ranking_is_unchanged_while_names_are_shown(klass):
     from ece408_op.grading.ranking import ranking_report
     from ece408_op.grading.store import open_store

@@ -304,6 +304,7 @@ def test_the_service_on_postgresql(tmp_path, postgres):
         assert dev.returncode == 0 and "on postgres\n" in dev.stdout, dev.stderr
         (record,) = svc.records(postgres.url)
         assert record.team == "nu" and record.status == "ok" and record.correct
+        assert all(len(m["repeats"]) >= 3 for m in record.models)               # every repeat kept, in PostgreSQL
         ranking = svc.cli("ranking", "--csv", token=tokens["xi"])
         assert ranking.stdout.splitlines()[1].startswith("1,nu,"), ranking.stdout
         assert "password" not in svc.log() and "grading@" not in svc.log()

@@ -6,6 +6,7 @@ each expected to fail, be refused in one line, or leave the record as measured."
 import hashlib
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, 
 from ece408_op.grading import machine
 from ece408_op.grading.ranking import rank
 from ece408_op.grading.store import Record, open_store
+from ece408_op.team import repeats
 
 GOOD = rai_yaml(["echo hello"])
 HOST = ["--engine", "bubblewrap"]         # the default engine here, named so that a failure to start it shows
@@ -197,7 +199,17 @@ def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
         (layer,) = model["layers"]
         assert layer["layer"] == {"B": 100, "M": 50, "C": 1, "H": 28, "W": 28, "K": 5} and layer["path"] == "cpu"
         assert model["op_times"] == [layer["op_time"]] and layer["checked"] == 2048 and len(layer["fresh"]) == 1
+        # the repeats that time the model (team/repeats.py): every one kept, stopped by the rule
+        assert repeats.MIN_REPEATS <= len(model["repeats"]) <= repeats.MAX_REPEATS
+        assert layer["repeats"] == model["repeats"]
+        assert model["op_time"] == pytest.approx(statistics.fmean(model["repeats"]))
+        assert model["stopped"] in ("bound", "cap", "wall", "max")
+        if model["stopped"] == "bound":
+            assert repeats.relative_error(model["repeats"]) < repeats.TARGET_RSE
+        elif model["stopped"] == "cap":
+            assert sum(model["repeats"]) >= repeats.TIME_CAP_S
     assert record.op_time == pytest.approx(sum(m["op_time"] for m in record.models))
+    assert record.options["timing"] == repeats.rule()
     printed = [float(v) for v in re.findall(r"^Op Time: (\S+)$", out.stdout, re.M)]
     assert printed == [round(t, 6) for m in record.models for t in m["op_times"]]
     assert f"* Team file new-forward.py: {record.team_files[0]['size']} bytes, sha256 {digest}" in out.stdout

@@ -45,7 +45,8 @@ def test_runners_with_their_own_tmpdir_and_scratch_never_time_at_once(tmp_path):
             (record,) = store.records()
         assert record.status == "ok"
         windows += [(name, *layer["window"]) for m in record.models for layer in m["layers"]]
-    assert len(windows) == 4
+        windows += [(name, *m["repeats_window"]) for m in record.models]        # the repeats: leased too
+    assert len(windows) == 8
     for team_a, start_a, end_a in windows:
         for team_b, start_b, end_b in windows:
             if team_a != team_b:

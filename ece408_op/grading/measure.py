@@ -8,7 +8,9 @@ does it start the team's process. Everything secret or private comes over the ch
 a file its sandbox shows (a team's process shares that sandbox): the test images, the models,
 the hidden model, the grader's check kernels. For each model of the job it runs MXNet's own
 convolution on the images (the Correctness to equal), then the milestone with the team's forward
-(``team/runtime.py``), printing the course's lines, and sends the figures back over the channel;
+(``team/runtime.py``), printing the course's lines, then repeats the model's timed forward on
+fresh inputs until the rule of ``team/repeats.py`` stops it (the repeats print nothing: the
+course's lines are those of the run the course made), and sends the figures back over the channel;
 while the team's code runs it holds the machine's timing lease (``channel.Lease``).
 A failure (the team's code, a check, a plan) is one ``error:`` line in the transcript and a
 ``failed`` report naming it.
@@ -102,7 +104,9 @@ def run_job(job, console, lease=None):
         entry = {"model": model, "expected": expected, "op_times": [], "correctness": None, "layers": []}
         report["models"].append(entry)
         try:
-            accuracy = run_milestone(milestone, args, console, runtime=runtime)
+            with runtime.held():                  # the team's processes kept for the repeats
+                accuracy = run_milestone(milestone, args, console, runtime=runtime)
+                timing = runtime.time_model()
         except Exception as exc:                  # noqa: BLE001  the team's failure, in one line
             line = failure_line(exc)
             console.say(("\n" if console.partial else "") + f"error: {line}")
@@ -110,7 +114,8 @@ def run_job(job, console, lease=None):
             entry["layers"] = runtime.layers
             return report
         entry.update(correctness=float(accuracy), layers=runtime.layers,
-                     op_times=[layer["op_time"] for layer in runtime.layers])
+                     op_times=[layer["op_time"] for layer in runtime.layers],
+                     repeats=timing["totals"], stopped=timing["stopped"], repeats_window=timing["window"])
     return report
 
 

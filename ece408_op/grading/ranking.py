@@ -1,5 +1,12 @@
 """The course's ranking: teams by their fastest valid total Op Time.
 
+The total that ranks is the record's ``op_time``: for a run timed by the repeats rule
+(``team/repeats.py``), the mean of each model's repeat totals, summed over the models; each row
+shows it with its spread (``0.045100 ± 0.000400 (n=7)``: the standard error of that mean, the
+repeats per model), and a row whose total is within the noise of the row ranked above it
+(``repeats.within_noise``: at most 2 combined standard errors apart) is marked ``≈``. A record
+from before the repeats has no spread: ``(n=1)``, never marked.
+
 A run is valid when its build succeeded and every model's Correctness equals the value the
 reference run (MXNet's built-in Convolution, m1, same model, same N images, same image or host)
 gave. Each team appears once, with its best valid run; ties go to the earlier run.
@@ -23,6 +30,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from ..errors import Ece408Error
+from ..team import repeats as timing
 from .kinds import kind_of, resolve
 from ..base.names import printable, shown
 from .options import describe_options
@@ -46,13 +54,41 @@ class Row:
     team_files: list                # [{name, sha256, size}] the run measured
     record_id: str
     runs: int                       # every run of this team with these options (valid or not)
+    tie: bool = False               # within the noise of the row ranked above (``mark_ties``)
+
+    @property
+    def spread(self):
+        """(the standard error of the total, [repeats per model]), or (None, [1]) for a record
+        without repeats: from the models, so that rows whose models are read later have it too."""
+        found = timing.spread(self.models)
+        return (found[1], found[2]) if found else (None, [1])
+
+    def shown_time(self):
+        """The total with its spread: ``0.045100 ± 0.000400 (n=7)``; ``n=3-7`` where the models'
+        counts differ; ``(n=1)`` without repeats."""
+        se, counts = self.spread
+        n = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+        return f"{self.op_time:.6f}" + (f" ± {se:.6f}" if se is not None else "") + f" (n={n})"
 
     def to_dict(self):
+        se, counts = self.spread
         return {"rank": self.rank, "team": self.team, "op_time": self.op_time,
                 "op_times": {str(m.get("model")): m.get("op_time") for m in self.models},
                 "correctness": {str(m.get("model")): m.get("correctness") for m in self.models},
                 "submitted_at": self.submitted_at, "device": self.device, "team_files": self.team_files,
-                "record_id": self.record_id, "runs": self.runs}
+                "record_id": self.record_id, "runs": self.runs,
+                "statistic": timing.STATISTIC if se is not None else None, "std_error": se,
+                "repeats_per_model": counts, "within_noise_of_above": self.tie}
+
+
+def mark_ties(rows):
+    """``rows`` (ranked), each marked ``tie`` where its total is within the noise of the row above."""
+    previous = None
+    for row in rows:
+        se = row.spread[0]
+        row.tie = previous is not None and timing.within_noise(previous[0], row.op_time, previous[1], se)
+        previous = (row.op_time, se)
+    return rows
 
 
 @dataclass
@@ -161,8 +197,8 @@ def rank(records):
         if current is None or (record.op_time, record.created_at) < (current.op_time, current.created_at):
             best[record.team] = record
     ordered = sorted(best.values(), key=lambda r: (r.op_time, r.created_at, r.team))
-    return [Row(i, r.team, r.op_time, r.models, r.created_at, r.device, r.team_files, r.id, counts[r.team])
-            for i, r in enumerate(ordered, start=1)]
+    return mark_ties([Row(i, r.team, r.op_time, r.models, r.created_at, r.device, r.team_files, r.id, counts[r.team])
+                      for i, r in enumerate(ordered, start=1)])
 
 
 def by_kind(records):
@@ -242,11 +278,12 @@ def format_table(rows, milestone, size, excluded, chosen=None, others=None, devi
                          + lines)
     models = list(dict.fromkeys(printable(m.get("model"), 40) for row in rows for m in row.models))
     column = [] if device else ["device"]
-    head = ["rank", "team", "total Op Time (s)", *[f"{m} (s)" for m in models], *column, "submitted (UTC)"]
+    head = ["rank", "", "team", "total Op Time (s, mean ± s.e.)", *[f"{m} (s)" for m in models], *column,
+            "submitted (UTC)"]
     body = []
-    for row in rows:
+    for row in mark_ties(rows):
         times = {printable(m.get("model"), 40): m.get("op_time") for m in row.models}
-        body.append([str(row.rank), shown(row.team), f"{row.op_time:.6f}",
+        body.append([str(row.rank), "≈" if row.tie else "", shown(row.team), row.shown_time(),
                      *[f"{times[m]:.6f}" if isinstance(times.get(m), (int, float)) else "-" for m in models],
                      *([] if device else [printable(row.device or "-", 60)]),
                      printable(str(row.submitted_at)[:19].replace("T", " "))])
@@ -254,6 +291,8 @@ def format_table(rows, milestone, size, excluded, chosen=None, others=None, devi
     lines = [f"Ranking: {milestone}, {size} images{where} ({len(rows)} team(s); {excluded} run(s) not valid)",
              *lines, "  ".join(h.ljust(w) for h, w in zip(head, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
+    if any(row.tie for row in rows):
+        lines.append(f"≈: within the noise of the team above ({timing.NOISE_Z:g} combined standard errors)")
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -278,13 +317,15 @@ def format_csv(rows):
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["rank", "team", "op_time", "op_times", "correctness", "submitted_at", "device",
-                     "team_files", "record_id", "runs"])
+                     "team_files", "record_id", "runs", "std_error", "repeats_per_model", "within_noise_of_above"])
     for row in rows:
         d = row.to_dict()
         writer.writerow([csv_cell(c) for c in (
             d["rank"], shown(d["team"]), f"{d['op_time']:.6f}", json.dumps(d["op_times"]),
             json.dumps(d["correctness"]), d["submitted_at"], printable(d["device"] or ""),
-            " ".join(f"{f.get('name')}:{f.get('sha256')}" for f in d["team_files"] or []), d["record_id"], d["runs"])])
+            " ".join(f"{f.get('name')}:{f.get('sha256')}" for f in d["team_files"] or []), d["record_id"], d["runs"],
+            "" if d["std_error"] is None else f"{d['std_error']:.6f}", " ".join(map(str, d["repeats_per_model"])),
+            int(d["within_noise_of_above"]))])
     return out.getvalue().rstrip("\n")
 
 
@@ -295,7 +336,7 @@ def table_json(table):
     return {"device": table.device, "options_key": chosen.key if chosen else None,
             "options": chosen.options if chosen else None,
             "other_options": [entry(s) for s in table.sets if chosen is None or s.key != chosen.key],
-            "ranking": [r.to_dict() for r in table.rows]}
+            "ranking": [r.to_dict() for r in mark_ties(table.rows)]}
 
 
 def format_json(found):
@@ -313,7 +354,7 @@ def format_board(found, fmt):
     """A Board as ``ranking`` prints it: ``fmt`` table, csv (the tables' rows one after the other,
     ranks counted per kind, the device column telling them apart) or json."""
     if fmt == "csv":
-        return format_csv([row for t in found.tables for row in t.rows])
+        return format_csv([row for t in found.tables for row in mark_ties(t.rows)])
     if fmt == "json":
         return format_json(found)
     return format_tables(found)

@@ -20,6 +20,7 @@ import uuid
 from datetime import datetime, timezone
 
 from ..base.terms import MILESTONE_FILES, read_team_files
+from ..team.repeats import MIN_REPEATS
 from . import transcript as tx
 from .inputs import hidden_files
 from .machine import check_device
@@ -88,11 +89,13 @@ def make_record(request, record_id, created, run, device, transcript, duration):
     results = []
     for entry in (report or {}).get("models", []):
         results.append(tx.ModelResult(str(entry.get("model")), [float(t) for t in entry.get("op_times", [])],
-                                      entry.get("correctness"), entry.get("expected")))
+                                      entry.get("correctness"), entry.get("expected"),
+                                      [float(t) for t in entry.get("repeats") or []] or None,
+                                      printable(str(entry.get("stopped")), 20) if entry.get("stopped") else None))
     complete = status == "ok" and len(results) == len(MODELS) + (1 if request.hidden_model else 0) and \
-        all(r.correctness is not None and r.op_times for r in results)
+        all(r.correctness is not None and r.op_times and len(r.repeats or ()) >= MIN_REPEATS for r in results)
     if status == "ok" and not complete:
-        status, reason = "failed", reason or "the report lacks a model's Op Times or Correctness"
+        status, reason = "failed", reason or "the report lacks a model's Op Times, repeats or Correctness"
     correct = complete and all(r.correct for r in results)
     if status == "ok" and not correct:
         wrong = next(r for r in results if not r.correct)
@@ -107,7 +110,8 @@ def make_record(request, record_id, created, run, device, transcript, duration):
         id=record_id, created_at=created, team=request.stored_team or team_name(request.team or default_team(request.folder)),
         milestone=request.milestone, size=request.size, status=status, exit_code=None,
         op_time=sum(r.op_time for r in results) if complete else None, correct=correct,
-        models=[{**r.to_dict(), "layers": e.get("layers", [])} for r, e in zip(results, (report or {}).get("models", []))],
+        models=[{**r.to_dict(), "layers": e.get("layers", []), "repeats_window": e.get("repeats_window")}
+                for r, e in zip(results, (report or {}).get("models", []))],
         git_commit=None, content_hash=run.digest,
         device=(report or {}).get("device") or device,
         engine=engine, image=sandbox.image_id if sandbox else None,

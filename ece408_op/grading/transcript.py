@@ -64,15 +64,20 @@ def killed_line(signal_name):
 
 @dataclass
 class ModelResult:
-    """One model's run: every Op Time, their sum, the Correctness, and the value it must equal."""
+    """One model's run: every Op Time (the course's printed lines), the Correctness, the value it
+    must equal, and the repeats that time the model (``team/repeats.py``: each a total over the
+    model's layers on fresh inputs; ``stopped``: why they stopped). Its ``op_time``, the figure
+    that ranks, is the mean of the repeats; the sum of the Op Times where there are none."""
     model: str
     op_times: list = field(default_factory=list)
     correctness: float = None
     expected: float = None
+    repeats: list = None
+    stopped: str = None
 
     @property
     def op_time(self):
-        return sum(self.op_times)
+        return sum(self.repeats) / len(self.repeats) if self.repeats else sum(self.op_times)
 
     @property
     def correct(self):

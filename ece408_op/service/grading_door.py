@@ -10,8 +10,8 @@ from ..grading.config import ConfigError, load_config
 from ..base.names import printable, shown, team_name
 from ..grading.kinds import (KindError, kind_of, listed as listed_kinds, matching as matching_kinds,
                              resolve as resolve_kind)
-from ..grading.ranking import (RankingError, Table, board as make_board, csv_cell, format_board, format_csv, only,
-                               ranking_report, valid)
+from ..grading.ranking import (RankingError, Table, board as make_board, csv_cell, format_board, format_csv,
+                               mark_ties, only, ranking_report, valid)
 from ..grading.development import run_development
 from ..grading.inputs import data_dir, model_dirs
 from ..grading.machine import cpu_name, gpu_name, gpu_query
@@ -29,8 +29,8 @@ __all__ = ["ConfigError", "ENGINES", "GPU_MILESTONES", "MILESTONES", "Options",
            "printable", "ranking_report", "resolve_url", "run_development",
            "stop_on_signals", "submit", "team_name", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does
-           "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board", "only",
-           "shown", "valid",
+           "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board",
+           "mark_ties", "only", "shown", "valid",
            # device kinds (grading/kinds.py): the ranking's tables, the kind a job asks for
            "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind"]
 

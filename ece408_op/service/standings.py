@@ -21,8 +21,8 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .grading_door import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, only, printable,
-                           shown)
+from .grading_door import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, mark_ties, only,
+                           printable, shown)
 
 LIGHT = ", ".join("'' AS transcript" if c == "transcript" else c for c in RECORD_COLUMNS)
 
@@ -155,6 +155,8 @@ def board(db, milestone, size, known=None):
         models, files = read.get(row.record_id, (None, None))
         row.models = [m for m in _decoded(models, list) or [] if isinstance(m, dict)]
         row.team_files = _decoded(files, list) or []
+    for table in found.tables:
+        mark_ties(table.rows)                   # the spreads are in the models just read
     return found
 
 

@@ -15,8 +15,14 @@ harness's OWN copies of x and k (``checks.check_output``; on the GPU the grader'
 every value): whatever a team wrote into the buffers it was given changes nothing. Fresh inputs
 and what is checked come from the operating system's secret randomness, drawn independently
 each time (``checks.py``). Op Time is the median of the fresh runs where there are any, else the
-network-input run. A time below the layer's physical floor is refused. ``layers`` keeps every
-figure for the record.
+network-input run: the course's printed ``Op Time`` line. A time below the layer's physical
+floor is refused. ``layers`` keeps every figure for the record.
+
+A ranked run then times the model (``time_model``, inside ``held``, after the milestone): repeats
+of every layer call of the network, each on a new fresh input, checked as above, until the rule
+of ``team/repeats.py`` stops them (the standard error of the mean under 1% of it, at least 3, at
+most 100, a time cap). Each repeat's total and its layers' times go to the record; nothing of it
+is printed.
 
 ``on_fresh_run(what, i, n)``: called before each timed run on a fresh input (``what``: the
 layer; ``i``: its number, from 1; ``n``: how many are planned, None where the loop decides as it
@@ -35,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import repeats as rule
 from .checks import (CheckError, Peaks, check_floor, check_output, course_layer, fill_fresh, fresh_input,
                      mismatch_line)
 from .harness import DEFAULT_TIME_LIMIT, TeamProcess
@@ -88,9 +95,13 @@ class TeamRuntime:
         self.plans = {}
         self.warm = set()
         self.layers = []              # one dict per layer call, for the record
+        self.calls = []               # (path, layer, the layer's weights, device) of each layer call
+        self._held = 0
         self._lock = threading.Lock()
 
     def close(self):
+        if self._held:
+            return                    # ``held``: closed when its block ends
         for worker in self.workers.values():
             worker.close()
         self.workers.clear()
@@ -102,6 +113,73 @@ class TeamRuntime:
     def __exit__(self, *exc):
         activate(None)
         self.close()
+
+    @contextlib.contextmanager
+    def held(self):
+        """A block in which leaving the runtime (the milestone's ``with``) keeps the team's processes,
+        for ``time_model`` after the milestone; they are stopped when the block ends."""
+        self._held += 1
+        try:
+            yield self
+        finally:
+            self._held -= 1
+            self.close()
+
+    def time_model(self, stop=rule.stop_reason, clock=time.monotonic):
+        """The repeats of the model just run: each times every layer call of the network once more
+        on a new fresh input (checked), until ``stop(totals, timed seconds, wall seconds)`` gives
+        a reason. Returns {"totals": [seconds a repeat], "stopped": reason, "window": [start, end]};
+        each layer's entry of ``layers`` gets its times a repeat (``repeats``)."""
+        totals = []
+        for entry in self.layers:
+            entry["repeats"] = []
+        with self._lock, self._team_window() as window:
+            start, reason = clock(), None
+            while True:
+                reason = stop(totals, sum(totals), clock() - start)
+                if reason is not None or not self.calls:
+                    break
+                total = 0.0
+                for index, (path, layer, k, device) in enumerate(self.calls):
+                    what = f"layer {index + 1} ({layer.M} x {layer.C} x {layer.K} x {layer.K})"
+                    label = f"{what}, repeat {len(totals) + 1}"
+                    if self.on_fresh_run is not None:
+                        self.on_fresh_run(f"{what} (the model's timing)", len(totals) + 1, None)
+                    seconds = (self._repeat_cpu(layer, k, what, label) if path == "cpu"
+                               else self._repeat_gpu(layer, k, device, what, label))
+                    self.layers[index]["repeats"].append(seconds)
+                    total += seconds
+                totals.append(total)
+        return {"totals": totals, "stopped": reason or "no layers", "window": window}
+
+    def _repeat_cpu(self, layer, k, what, label):
+        scratch = np.empty(layer.y_shape, np.float32)
+        return self._fresh_cpu(self.worker("cpu"), scratch, layer, k, what, label, self.cpu_peaks or cpu_peaks())
+
+    def _fresh_cpu(self, worker, scratch, layer, k, what, label, peaks):
+        """One timed run on a fresh input (the harness's own copy), checked: its seconds."""
+        x_fresh = fresh_input(layer.x_shape)
+        seconds = worker.forward(scratch, x_fresh, k)
+        check_output(scratch, x_fresh, k, layer, label)
+        check_floor(seconds, layer, peaks, what)
+        return seconds
+
+    def _repeat_gpu(self, layer, k, device, what, label):
+        from ..kernels import GpuDevice
+        dev = GpuDevice.get(device)
+        with dev.active():
+            run, verify, grader, peaks = self._gpu_parts(dev, layer, k)
+            count = layer.B * layer.C * layer.H * layer.W
+            return self._fresh_gpu(run, verify, grader, count, layer, peaks, what, label)
+
+    @staticmethod
+    def _fresh_gpu(run, verify, grader, count, layer, peaks, what, label):
+        """One timed run on a fresh input the grader's kernel draws on the device, checked: its seconds."""
+        keys = []
+        seconds = run(lambda buf: keys.append(grader.fill(int(buf), count)))
+        verify(lambda buf: grader.fill_with(int(buf), count, keys[0]), label)
+        check_floor(seconds, layer, peaks, what)
+        return seconds
 
     def worker(self, part):
         if part not in self.workers:
@@ -145,19 +223,15 @@ class TeamRuntime:
                 small = replace(layer, B=min(layer.B, CPU_WARMUP_IMAGES))
                 worker.forward(np.empty(small.y_shape, np.float32), None, k, fill_x=(small.x_shape, fill_fresh))
                 self.warm.add(key)
-            fresh = []
             scratch = np.empty(layer.y_shape, np.float32) if self.repeats else None
+            fresh = []
             for r in range(self.repeats):
                 self._fresh_run(what, r + 1)
-                x_fresh = fresh_input(layer.x_shape)                  # the harness's own copy
-                seconds = worker.forward(scratch, x_fresh, k)
-                check_output(scratch, x_fresh, k, layer, f"{what}, fresh run {r + 1}")
-                check_floor(seconds, layer, peaks, what)
-                fresh.append(seconds)
-                del x_fresh
+                fresh.append(self._fresh_cpu(worker, scratch, layer, k, what, f"{what}, fresh run {r + 1}", peaks))
             seconds = worker.forward(out, x, k)
             check_output(out, x, k, layer, what)
             check_floor(seconds, layer, peaks, what)
+        self.calls.append(("cpu", layer, k.copy(), None))
         return self._finish(layer, "cpu", fresh, seconds, _checked_cpu(layer), window)
 
     # ---------------------------------------------------------------- GPU (m3, final)
@@ -187,50 +261,59 @@ class TeamRuntime:
                 self.graders[dev.index] = GraderKernels(dev, self.grader_image or grader_cubin(dev.arch))
         return self.graders[dev.index]
 
+    def _gpu_parts(self, dev, layer, k):
+        """(run, verify, the grader's kernels, the device's peaks) of ``layer`` on ``dev`` (active):
+        ``run(fill)`` writes the weights and, through ``fill``, the team's input, and times the
+        team's plan; ``verify(fill_reference, label)`` checks every value of its output against
+        the grader's copies (``fill_reference`` writes the grader's input)."""
+        from ..kernels.team import device_peaks
+        cuda = dev.cuda
+        grader = self.grader(dev)
+        _, plan = self._bound_plan(dev, layer)
+        peaks = Peaks(*device_peaks(dev))
+        nbytes = 4 * layer.B * layer.C * layer.H * layer.W
+        xd, kd = dev.buffer("team-x", nbytes), dev.buffer("team-k", k.nbytes)
+        yd = dev.buffer("team-y", plan.sizes["y"])
+        xr, kr = dev.buffer("grader-x", nbytes), dev.buffer("grader-k", k.nbytes)
+        result = dev.buffer("grader-result", 16)
+
+        def run(fill):
+            cuda.memcpy_htod(kd, k)              # the weights again, whatever a kernel wrote before
+            fill(xd)
+            return plan.run(yd, xd, kd)
+
+        def verify(fill_reference, label):
+            fill_reference(xr)                    # the grader's copies, written after the team's run
+            cuda.memcpy_htod(kr, k)
+            bad, first = grader.check(int(yd), int(xr), int(kr), layer, result)
+            if bad:
+                raise CheckError(self._gpu_mismatch(dev, yd, xr, k, layer, first, bad, label))
+        run.yd = yd
+        return run, verify, grader, peaks
+
     def _forward_gpu(self, out, x, k, spec, device):
         from ..kernels import GpuDevice
-        from ..kernels.team import device_peaks
         layer = course_layer(x.shape, k.shape, spec)
         dev = GpuDevice.get(device)
         cuda = dev.cuda
-        grader = self.grader(dev)
+        self.grader(dev)                              # loaded before any of the team's code runs there
         what = f"layer {len(self.layers) + 1} ({layer.M} x {layer.C} x {layer.K} x {layer.K})"
         with dev.active(), self._team_window() as window:
-            module, plan = self._bound_plan(dev, layer)
-            peaks = Peaks(*device_peaks(dev))
+            run, verify, grader, peaks = self._gpu_parts(dev, layer, k)
             count = x.size
-            xd, kd = dev.buffer("team-x", x.nbytes), dev.buffer("team-k", k.nbytes)
-            yd = dev.buffer("team-y", plan.sizes["y"])
-            xr, kr = dev.buffer("grader-x", x.nbytes), dev.buffer("grader-k", k.nbytes)
-            result = dev.buffer("grader-result", 16)
-
-            def run(fill):
-                cuda.memcpy_htod(kd, k)              # the weights again, whatever a kernel wrote before
-                fill(xd)
-                return plan.run(yd, xd, kd)
-
-            def verify(fill_reference, label):
-                fill_reference(xr)                    # the grader's copies, written after the team's run
-                cuda.memcpy_htod(kr, k)
-                bad, first = grader.check(int(yd), int(xr), int(kr), layer, result)
-                if bad:
-                    raise CheckError(self._gpu_mismatch(dev, yd, xr, k, layer, first, bad, label))
-
             if (dev.index, layer) not in self.warm:
                 run(lambda buf: grader.fill(int(buf), count))
                 self.warm.add((dev.index, layer))
             fresh = []
             for r in range(self.repeats):
                 self._fresh_run(what, r + 1)
-                keys = []
-                seconds = run(lambda buf: keys.append(grader.fill(int(buf), count)))
-                verify(lambda buf: grader.fill_with(int(buf), count, keys[0]), f"{what}, fresh run {r + 1}")
-                check_floor(seconds, layer, peaks, what)
-                fresh.append(seconds)
+                fresh.append(self._fresh_gpu(run, verify, grader, count, layer, peaks, what,
+                                             f"{what}, fresh run {r + 1}"))
             seconds = run(lambda buf: cuda.memcpy_htod(buf, x))
             verify(lambda buf: cuda.memcpy_htod(buf, x), what)
             check_floor(seconds, layer, peaks, what)
-            cuda.memcpy_dtoh(out, yd)
+            cuda.memcpy_dtoh(out, run.yd)
+        self.calls.append(("gpu", layer, k.copy(), device))
         return self._finish(layer, "gpu", fresh, seconds, "all", window)
 
     @staticmethod

@@ -1,0 +1,95 @@
+"""How a ranked run times a model, and how the ranking reads it: the rule's constants, in one place.
+
+After the milestone (whose ``Op Time`` lines are the course's, unchanged), the grader repeats the
+model's timed forward: each repeat runs every custom layer of the model once more, on a fresh input
+from the OS's secret randomness, checked against the reference like every timed run; the repeat's
+total is the sum of its layers' times (``team/runtime.py``: ``TeamRuntime.time_model``). Repeats go
+on until ``stop_reason`` says why not (gpu-mode/reference-kernels' evaluator: under 1% relative
+error of the mean, at least 3 and at most 100 runs, a 10 s cap). Only these constants and the
+measured times decide the count: nothing a team sets.
+
+The statistic that ranks is the MEAN of a model's repeat totals, summed over the models; its spread
+is the standard error of that mean (``spread``), combined over the models as independent errors.
+Two teams are within the noise of one another where their difference is at most ``NOISE_Z``
+combined standard errors (``within_noise``).
+"""
+import math
+import statistics
+
+TARGET_RSE = 0.01        # stop once the standard error of the mean is under 1% of the mean ...
+MIN_REPEATS = 3          # ... and at least this many repeats were timed (the bound is not read before)
+MAX_REPEATS = 100        # never more
+TIME_CAP_S = 10.0        # or once this many seconds of timed work were spent on the model (past MIN_REPEATS)
+WALL_CAP_S = 60.0        # or this many seconds of wall clock (checks included; past MIN_REPEATS)
+NOISE_Z = 2.0            # two means differ less than NOISE_Z combined standard errors: a tie within noise
+STATISTIC = "mean"       # what ranks: the mean of the repeat totals (per model, then summed)
+
+
+def rule():
+    """The rule as the record's options keep it (a change of it is a new option set)."""
+    return {"statistic": STATISTIC, "rse": TARGET_RSE, "min": MIN_REPEATS, "max": MAX_REPEATS,
+            "cap_s": TIME_CAP_S}
+
+
+def relative_error(samples):
+    """The standard error of the mean of ``samples`` over the mean (inf with under 2 samples or a
+    mean not above 0)."""
+    if len(samples) < 2:
+        return math.inf
+    mean = statistics.fmean(samples)
+    if not mean > 0:
+        return math.inf
+    return statistics.stdev(samples) / math.sqrt(len(samples)) / mean
+
+
+def stop_reason(samples, timed_s=0.0, wall_s=0.0):
+    """Why the repeats stop after ``samples`` (the repeat totals so far, ``timed_s`` their seconds
+    of timed work, ``wall_s`` the wall clock spent), or None to time one more: under MIN_REPEATS
+    never; ``max`` at MAX_REPEATS; ``bound`` under TARGET_RSE; ``cap`` past TIME_CAP_S of timed
+    work; ``wall`` past WALL_CAP_S."""
+    n = len(samples)
+    if n < MIN_REPEATS:
+        return None
+    if n >= MAX_REPEATS:
+        return "max"
+    if relative_error(samples) < TARGET_RSE:
+        return "bound"
+    if timed_s >= TIME_CAP_S:
+        return "cap"
+    if wall_s >= WALL_CAP_S:
+        return "wall"
+    return None
+
+
+def _numbers(value):
+    if not isinstance(value, list):
+        return None
+    out = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    return out if len(out) == len(value) and out else None
+
+
+def spread(models):
+    """(mean total, standard error, [repeats per model]) of a record's ``models`` (the dicts a
+    record keeps, each with its ``repeats``: the repeat totals); the error None where a model has a
+    single repeat; None where a model has no usable repeats (a record from before the repeats: its
+    total stands alone, n=1)."""
+    means, errors, counts = [], [], []
+    for m in models or []:
+        totals = _numbers(m.get("repeats")) if isinstance(m, dict) else None
+        if totals is None:
+            return None
+        means.append(statistics.fmean(totals))
+        errors.append(statistics.stdev(totals) / math.sqrt(len(totals)) if len(totals) > 1 else None)
+        counts.append(len(totals))
+    if not means:
+        return None
+    known = None not in errors
+    return sum(means), (math.sqrt(sum(e * e for e in errors)) if known else None), counts
+
+
+def within_noise(a, b, se_a, se_b):
+    """Whether totals ``a`` and ``b`` (standard errors ``se_a``, ``se_b``; None: unknown) differ by
+    no more than NOISE_Z combined standard errors; False where either error is unknown."""
+    if se_a is None or se_b is None or not (math.isfinite(se_a) and math.isfinite(se_b)):
+        return False
+    return abs(a - b) <= NOISE_Z * math.sqrt(se_a * se_a + se_b * se_b)
