@@ -5,7 +5,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..grading.config import CONFIG_NAME, ConfigError, load_config
+from ..grading.config import CONFIG_NAME, ConfigError, load_config, value_line
 from ..grading.names import printable, shown, team_name
 from ..grading.kinds import (KindError, kind_of, listed as listed_kinds, matching as matching_kinds,
                              resolve as resolve_kind)
@@ -34,7 +34,9 @@ __all__ = ["CONFIG_NAME", "ConfigError", "DEFAULT_SIZE", "ENGINES", "GPU_MILESTO
            "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board", "only",
            "shown", "valid",
            # device kinds (grading/kinds.py): the ranking's tables, the kind a job asks for
-           "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind"]
+           "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind",
+           # the line of rai_build.yml a refusal names (capacity.py)
+           "value_line"]
 
 
 def check_build_config(text):
