@@ -115,11 +115,21 @@ def test_a_kind_no_worker_serves_now_is_refused_naming_the_kinds_served(svc, tmp
     assert refused(out) == (f"error: no worker on {H100} has asked for work in the last 2 min (seen in the last "
                             f"2 min: 1 CPU worker); --gpu H100 asks for {H100}: leave --gpu out, or ask your "
                             "instructor (the kinds served now: none)")
+    assert svc.admin("PUT", "/api/admin/settings", json={"unknown_gpus": "accepted"}).status_code == 200
+    try:                                                              # a kind no worker reported, accepted: it waits
+        waits = svc.cli("submit", "--submit", "m3", "--gpu", "B200", "--detach", cwd=folder, token=svc.tokens["delta"])
+        assert waits.returncode == 0, waits.stderr
+        assert ("* Warning: no worker on B200 has asked for work in the last 2 min (seen in the last 2 min: 1 CPU "
+                "worker); --gpu B200 asks for B200: leave --gpu out, or ask your instructor (the kinds served now: "
+                "none) (queued anyway: your instructor accepts GPU kinds no worker has reported)\n") in waits.stderr
+        assert svc.cli("jobs", "cancel", job_id_of(waits.stderr), token=svc.tokens["delta"]).returncode == 0
+    finally:
+        svc.admin("PUT", "/api/admin/settings", json={"unknown_gpus": "refused"})
     cpu_kind = next(k for k in svc.admin("GET", "/api/kinds").json()["worker_kinds"] if k != H100)
     quiet = team_project(tmp_path / "quiet", commands=["echo on the kind asked"])
     ok = svc.cli("submit", "--gpu", cpu_kind, cwd=quiet, token=svc.tokens["delta"])   # the CPU worker's own kind
     assert ok.returncode == 0 and "on the kind asked\n" in ok.stdout, ok.stdout + ok.stderr
-    assert not [j for j in svc.jobs() if j["team"] == "delta" and j["kind"] == "ranked"]
+    assert [j["state"] for j in svc.jobs() if j["team"] == "delta" and j["kind"] == "ranked"] == ["cancelled"]
 
 
 def test_jobs_the_instructor_accepts_are_queued_with_the_warning_shown(svc, tmp_path):

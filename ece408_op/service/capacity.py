@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from . import choices, devices
 from .jobs import KINDS_SEEN, WORKER_SEEN, Refused, seen as seen_worker, when
-from .grading_door import kind_of
+from .grading_door import kind_of, printable
 
 WINDOW = f"{WORKER_SEEN / 60:g} min"
 
@@ -113,7 +113,7 @@ def refusal_line(need, why, workers):
     if need.gpu_kind is not None and not any(kind == need.gpu_kind for _, kind in workers):
         kinds = sorted({kind for has_gpu, kind in workers if kind and (has_gpu or not need.gpu)})
         served = "; ".join(kinds) or "none"
-        return (f"{why}; --gpu {need.asked or need.gpu_kind} asks for {need.gpu_kind}: leave --gpu out, or ask your "
+        return (f"{why}; --gpu {printable(need.asked or need.gpu_kind, 100)} asks for {need.gpu_kind}: leave --gpu out, or ask your "
                 f"instructor (the kinds served now: {served})")
     if need.milestone is not None and need.gpu:
         return f"{need.milestone} runs on a GPU: {why}; ask your instructor when one will be up"
