@@ -113,8 +113,9 @@ def refusal_line(need, why, workers):
     if need.gpu_kind is not None and not any(kind == need.gpu_kind for _, kind in workers):
         kinds = sorted({kind for has_gpu, kind in workers if kind and (has_gpu or not need.gpu)})
         served = "; ".join(kinds) or "none"
-        return (f"{why}; --gpu {printable(need.asked or need.gpu_kind, 100)} asks for {need.gpu_kind}: leave --gpu out, or ask your "
-                f"instructor (the kinds served now: {served})")
+        asked = printable(need.asked or need.gpu_kind, 100)
+        return (f"{why}; --gpu {asked} asks for {need.gpu_kind}: leave --gpu out, or ask your instructor (the kinds "
+                f"served now: {served})")
     if need.milestone is not None and need.gpu:
         return f"{need.milestone} runs on a GPU: {why}; ask your instructor when one will be up"
     if need.gpu and need.gpu_line is not None:
@@ -137,8 +138,9 @@ def check(db, need, slurm_gpus=None, now=None):
         return None
     if slurm_gpus is None and not workers:                   # none is there now: judge by the class's workers
         if not state["week"]:
-            return (f"no worker has asked this service for work {'in the last 7 days' if state['last'] else 'yet'}: "
-                    "the job waits for the first one your instructor starts")
+            since = "in the last 7 days" if state["last"] else "yet"
+            return f"no worker has asked this service for work {since}: the job waits for the first one your " \
+                "instructor starts"
         workers, window = state["week"], "7 days"
         why = missing(need.gpu, need.gpu_kind, workers, window=window)
         if why is None:

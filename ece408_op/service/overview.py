@@ -1,6 +1,7 @@
 """What the instructor's page shows, read in one transaction each: the queue (waiting jobs in the
-fair claim's order, each marked where no worker seen lately can take it; running jobs and their workers), the workers (alive, GPU, current job, last
-heartbeat), the teams (jobs, last submission, where they stand against the rate limits)."""
+fair claim's order, each marked where no worker seen lately can take it; running jobs and their
+workers), the workers (alive, GPU, current job, last heartbeat), the teams (jobs, last
+submission, where they stand against the rate limits)."""
 import time
 
 from .capacity import missing
