@@ -54,5 +54,12 @@ def test_each_job_runs_as_a_slurm_job(tmp_path, slurm):
         accounted = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True,
                                    env={**svc.env, **slurm.env}).stdout
         assert "ECE408_DB" not in accounted
+        east = team_project(tmp_path / "east")                        # the template asks for a GPU: --gres none
+        count = (east / "rai_build.yml").read_text().splitlines().index("    count: 1") + 1
+        gpu = svc.cli("submit", east, token=tokens["south"])
+        assert gpu.returncode == 2 and gpu.stderr.splitlines()[-1] == (
+            "error: this class's workers are Slurm jobs without a GPU (serve --slurm --gres none); rai_build.yml line "
+            f"{count} asks for a GPU (resources.gpu.count: 1): set it to 0 for a CPU-only run, or ask your "
+            "instructor"), gpu.stderr
     finally:
         svc.close()

@@ -362,6 +362,8 @@ def submit(client, folder, milestone=None, size=None, detach=False, gpu=None):
     job = answer.json()
     again = " (an earlier try of this submission had reached it)" if answer.status_code == 200 else ""
     client.note(f"* Job {job['id']} accepted (team {job['team']}){again}")
+    if job.get("warning"):
+        client.note(f"* Warning: {job['warning']}")
     if detach:
         client.note(f"* Follow it with: python -m ece408_op jobs show {job['id']} --follow")
         return 0

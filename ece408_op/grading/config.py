@@ -229,3 +229,23 @@ def load_config(folder):
     if problems:
         raise ConfigError(path, problems)
     return config
+
+
+def value_line(text, dotted):
+    """The line (from 1) where the value at ``a.b.c`` starts in the YAML ``text`` (a rai_build.yml
+    that ``check_config`` took: a refusal names the line a team changes), or None where it has none.
+    Read as ``load_config`` reads (no aliases, nested at most MAX_DEPTH); of a key given twice, the
+    last (the value the loader keeps)."""
+    import yaml
+    try:
+        node = yaml.compose(text, Loader=_loader())
+    except (yaml.YAMLError, RecursionError):
+        return None
+    for part in dotted.split("."):
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        found = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part]
+        if not found:
+            return None
+        node = found[-1]
+    return node.start_mark.line + 1

@@ -17,6 +17,8 @@ One module per job:
     db.py        the service's tables (own migrations, own version table) in the store's database
     tokens.py    team, worker and instructor tokens: made, hashed, checked in constant time
     jobs.py      the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
+    capacity.py  at submission, whether a worker seen lately can take the job; refused in one line
+                 saying what to change (or queued with that line as a warning)
     upload.py    the upload format: packed by the client, checked before anything unpacks it (its tar
                  archive: base/archive.py, shared with the client)
     buildfolder.py  a development run's /build as the service keeps it: packed by the worker (bounded),

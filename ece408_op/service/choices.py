@@ -1,7 +1,8 @@
 """The instructor's choices for the class, kept in the database (``service_settings``):
 whether the ranking shows other teams' names or pseudonyms, and the secret key the pseudonyms
-are made with; which device kind counts for each milestone's grade (``grading_kinds``), and
-whether a team may ask for a GPU kind no worker has reported (``unknown_gpus``).
+are made with; which device kind counts for each milestone's grade (``grading_kinds``),
+whether a team may ask for a GPU kind no worker has reported (``unknown_gpus``), and whether a job
+that no worker seen lately can take is queued (``unserved_jobs``: capacity.py).
 
 A pseudonym is ``Team`` and the first hex digits of HMAC-SHA256(key, name): the same team keeps
 the same pseudonym for the whole course (a team can follow a rival's progress without learning
@@ -70,6 +71,22 @@ def set_unknown_gpus(db, value):
     if value not in UNKNOWN_GPUS:
         raise ValueError(f"unknown GPU kinds are {' or '.join(UNKNOWN_GPUS)}")
     put(db, "unknown_gpus", value)
+
+
+UNSERVED_JOBS = ("refused", "accepted")
+
+
+def unserved_jobs(db):
+    """``refused`` (a job no worker seen lately can take is refused at submission, in one line
+    saying what to change) or ``accepted`` (it is queued, the line shown as a warning)."""
+    value = get(db, "unserved_jobs", UNSERVED_JOBS[0])
+    return value if value in UNSERVED_JOBS else UNSERVED_JOBS[0]
+
+
+def set_unserved_jobs(db, value):
+    if value not in UNSERVED_JOBS:
+        raise ValueError(f"jobs no worker can take now are {' or '.join(UNSERVED_JOBS)}")
+    put(db, "unserved_jobs", value)
 
 
 def pseudonym_key(db):

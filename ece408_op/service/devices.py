@@ -62,7 +62,8 @@ def set_grading_kind(db, milestone, name):
 
 def settings(db):
     """The instructor's choices about kinds, and the kinds known: {grading_kinds: {milestone:
-    kind}, unknown_gpus, worker_kinds: [kinds seen in the last 7 days], run_kinds: {milestone: [kinds]}}."""
+    kind}, unknown_gpus, unserved_jobs (whether a job no worker seen lately can take is queued:
+    capacity.py), worker_kinds: [kinds seen in the last 7 days], run_kinds: {milestone: [kinds]}}."""
     with db.transaction(write=False) as tx:
         rows = tx.all("SELECT DISTINCT milestone, device FROM runs")
     by_milestone = {}
@@ -70,4 +71,4 @@ def settings(db):
         if kind_of(device):
             by_milestone.setdefault(milestone, set()).add(kind_of(device))
     return {"grading_kinds": choices.grading_kinds(db), "unknown_gpus": choices.unknown_gpus(db),
-            "worker_kinds": worker_kinds(db), "run_kinds": {m: sorted(k) for m, k in sorted(by_milestone.items())}}
+            "unserved_jobs": choices.unserved_jobs(db), "worker_kinds": worker_kinds(db), "run_kinds": {m: sorted(k) for m, k in sorted(by_milestone.items())}}

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from ..base.terms import CONFIG_NAME
-from ..grading.config import ConfigError, load_config
+from ..grading.config import ConfigError, load_config, value_line
 from ..base.names import printable, shown, team_name
 from ..grading.kinds import (KindError, kind_of, listed as listed_kinds, matching as matching_kinds,
                              resolve as resolve_kind)
@@ -32,7 +32,9 @@ __all__ = ["ConfigError", "ENGINES", "GPU_MILESTONES", "MILESTONES", "Options",
            "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board",
            "mark_ties", "only", "shown", "valid",
            # device kinds (grading/kinds.py): the ranking's tables, the kind a job asks for
-           "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind"]
+           "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind",
+           # the line of rai_build.yml a refusal names (capacity.py)
+           "value_line"]
 
 
 def check_build_config(text):

@@ -183,10 +183,10 @@ def admit(db, rules, team, kind, milestone, key=None, asked=None, now=None):
         return _keyed(tx, team, key, asked or {}) or _rules(tx, rules, team, kind, milestone, now)
 
 
-def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None, gpu_kind=None):
+def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None, gpu_kind=None, notes=()):
     """Queue a job for ``team``; returns it (a dict). Refused where a rule says no. A ``key`` that
     the team used before returns that job, marked ``repeated``, and queues nothing. ``gpu_kind``:
-    the device kind it runs on (None: any)."""
+    the device kind it runs on (None: any); ``notes``: the service's lines after the first."""
     now = time.time() if now is None else now
     job_id = secrets.token_hex(16)
     with db.transaction() as tx:
@@ -204,8 +204,10 @@ def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None,
         tx.execute("INSERT INTO service_uploads (job_id, data) VALUES (?, ?)", (job_id, upload))
         what = f"ranked {milestone}, {size} images" if kind == "ranked" else "development run of rai_build.yml"
         what += f", on {gpu_kind}" if gpu_kind else ""
-        _say(tx, {"id": job_id, "next_seq": 0}, f"* Job {job_id} queued at {when(now)}: {what}, team {team}", now)
-        tx.execute("UPDATE service_jobs SET next_seq = 1 WHERE id = ?", (job_id,))
+        seq = _say(tx, {"id": job_id, "next_seq": 0}, f"* Job {job_id} queued at {when(now)}: {what}, team {team}", now)
+        for note in notes:
+            seq = _say(tx, {"id": job_id, "next_seq": seq}, note, now)
+        tx.execute("UPDATE service_jobs SET next_seq = ? WHERE id = ?", (seq, job_id))
         return job_dict(tx.one(_select("id = ?"), (job_id,)))
 
 
@@ -261,7 +263,7 @@ def upload(db, job_id, lease):
 def snapshot(db, now=None):
     """What queue places are computed from: queued jobs (id, team, submitted_at, gpu, gpu_kind),
     each team's last start, the teams running a job, and the workers seen lately (how many with a
-    GPU, without, and their device kinds)."""
+    GPU, without, their device kinds, and each as (has a GPU, kind))."""
     now = time.time() if now is None else now
     with db.transaction(write=False) as tx:
         queued = tx.all("SELECT id, team, submitted_at, gpu, gpu_kind FROM service_jobs WHERE state = ? "
@@ -272,7 +274,7 @@ def snapshot(db, now=None):
         workers = tx.all("SELECT gpu, device FROM service_workers WHERE last_seen > ?", (now - WORKER_SEEN,))
     return {"queued": queued, "last_started": teams, "running": running,
             "gpu_workers": sum(1 for g, _ in workers if g), "cpu_workers": sum(1 for g, _ in workers if not g),
-            "kinds": {kind_of(d) for _, d in workers}}
+            "kinds": {kind_of(d) for _, d in workers}, "workers": [(bool(g), kind_of(d)) for g, d in workers]}
 
 
 def places(snap):

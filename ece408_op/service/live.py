@@ -136,7 +136,9 @@ def worker_note(job, snap):
         return (f"no worker on {job['gpu_kind']} (the device kind asked for) has asked for work in the last 2 "
                 "minutes; the job waits for one")
     if job["gpu"] and not snap["gpu_workers"]:
-        return "no worker with a GPU has asked for work in the last 2 minutes; the job waits for one"
+        change = "; set rai_build.yml's resources.gpu.count to 0 for a CPU-only run" \
+            if job["kind"] == "development" else ""
+        return f"no worker with a GPU has asked for work in the last 2 minutes; the job waits for one{change}"
     if not snap["gpu_workers"] and not snap["cpu_workers"]:
         return "no worker has asked for work in the last 2 minutes; the job waits for one"
     return None

@@ -1,15 +1,18 @@
 """What the instructor's page shows, read in one transaction each: the queue (waiting jobs in the
-fair claim's order, running jobs and their workers), the workers (alive, GPU, current job, last
-heartbeat), the teams (jobs, last submission, where they stand against the rate limits)."""
+fair claim's order, each marked where no worker seen lately can take it; running jobs and their
+workers), the workers (alive, GPU, current job, last heartbeat), the teams (jobs, last
+submission, where they stand against the rate limits)."""
 import time
 
+from .capacity import missing
 from .jobs import ENDED, QUEUED, RUNNING, WORKER_SEEN, _select, job_dict, places
 
 RECENT = 30                           # ended jobs shown on the instructor's page
 
 
-def queue(db, snap):
-    """{queued: [job] in claim order (each with ``place``), running: [job], recent: [job]}."""
+def queue(db, snap, slurm_gpus=None):
+    """{queued: [job] in claim order (each with ``place``, and ``unserved``: why no worker seen
+    lately can take it, or None), running: [job], recent: [job]} (``slurm_gpus``: capacity.missing's)."""
     ahead = places(snap)
     with db.transaction(write=False) as tx:
         queued = [job_dict(r) for r in tx.all(_select("state = ?"), (QUEUED,))]
@@ -19,6 +22,7 @@ def queue(db, snap):
                                               " ORDER BY finished_at DESC, id LIMIT ?", (*ENDED, RECENT))]
     for job in queued:
         job["place"] = ahead.get(job["id"])
+        job["unserved"] = missing(job["gpu"], job["gpu_kind"], snap["workers"], slurm_gpus)
     queued.sort(key=lambda j: (j["place"] if j["place"] is not None else 1 << 30, j["submitted_at"]))
     return {"queued": queued, "running": running, "recent": recent}
 

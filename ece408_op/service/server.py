@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import capacity
 from .app import make_app
 from .db import Database, Unavailable, first_line
 from ..base.extras import install_hint
@@ -254,7 +255,7 @@ def serve(options):
     same database stops in one line before it changes anything."""
     import uvicorn
 
-    from .grading_door import gpu_indices
+    from .grading_door import device_name, gpu_indices
     set_level(options.log_level)
     try:
         sock = bind(options.host, options.port)
@@ -279,12 +280,12 @@ def serve(options):
         lock.release()
         raise
     try:
-        return _serve(options, db, sock, uvicorn, gpu_indices)
+        return _serve(options, db, sock, uvicorn, gpu_indices, device_name)
     finally:
         lock.release()
 
 
-def _serve(options, db, sock, uvicorn, gpu_indices):
+def _serve(options, db, sock, uvicorn, gpu_indices, device_name):
     settings = options.settings
     if settings.build_dir is None:
         settings.build_dir = str(Path(options.state_dir or default_state_dir()) / "builds")
@@ -292,7 +293,13 @@ def _serve(options, db, sock, uvicorn, gpu_indices):
     slots = local_slots(options.workers, gpu_indices()) if options.slurm is None else []
     local_name = f"{host_name}/local"
     settings.local_workers = tuple(f"{local_name}/{slot}" for slot, _ in slots)
+    if options.slurm is not None:
+        settings.slurm_gpus = bool(options.slurm.gres) and options.slurm.gres != "none"
     service = Service(db, settings)
+    try:                                                     # its own workers count as seen from the start
+        capacity.register(db, [(f"{local_name}/{slot}", gpu is not None, device_name(gpu)) for slot, gpu in slots])
+    except Unavailable as exc:
+        raise ServeError(f"the database cannot be used: {exc}") from None
     token, where = instructor_token(options)
     service.tokens.register("instructor", INSTRUCTOR, token)
     workers = None

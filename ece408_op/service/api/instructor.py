@@ -1,6 +1,6 @@
 """The instructor's routes: the class's teams and their tokens, workers' tokens, deadlines, the
-settings about device kinds. Every route of this router takes the instructor's token only (the
-router's dependency)."""
+settings about device kinds and about jobs no worker can take now. Every route of this router
+takes the instructor's token only (the router's dependency)."""
 from fastapi import APIRouter, Depends, Request
 
 from .. import choices, devices, jobs
@@ -74,26 +74,33 @@ async def set_deadline(request: Request):
 @router.put("/settings")
 async def put_settings(request: Request):
     """``{"grading_kinds": {milestone: a kind's name, or null to clear}, "unknown_gpus": "refused" |
-    "accepted"}``, either or both; answers the settings as ``GET /api/kinds`` does."""
+    "accepted", "unserved_jobs": "refused" | "accepted"}``, any of them; answers the settings as
+    ``GET /api/kinds`` does. ``unserved_jobs``: whether a job no worker seen lately can take is
+    queued (with a warning) rather than refused (capacity.py)."""
     service = service_of(request)
     data = await read_json(request)
-    unknown = [k for k in data if k not in ("grading_kinds", "unknown_gpus")]
+    unknown = [k for k in data if k not in ("grading_kinds", "unknown_gpus", "unserved_jobs")]
     if unknown or not data:
-        raise Refused(400, "the settings are grading_kinds ({milestone: kind or null}) and unknown_gpus "
-                           f"({' or '.join(choices.UNKNOWN_GPUS)})")
+        raise Refused(400, "the settings are grading_kinds ({milestone: kind or null}), unknown_gpus "
+                           f"({' or '.join(choices.UNKNOWN_GPUS)}) and unserved_jobs "
+                           f"({' or '.join(choices.UNSERVED_JOBS)})")
     kinds = data.get("grading_kinds", {})
     if not isinstance(kinds, dict) or not all(m in MILESTONES and (k is None or isinstance(k, str))
                                               for m, k in kinds.items()):
         raise Refused(400, f"grading_kinds maps milestones ({', '.join(MILESTONES)}) to a device kind's name or null")
     if "unknown_gpus" in data and data["unknown_gpus"] not in choices.UNKNOWN_GPUS:
         raise Refused(400, f"unknown_gpus is {' or '.join(choices.UNKNOWN_GPUS)}")
+    if "unserved_jobs" in data and data["unserved_jobs"] not in choices.UNSERVED_JOBS:
+        raise Refused(400, f"unserved_jobs is {' or '.join(choices.UNSERVED_JOBS)}")
     chosen = {}
     for milestone, name in kinds.items():
         chosen[milestone] = await service.run(devices.set_grading_kind, service.db, milestone,
                                               text_field(kinds, milestone, "a device kind's name") if name else None)
     if "unknown_gpus" in data:
         await service.run(choices.set_unknown_gpus, service.db, data["unknown_gpus"])
+    if "unserved_jobs" in data:
+        await service.run(choices.set_unserved_jobs, service.db, data["unserved_jobs"])
     service.rankings.forget_choices()
     log("settings.set", **{f"grading_kind_{m}": k for m, k in chosen.items()},
-        **({"unknown_gpus": data["unknown_gpus"]} if "unknown_gpus" in data else {}))
+        **{k: data[k] for k in ("unknown_gpus", "unserved_jobs") if k in data})
     return await service.run(devices.settings, service.db)

@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.background import BackgroundTask
 from sse_starlette import EventSourceResponse
 
-from .. import buildstore, devices, jobs, limits
+from .. import buildstore, capacity, devices, jobs, limits
 from .. import upload as uploads
 from ..auth import team, team_or_instructor
 from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, kind_param, read_body
@@ -14,7 +14,7 @@ from ..jobs import Refused, public
 from ..live import follow, with_place
 from ..logs import log
 from ...base.terms import DEFAULT_SIZE, JOB_KINDS
-from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, printable
+from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, printable, value_line
 from ..state import service_of
 
 router = APIRouter(prefix="/api/jobs")
@@ -34,8 +34,11 @@ async def own_job(request: Request, job_id: str, principal=Depends(team_or_instr
 async def submit(request: Request, principal=Depends(team)):
     """Cheap before expensive: the token, the parameters, the idempotency key and the team's rules
     (deadline, waiting jobs, hourly limits) are decided from the request's headers before a byte
-    of its body is read; then the body is read (one upload per team at a time, within
-    ``upload_seconds``) and checked (a bounded number at once, limits.Uploads)."""
+    of its body is read, and so is, for a ranked run or one asking for a device kind, whether a
+    worker seen lately can take it (capacity.py); then the body is read (one upload per team at a
+    time, within ``upload_seconds``) and checked (a bounded number at once, limits.Uploads), and a
+    development run's rai_build.yml asking for a GPU is checked against the workers likewise. A
+    job queued although no worker can take it now carries the line why (``warning``)."""
     service = service_of(request)
     settings = service.settings
     params = request.query_params
@@ -48,7 +51,7 @@ async def submit(request: Request, principal=Depends(team)):
         if milestone not in MILESTONES:
             raise Refused(400, f"a ranked run names its milestone: {', '.join(MILESTONES)}")
         size = int_param(params, "size", 1, 10000, DEFAULT_SIZE)
-    gpu_kind = kind_param(params, "gpu")
+    gpu_kind = asked = kind_param(params, "gpu")
     if gpu_kind is not None:
         if milestone is not None and milestone not in GPU_MILESTONES:
             raise Refused(400, f"gpu goes with a GPU milestone or a development run: {milestone} is measured on the "
@@ -60,34 +63,49 @@ async def submit(request: Request, principal=Depends(team)):
                                            {"kind": kind, "milestone": milestone, "size": size, "gpu_kind": gpu_kind})
     if earlier is not None:
         return JSONResponse(await with_place(service, earlier), status_code=200)
+    warning = None
+    if kind == "ranked" or gpu_kind is not None:
+        warning = await service.run(capacity.check, service.db, capacity.Need(
+            milestone in GPU_MILESTONES, gpu_kind, asked, milestone), settings.slurm_gpus)
     async with service.uploads.upload(principal.name):
         async with service.uploads.slot("reading"):
             body = await read_body(request, settings.max_upload, "upload", settings.upload_seconds)
         async with service.uploads.slot("checking"):
-            gpu, files = await service.run(checked_upload, body, kind, milestone, settings.max_upload)
+            gpu, files, need = await service.run(checked_upload, body, kind, milestone, settings.max_upload)
+    if need is not None and need.gpu:
+        warning = await service.run(capacity.check, service.db, capacity.Need(
+            True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm_gpus)
     job = await service.run(jobs.submit, service.db, settings.rules, principal.name, kind, milestone, size, gpu,
-                            body, files, key, gpu_kind=gpu_kind)
+                            body, files, key, gpu_kind=gpu_kind, notes=[f"* Warning: {warning}"] if warning else ())
     if job.get("repeated"):
         return JSONResponse(await with_place(service, job), status_code=200)
+    if warning:
+        log("job.unserved", job=job["id"], team=principal.name, why=warning)
     log("job.queued", job=job["id"], team=principal.name, kind=kind, milestone=milestone, size=size,
         bytes=len(body))
     service.hub.queue_changed()
     service.hub.wake_claim(gpu_needed=gpu, kind=gpu_kind)
-    return JSONResponse(await with_place(service, job), status_code=201)
+    return JSONResponse({**await with_place(service, job), **({"warning": warning} if warning else {})},
+                        status_code=201)
 
 
 def checked_upload(body, kind, milestone, max_upload):
-    """(whether the job needs a GPU, its files [{name, size, sha256}]) of an upload that passes
-    the archive check (and, for a development run, whose rai_build.yml passes grading's reader);
-    Refused or UploadError (400) otherwise. Only the file list outlives the call."""
+    """(whether the job needs a GPU, its files [{name, size, sha256}], for a development run what
+    its rai_build.yml asks (a capacity.Need: its GPUs and the line that asks for them), else None)
+    of an upload that passes the archive check (and, for a development run, whose rai_build.yml
+    passes grading's reader); Refused or UploadError (400) otherwise. Only the file list outlives
+    the call."""
     checked = uploads.check(body, kind, milestone, max_upload)
     if kind == "ranked":
-        return milestone in GPU_MILESTONES, checked.files()
+        return milestone in GPU_MILESTONES, checked.files(), None
+    text = uploads.config_text(checked)
     try:
-        config = check_build_config(uploads.config_text(checked))
+        config = check_build_config(text)
     except ConfigError as exc:
         raise Refused(400, "; ".join(f"rai_build.yml: {p}" for p in exc.problems)) from None
-    return config.gpu_count > 0, checked.files()
+    gpu = config.gpu_count > 0
+    line = value_line(text, "resources.gpu.count") if gpu else None
+    return gpu, checked.files(), capacity.Need(gpu, gpu_line=line, gpu_count=config.gpu_count)
 
 
 @router.get("")

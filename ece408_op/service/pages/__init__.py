@@ -17,6 +17,7 @@ step. One module a page, each with its routes on a router of pages (errors.py):
     POST /admin/names            whether teams see the other teams' names or pseudonyms
     POST /admin/grading-kind     the device kind whose runs count for a milestone's grade (or none)
     POST /admin/unknown-gpus     whether a team may ask for a GPU kind no worker has reported
+    POST /admin/unserved-jobs    whether a job no worker seen lately can take is refused or queued
     POST /admin/deadlines        set or clear a milestone's deadline
     POST /admin/teams/revoke     revoke a team's token (its sessions end with it)
     POST /admin/jobs/{id}/cancel

@@ -1,8 +1,10 @@
 """The instructor's page (``/admin``): the queue, the workers, the teams against the rate
 limits, deadlines, names shown or pseudonyms, the device kinds (which counts for each milestone's
-grade, whether teams may ask for one no worker reported), the CSV export of one kind's table with
-the grade rule, recent jobs; and its forms (cancel a job, revoke a team's token, set or clear a
-deadline, choose names, choose the grading kind, accept or refuse unknown GPU kinds)."""
+grade, whether teams may ask for one no worker reported), whether a job no worker can take now is
+queued (each such waiting job marked in the queue), the CSV export of one kind's table with the
+grade rule, recent jobs; and its forms (cancel a job, revoke a team's token, set or clear a
+deadline, choose names, choose the grading kind, accept or refuse unknown GPU kinds, accept or
+refuse jobs no worker can take now)."""
 import math
 import re
 import time
@@ -23,7 +25,8 @@ from .site import board_params, instructor, read_form, site_of
 DONE = {"names": "The ranking's names setting was saved.", "deadline": "The deadline was saved.",
         "cleared": "The deadline was cleared.", "revoked": "The team's token was revoked; its sessions ended.",
         "cancelled": "The job was cancelled (a running job stops at its worker's next report).",
-        "grading": "The kind that counts for the grade was saved.", "unknown": "The GPU kinds setting was saved."}
+        "grading": "The kind that counts for the grade was saved.", "unknown": "The GPU kinds setting was saved.",
+        "unserved": "The setting for jobs no worker can take now was saved."}
 
 router = page_router()
 
@@ -49,9 +52,9 @@ def milestone_of(fields):
     return milestone
 
 
-def admin_overview(db, rules):
+def admin_overview(db, rules, slurm_gpus=None):
     """(the queue, the workers, the teams, the deadlines, the device kinds' settings) as the page shows them."""
-    return (overview.queue(db, jobs.snapshot(db)), overview.workers(db), overview.teams(db, rules),
+    return (overview.queue(db, jobs.snapshot(db), slurm_gpus), overview.workers(db), overview.teams(db, rules),
             jobs.deadlines(db), devices.settings(db))
 
 
@@ -59,7 +62,8 @@ def admin_overview(db, rules):
 async def admin_page(request: Request, viewer=Depends(instructor)):
     service = service_of(request)
     rules = service.settings.rules
-    queue, workers, teams, deadlines, kinds = await service.run(admin_overview, service.db, rules)
+    queue, workers, teams, deadlines, kinds = await service.run(admin_overview, service.db, rules,
+                                                                service.settings.slurm_gpus)
     done = DONE.get(request.query_params.get("done"))
     known = sorted({k for ks in kinds["run_kinds"].values() for k in ks} | set(kinds["worker_kinds"]))
     return site_of(request).render("admin.html", viewer, queue=queue, workers=workers, teams=teams,
@@ -101,6 +105,18 @@ async def admin_unknown_gpus(request: Request, viewer=Depends(instructor)):
         raise Refused(400, str(exc)) from None
     log("gpus.unknown", unknown_gpus=fields["unknown_gpus"], via="page")
     return RedirectResponse("/admin?done=unknown", status_code=303)
+
+
+@router.post("/admin/unserved-jobs")
+async def admin_unserved_jobs(request: Request, viewer=Depends(instructor)):
+    service = service_of(request)
+    fields = await read_form(request, viewer.value)
+    try:
+        await service.run(choices.set_unserved_jobs, service.db, fields.get("unserved_jobs"))
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
+    log("jobs.unserved", unserved_jobs=fields["unserved_jobs"], via="page")
+    return RedirectResponse("/admin?done=unserved", status_code=303)
 
 
 @router.post("/admin/deadlines")
