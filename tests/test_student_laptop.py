@@ -124,3 +124,18 @@ def test_a_client_command_loads_nothing_of_grading_or_team(client_env, home):
                  and m not in ("ece408_op.mx.hook", "ece408_op.service.upload")]
         assert not heavy, (argv, heavy)
         assert len(ours) <= 25, (argv, len(ours), ours)
+
+
+@pytest.mark.parametrize("blocked,where", [("numba", "False "), ("mxnet", "True client-only")])
+def test_an_install_runs_here_where_mxnet_is_found_whatever_else_it_lacks(tmp_path, blocked, where):
+    """The GPU machine's kit brings MXNet without Numba: submit and ranking run here there. Only an
+    install without MXNet (a laptop's) goes to the service for want of local runs."""
+    import sys as _sys
+    from conftest import ROOT, python_command
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            "from ece408_op.cli.remote import where\n"
+            "print(*where(['--submit', 'm2', '--db', 'x.db']))")
+    result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            env=student_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == where.strip(), (result.stdout, _sys.executable)

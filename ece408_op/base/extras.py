@@ -92,6 +92,17 @@ def installed(extra):
     return True
 
 
+def runs_here():
+    """Whether this install makes local runs (the milestones, a sandboxed submit, the records here):
+    MXNet can be found. A client-only install (a laptop's) has none; an environment that brings
+    MXNet another way (the GPU machine's kit, without the extra's every package) does."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("mxnet") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def install_hint(extra):
     """How to install ``extra``, from an index and from a clone of the repository."""
     return f"pip install '{PACKAGE}[{extra}]' (in a clone of the repository: pip install '.[{extra}]')"

@@ -52,16 +52,14 @@ SERVER_FORMS = ("submit", "ranking")        # on the service or here: cli/remote
 
 
 def usage():
-    from ..base.extras import installed
+    from ..base.extras import installed, runs_here
     from .bench import BENCHMARKS
     here = {}                                   # extra -> installed, each looked up once
 
     def mark(name, extra):
         if name in SERVER_FORMS:                # cli/remote.py's rule: a client-only install has no local runs
-            extra, note = "mxnet", "  [on the class's service: this install has no local runs]"
-        else:
-            note = f"  [needs the {extra} extra]"
-        return "" if extra is None or here.setdefault(extra, installed(extra)) else note
+            return "" if runs_here() else "  [on the class's service: this install has no local runs]"
+        return "" if extra is None or here.setdefault(extra, installed(extra)) else f"  [needs the {extra} extra]"
     lines = ["usage: python -m ece408_op <command> [args...]   (or: ece408 <command> ...)", "", "commands:"]
     for name, (_, summary, extra) in COMMANDS.items():
         if name != "bench":

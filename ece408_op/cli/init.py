@@ -31,9 +31,9 @@ def next_step(folder):
     here; on a client-only install (a laptop): the ranked run on the class's service, after a login
     where none was saved."""
     from . import program_name
-    from ..base.extras import installed
+    from ..base.extras import runs_here
     prog, where = program_name(), shlex.quote(str(folder))
-    if installed("mxnet"):
+    if runs_here():
         return f"Next: cd {where} && {prog} m2 1000   (then m3, final; see its README.md)"
     from ..client.api import saved_login
     login = "" if saved_login() or os.environ.get("ECE408_SERVER") else f"{prog} login --server URL && "

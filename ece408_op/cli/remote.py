@@ -4,7 +4,7 @@ says so), and the options every client command shares. The HTTP is ``client/api.
 here needs MXNet, a GPU or a sandbox."""
 import os
 
-from ..base.extras import installed
+from ..base.extras import runs_here
 from ..base.terms import DEFAULT_SIZE
 from ..course import RANKED as MILESTONES
 from .errors import ArgumentParser, run
@@ -38,7 +38,7 @@ def where(argv):
         return True, "--server"
     if os.environ.get(SERVER_ENV):
         return True, f"${SERVER_ENV}"
-    if not installed("mxnet"):
+    if not runs_here():
         return True, "client-only"
     from ..client.api import saved_login
     return (True, "login") if saved_login() else (False, "")
