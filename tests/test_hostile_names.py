@@ -21,16 +21,16 @@ from ece408_op.base.names import printable
 
 pytestmark = pytest.mark.service
 
-# "{}": where each test puts a tag of its own (the pair's relation kept). The first of each pair is the one a
-# class may hold: a raw control character, bidi mark, undecodable byte, ligature or superscript is refused by
-# the form of names as well (PRECIS, tests/test_service_identity.py), a full-width name stored in usual letters
+# "{}": where each test puts a tag of its own (the pair's relation kept). The first of each pair is one a class
+# may hold: a ligature or a superscript is refused by the form of names (PRECIS: tests/test_service_identity.py),
+# a full-width name stored in usual letters
 PAIRS = {
     "a backslash and its escape": ("a\\b{}", "a\\\\b{}"),
-    "a control character and its escape": ("ctl\\x01x{}", "ctl\x01x{}"),
-    "an ANSI colour and its escape": ("red\\x1b[0m{}", "red\x1b[0m{}"),
-    "a bidi override and its escape": ("bidi\\u202eab{}", "bidi\u202eab{}"),
-    "a line separator and its escape": ("line\\u2028x{}", "line\u2028x{}"),
-    "an undecodable byte and its escape": ("byte\\xffx{}", "byte\udcffx{}"),
+    "a control character and its escape": ("ctl\x01x{}", "ctl\\x01x{}"),
+    "an ANSI colour and its escape": ("red\x1b[0m{}", "red\\x1b[0m{}"),
+    "a bidi override and its escape": ("bidi\u202eab{}", "bidi\\u202eab{}"),
+    "a line separator and its escape": ("line\u2028x{}", "line\\u2028x{}"),
+    "an undecodable byte and its escape": ("byte\udcffx{}", "byte\\xffx{}"),
     "NFC and NFD": ("caf\u00e9{}", "cafe\u0301{}"),
     "NFKC: a ligature": ("fish{}", "\ufb01sh{}"),
     "NFKC: full width": ("ABteam{}", "\uff21\uff22team{}"),

@@ -11,7 +11,7 @@ from test_pages import Class, table_rows, text_of
 
 ALIKE = [
     ("a\\b", "a\\\\b"),                          # a name and its escaped form
-    ("bell\\x07", "bell\x07"),                   # a control character's escape typed out, and the character
+    ("bell\x07", "bell\\x07"),                   # a control character and its escape typed out
     ("caf\u00e9", "cafe\u0301"),                 # composed and decomposed
     ("Team7", "team7"),                          # case: one token file on macOS and Windows
     ("ｔｅａｍ８", "team8"),                      # full-width letters (the first stored as team8: PRECIS)

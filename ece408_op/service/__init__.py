@@ -16,6 +16,7 @@ One module per job:
     grading_door.py  the only door into grading/ and team/ (a move of those modules touches this file)
     db.py        the service's tables (own migrations, own version table) in the store's database
     tokens.py    team, worker and instructor tokens: made, hashed, checked in constant time
+    identity.py  a team name as an identity: its form (PRECIS usernames, one script) and look (UTS #39)
     jobs.py      the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
     upload.py    the upload format: packed by the client, checked before anything unpacks it (its tar
                  archive: base/archive.py, shared with the client)

@@ -3,12 +3,13 @@ add``, ``teams import``, ``POST /api/admin/teams``), so that no team can appear 
 another.
 
 Its form: the PRECIS username profile UsernameCasePreserved (RFC 8265, through ``precis-i18n``),
-applied to each of the name's space-separated parts (RFC 8265 section 3.1: a username is userparts
-separated by spaces). It refuses what a username may not hold (controls, format characters, symbols
-such as U+2800 BRAILLE PATTERN BLANK, spaces other than U+0020 such as U+2001 EM QUAD, enclosing
-marks such as U+20DD, characters drawn as nothing, compatibility characters such as ligatures and
-superscripts, unassigned code points, right-to-left text breaking the bidi rule) and maps full-width
-letters to their usual form and the name to NFC: the name is stored so, its case as given. Beside
+applied to the name as records escape it (control and format characters, undecodable bytes written
+as visible escapes: ``names.printable``), to each of its parts between spaces (RFC 8265 section
+3.1: a username is userparts separated by spaces). It refuses what a username may not hold
+(symbols such as U+2800 BRAILLE PATTERN BLANK, spaces other than U+0020 such as U+2001 EM QUAD,
+enclosing marks such as U+20DD, characters drawn as nothing, compatibility characters such as
+ligatures and superscripts, right-to-left text breaking the bidi rule) and maps full-width letters
+to their usual form and the name to NFC: the name is stored so, its case as given. Beside
 it, this module's own rules (``form_refusal``):
 
 - one script (UTS #39 "highly restrictive"): the name's letters, digits and marks from one script,
@@ -36,7 +37,6 @@ import re
 import unicodedata
 
 from ..base.extras import install_hint
-from ..base.names import printable
 from .jobs import Refused
 
 PROFILE = "UsernameCasePreserved"
@@ -133,11 +133,13 @@ def describe(ch):
 
 # ------------------------------------------------------------------ the form
 def enforce(name, rule="unicode"):
-    """``name`` (stripped) as stored, or Refused (400) in one line saying which rule it breaks."""
+    """``name`` (stripped and escaped as records escape names: control and format characters,
+    undecodable bytes as visible escapes, ``names.printable``) as stored, or Refused (400) in one
+    line saying which rule it breaks."""
     if rule == "ascii":
         if not ASCII_NAME.fullmatch(name):
             bad = next((ch for ch in name if not ASCII_NAME.fullmatch(ch)), name[:1])
-            raise Refused(400, f"the team name '{printable(name)}' holds {describe(bad)}: this class's names "
+            raise Refused(400, f"the team name '{name}' holds {describe(bad)}: this class's names "
                                "are ASCII letters, digits, '.', '_' and '-' only (serve --names ascii)")
         return name
     if PLAIN.fullmatch(name):
@@ -152,7 +154,7 @@ def enforce(name, rule="unicode"):
     enforced = "".join(parts)
     why = form_refusal(enforced)
     if why:
-        raise Refused(400, f"the team name '{printable(name)}' {why}: choose another name")
+        raise Refused(400, f"the team name '{name}' {why}: choose another name")
     return enforced
 
 
@@ -165,7 +167,7 @@ def _precis_line(name, part, error):
         reason = "spaces"
     what = WHY.get(reason, reason.replace("_", " ") or "a character")
     held = f"holds {describe(given)}, {what}" if given else f"breaks a rule ({what})"
-    return (f"the team name '{printable(name)}' {held}, which a username may not hold (PRECIS, RFC 8265): "
+    return (f"the team name '{name}' {held}, which a username may not hold (PRECIS, RFC 8265): "
             "choose another name")
 
 

@@ -114,7 +114,6 @@ class Tokens:
         in the same call; Refused (400) where a name breaks the rule of names (``identity``). A
         look-alike is refused as one, naming the team it looks like, before its form is judged."""
         given = [given_name(n) for n in names]
-        raw = dict(zip(given, names))                                # given_name is one-to-one
         key = {name: name_key(name) for name in given}
         keys = {}
         for name in given:
@@ -135,14 +134,14 @@ class Tokens:
                     stored[name], same[name] = None, name             # an existing team, as given
                     continue
                 other = tx.value("SELECT name FROM service_teams WHERE name_key = ?", (key[name],))
-                if other is not None and self._stored_form(raw[name], name, key[name]) == other:
+                if other is not None and self._stored_form(name, key[name]) == other:
                     stored[name], same[name] = None, other            # its PRECIS form exists (full width)
                 elif other is not None:
                     raise Refused(409, identity.collision(name, other, csv_cell) + "; nothing was added "
                                        "(choose a name that differs in more than case, spacing, Unicode form or look)")
             for name in given:
                 if name not in stored:
-                    stored[name] = check_team_name(raw[name], self.names, name, key[name])
+                    stored[name] = stored_form(name, key[name], self.names)
             existing = sorted(same.values())
             if existing and not skip_existing:
                 raise Refused(409, f"team(s) already exist: {', '.join(existing)}; nothing was added "
@@ -157,9 +156,9 @@ class Tokens:
         self.forget()
         return out
 
-    def _stored_form(self, raw, given, key):
+    def _stored_form(self, given, key):
         try:
-            return check_team_name(raw, self.names, given, key)
+            return stored_form(given, key, self.names)
         except Refused:
             return None
 
@@ -259,8 +258,9 @@ def check_name(name, what):
 
 
 def given_name(name):
-    """A team's name as given (stripped, escaped as records keep names): what its look is judged
-    on, and what names an existing team in a roster."""
+    """A team's name as given, stripped, escaped as records keep names (control and format
+    characters, undecodable bytes as visible escapes: ``names.printable``): what its form and look
+    are judged on, and what names an existing team in a roster."""
     return check_name(name, "team")
 
 
@@ -279,19 +279,22 @@ def reserved_keys():
     return {name_key(r) for r in RESERVED}
 
 
-def check_team_name(name, rule="unicode", given=None, key=None):
-    """A team's name as records keep it: its PRECIS form (``identity.enforce``; full-width letters
-    as usual ones, NFC), escaped as grading escapes names; Refused where it is empty, too long,
-    breaks the rule of names (``rule``: identity.RULES), or is (or looks like) a name the service's
-    own files use (a team named ``instructor`` would write ``instructor.token`` with ``teams add
-    --token-dir``). ``given`` and ``key``: its ``given_name`` and ``name_key``, where known."""
-    given = given_name(name) if given is None else given
-    if (name_key(given) if key is None else key) in reserved_keys():
+def check_team_name(name, rule="unicode"):
+    """A team's name as records keep it: as given (``given_name``: escaped as records escape
+    names), in its PRECIS form (``identity.enforce``: full-width letters as usual ones, NFC);
+    Refused where it is empty, too long, breaks the rule of names (``rule``: identity.RULES), or
+    is (or looks like) a name the service's own files use (a team named ``instructor`` would
+    write ``instructor.token`` with ``teams add --token-dir``)."""
+    given = given_name(name)
+    return stored_form(given, name_key(given), rule)
+
+
+def stored_form(given, key, rule="unicode"):
+    """``check_team_name`` of a name already given (``given_name``) whose key is ``key``."""
+    if key in reserved_keys():
         raise Refused(400, f"{given} is (or looks like) the name of the service's own token file; "
                            "choose another team name")
-    stripped = name.strip()
-    enforced = identity.enforce(stripped, rule)
-    return given if enforced == stripped else check_name(enforced, "team")
+    return identity.enforce(given, rule)
 
 
 def address_key(address):
