@@ -115,10 +115,10 @@ class Tokens:
         look-alike is refused as one, naming the team it looks like, before its form is judged."""
         given = [given_name(n) for n in names]
         key = {name: name_key(name) for name in given}
-        keys = {}
-        for name in given:
-            other = keys.setdefault(key[name], name)
-            if other == name and given.count(name) > 1:
+        first = {}                                                    # key -> where it is first given
+        for i, name in enumerate(given):
+            other = given[first.setdefault(key[name], i)]             # one look-up a name, not a count
+            if other == name and first[key[name]] != i:
                 raise Refused(400, f"team {name} is named twice")
             if other != name:
                 raise Refused(409, identity.collision(name, other, csv_cell, in_call=True) + "; nothing was added "
