@@ -13,7 +13,6 @@ import pytest
 
 from servicekit import Service, started_postgres
 
-from ece408_op.service import identity
 from ece408_op.service import tokens as tokens_module
 from ece408_op.service.db import Database
 from ece408_op.service.jobs import Refused
@@ -215,6 +214,7 @@ def test_the_check_is_a_lookup_per_name_not_a_comparison_with_every_team(tmp_pat
 
 
 def test_the_confusables_are_read_once_and_map_each_source_to_its_prototype():
+    from ece408_op.service import identity
     table = identity.prototypes()
     assert identity.prototypes() is table                              # read once, at first use
     assert table[ord("\u237a")] == "a" and table[ord("\u0430")] == "a" and table[ord("m")] == "rn"
