@@ -36,6 +36,10 @@ LOOK_ALIKE = {                      # "{}": where each test puts a tag of its ow
     "a Greek ο for a Latin o": ("robot{}", "r\u03bfbot{}"),
     "Cyrillic і and ѕ for Latin i and s": ("kiss{}", "k\u0456\u0455s{}"),
     "a Cherokee Ꭺ for a Latin A": ("Alpha{}", "\u13aalpha{}"),
+    "an APL ⍺ for a Latin a": ("alpha{}", "\u237alpha{}"),          # the red team's, third round: UTS #39
+    "a Latin tone six Ƅ for a b": ("bravo{}", "\u0184ravo{}"),
+    "a small capital ᴄ for a c": ("victor{}", "vi\u1d04tor{}"),
+    "a Cherokee Ꮷ for a d": ("delta{}", "\u13e7elta{}"),
 }
 
 INVISIBLE = {                       # default-ignorable characters that are not format controls
@@ -48,6 +52,12 @@ INVISIBLE = {                       # default-ignorable characters that are not 
     "a Mongolian free variation selector (U+180B)": "\u180b",
     "a Khmer inherent vowel (U+17B4)": "\u17b4",
     "a supplementary variation selector (U+E0100)": "\U000e0100",
+    "a Braille blank (U+2800)": "\u2800",                          # the red team's, third round
+    "a combining acute accent (U+0301)": "\u0301",
+    "a combining long stroke overlay (U+0336)": "\u0336",
+    "a combining long solidus overlay (U+0338)": "\u0338",
+    "a combining enclosing circle (U+20DD)": "\u20dd",
+    "an em quad (U+2001)": "\u2001",
 }
 
 

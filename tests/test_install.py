@@ -293,6 +293,10 @@ def test_setup_reads_the_one_table_of_requirements():
     for name in ("mxnet", "gpu", "service", "grade", "test"):
         assert extras.MODELS in table[name], name
     assert extras.MODELS not in table["client"] and extras.MODELS not in table["bench"]
+    # the server checks team names (PRECIS, Unicode's confusables); the client need not
+    for requirement, _ in extras.NAMES:
+        assert requirement in table["service"] and requirement in table["test"], requirement
+        assert requirement not in table["client"] and requirement not in extras.install_requires()
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ extra brings what one part of the package needs:
     mxnet    MXNet 1.9.1, NumPy < 2, Numba...: m1, m2, fetch, train, warmup, the CPU benchmarks,
              local submit (rai_build.yml, ranked runs)
     gpu      mxnet's, and PyCUDA: m3, final
-    service  mxnet's (its local workers run the milestones), FastAPI, uvicorn, Jinja2: serve, worker
+    service  mxnet's (its local workers run the milestones), FastAPI, uvicorn, Jinja2, and the team
+             names' checks (precis-i18n, confusable-homoglyphs): serve, worker
     grade    mxnet's, and psycopg (records in PostgreSQL): grade
     bench    PyTorch, PyCUDA, matplotlib: bench gpu (no MXNet)
     client   the base install's own (kept so that ``pip install '.[client]'`` goes on working)
@@ -33,6 +34,8 @@ WEB = (("fastapi==0.165.0", "fastapi"), ("uvicorn==0.54.0", "uvicorn"), ("starle
        ("sse-starlette==3.7.0", "sse_starlette"), ("httpx==0.28.1", "httpx"), ("pydantic==2.14.4", "pydantic"),
        ("Jinja2==3.1.6", "jinja2"),
        ("matplotlib", "matplotlib"))                   # the team pages' plots (the service runs without it)
+NAMES = (("precis-i18n==1.1.2", "precis_i18n"),                  # team names: PRECIS usernames (RFC 8265)
+         ("confusable-homoglyphs==3.3.1", "confusable_homoglyphs"))   # ... and Unicode's confusables (UTS #39)
 POSTGRES = (("psycopg[binary]", "psycopg"),)
 TORCH = (("torch", "torch"), ("matplotlib", "matplotlib"), ("numpy", "numpy"))
 TOOLS = (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"), ("hypothesis", "hypothesis"),
@@ -44,11 +47,11 @@ TOOLS = (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"), ("hypothesi
 EXTRAS = {
     "mxnet": MXNET,
     "gpu": MXNET + PYCUDA,
-    "service": MXNET + WEB,
+    "service": MXNET + WEB + NAMES,
     "grade": MXNET + POSTGRES,
     "bench": PYCUDA + TORCH,
     "client": CLIENT,
-    "test": MXNET + WEB + POSTGRES + TOOLS,
+    "test": MXNET + WEB + NAMES + POSTGRES + TOOLS,
 }
 # In the one-line hint: what each extra brings, and which extra a command needs first
 WHAT = {"mxnet": "MXNet 1.9.1, NumPy < 2, Numba", "gpu": "MXNet 1.9.1, NumPy < 2, Numba, PyCUDA",

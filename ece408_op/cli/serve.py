@@ -73,6 +73,9 @@ def command(argv):
     parser.add_argument("--streams-per-address", type=count, default=STREAMS_PER_ADDRESS, metavar="N",
                         help=f"live streams one client address may hold (default {STREAMS_PER_ADDRESS}: a campus "
                              "behind one NAT address; 0: no cap); a team holds 16 at most")
+    parser.add_argument("--names", choices=("unicode", "ascii"), default="unicode",
+                        help="the rule of team names: unicode (default: PRECIS usernames, one script, no look-alike "
+                             "of another team's by Unicode's confusables) or ascii (A-Z a-z 0-9 . _ - only)")
     parser.add_argument("--forwarded-allow-ips", metavar="ADDRESSES",
                         help="behind a reverse proxy: its address(es), whose X-Forwarded-For is believed")
     parser.add_argument("--slurm", action="store_true", help="run each queued job as a Slurm job (worker --once)")
@@ -117,7 +120,7 @@ def command(argv):
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
                         max_failures_total=args.max_failures_total,
                         keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20),
-                        streams_per_address=args.streams_per_address)
+                        streams_per_address=args.streams_per_address, names=args.names)
     slurm = None
     if args.slurm:
         from ..service.slurm import SlurmOptions

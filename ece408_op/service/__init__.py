@@ -16,6 +16,7 @@ One module per job:
     grading_door.py  the only door into grading/ and team/ (a move of those modules touches this file)
     db.py        the service's tables (own migrations, own version table) in the store's database
     tokens.py    team, worker and instructor tokens: made, hashed, checked in constant time
+    identity.py  a team name as an identity: its form (PRECIS usernames, one script) and look (UTS #39)
     jobs.py      the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
     capacity.py  at submission, whether a worker seen lately can take the job; refused in one line
                  saying what to change (or queued with that line as a warning)

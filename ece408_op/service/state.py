@@ -40,6 +40,7 @@ class Settings:
     keep_builds: float = KEEP_DAYS * 86400       # seconds a build folder is kept (0: none kept)
     build_quota: int = QUOTA_MIB << 20           # bytes of build folders a team may have kept
     streams_per_address: int = STREAMS_PER_ADDRESS   # live streams from one client address (0: no cap)
+    names: str = "unicode"                       # the rule of team names (identity.RULES; serve --names)
 
 
 class Service:
@@ -48,7 +49,7 @@ class Service:
     def __init__(self, db, settings):
         self.db = db
         self.settings = settings
-        self.tokens = Tokens(db)
+        self.tokens = Tokens(db, settings.names)
         self.failures = FailureLimiter(settings.max_failures, settings.failure_window, settings.max_failures_total)
         self.hub = None                           # live.Hub, made by the application's lifespan
         self.loop = None

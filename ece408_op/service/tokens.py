@@ -10,18 +10,18 @@ Failed checks are counted per client address (``FailureLimiter``): past ``max_fa
 window, every request from that address is refused (HTTP 429) until the window has passed.
 A token is never logged, never put in a URL or an error message.
 """
+import functools
 import hashlib
 import hmac
 import ipaddress
-import re
 import secrets
 import threading
 import time
-import unicodedata
 from collections import deque
 from dataclasses import dataclass
 
 from ..base.terms import parse_token
+from . import identity
 from .jobs import Refused
 from .grading_door import csv_cell, printable, team_name
 
@@ -31,26 +31,6 @@ INSTRUCTOR = "instructor"
 DUMMY_HASH = hashlib.sha256(b"no such token").hexdigest()
 CACHE_SECONDS = 10.0                 # the active tokens are read again at least this often
 MAX_TEAM_NAME = 100
-ESCAPE = re.compile(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")      # names.printable's escapes
-# Unicode's default-ignorable marks that are not format characters (printable keeps them): the combining
-# grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors
-IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0"
-                       "\U000e0000-\U000e0fff]")
-# Letters of other scripts drawn like Latin ones (after case folding), as Unicode's confusables list them
-LOOK_ALIKE = {c: latin for latin, letters in {
-    "a": "\u0430\u03b1", "b": "\u042c\u0184", "c": "\u0441\u03f2\u217d", "d": "\u0501\u217e",
-    "e": "\u0435\u0454", "g": "\u0261", "h": "\u04bb\u0570", "i": "\u0456\u03b9\u0131\u2170",
-    "j": "\u0458\u03f3", "k": "\u03ba", "l": "\u04cf\u217c", "m": "\u217f", "n": "\u0578",
-    "o": "\u043e\u03bf\u0585", "p": "\u0440\u03c1", "q": "\u051b", "r": "\u0433", "s": "\u0455",
-    "u": "\u03c5\u057d", "v": "\u03bd\u0475\u2174", "w": "\u051d\u0461", "x": "\u0445\u03c7\u2179",
-    "y": "\u0443\u04af", "z": "\u1d22"}.items() for c in letters}
-LOOK_ALIKE.update({                 # Cherokee capitals (case folding writes its small letters so)
-    "\u13a0": "d", "\u13a1": "r", "\u13a2": "t", "\u13a9": "y", "\u13aa": "a", "\u13ab": "j",
-    "\u13ac": "e", "\u13b3": "w", "\u13b7": "m", "\u13bb": "h", "\u13be": "o", "\u13c0": "g",
-    "\u13c2": "h", "\u13c3": "z", "\u13cf": "b", "\u13d2": "r", "\u13da": "s", "\u13de": "l",
-    "\u13df": "c", "\u13e2": "p", "\u13e6": "k", "\u13ea": "z", "\u13f4": "b"})
-
-
 @dataclass(frozen=True)
 class Principal:
     kind: str                        # team, worker, instructor
@@ -76,8 +56,9 @@ class Tokens:
     spray of made-up tokens costs the database nothing. Another server process's change is seen
     within CACHE_SECONDS."""
 
-    def __init__(self, db):
+    def __init__(self, db, names="unicode"):
         self.db = db
+        self.names = names                       # the rule of team names: identity.RULES
         self._table = None                       # {id: (secret digest, Principal)} of the active tokens
         self._read_at = 0.0
         self._lock = threading.Lock()
@@ -129,48 +110,76 @@ class Tokens:
     def add_teams(self, names, skip_existing=False):
         """[{name, token} or {name, skipped}] for ``names`` (escaped as records name teams). All
         or nothing: Refused (409) where one exists already (unless ``skip_existing``), or where a
-        name would store, print or export like another team's (``name_key``), in the class or in
-        the same call."""
-        stored = [check_team_name(n) for n in names]
-        keys = {}
-        for name in stored:
-            other = keys.setdefault(name_key(name), name)
-            if other == name and stored.count(name) > 1:
+        name would store, print, export or look like another team's (``name_key``), in the class or
+        in the same call; Refused (400) where a name breaks the rule of names (``identity``). A
+        look-alike is refused as one, naming the team it looks like, before its form is judged."""
+        given = [given_name(n) for n in names]
+        key = {name: name_key(name) for name in given}
+        first = {}                                                    # key -> where it is first given
+        for i, name in enumerate(given):
+            other = given[first.setdefault(key[name], i)]             # one look-up a name, not a count
+            if other == name and first[key[name]] != i:
                 raise Refused(400, f"team {name} is named twice")
             if other != name:
-                raise Refused(409, f"teams {other} and {name} would print or export alike; nothing was added "
-                                   "(choose names that differ in more than case, spacing or Unicode form)")
+                raise Refused(409, identity.collision(name, other, csv_cell, in_call=True) + "; nothing was added "
+                                   "(choose names that differ in more than case, spacing, Unicode form or look)")
         now = time.time()
         out = []
         with self.db.transaction() as tx:
-            self._fill_keys(tx)
-            existing = {name for name in stored
-                        if tx.value("SELECT 1 FROM service_teams WHERE name = ?", (name,)) is not None}
-            if existing and not skip_existing:
-                raise Refused(409, f"team(s) already exist: {', '.join(sorted(existing))}; nothing was added "
-                                   "(teams rotate NAME gives an existing team a new token)")
-            for name in stored:
-                if name in existing:
+            self._fill_keys(tx)                                       # kept even where this call is refused
+        with self.db.transaction() as tx:
+            stored, same = {}, {}                                     # same: the existing team a name is
+            for name in given:
+                if tx.value("SELECT 1 FROM service_teams WHERE name = ?", (name,)) is not None:
+                    stored[name], same[name] = None, name             # an existing team, as given
                     continue
-                other = tx.value("SELECT name FROM service_teams WHERE name_key = ?", (name_key(name),))
-                if other is not None:
-                    raise Refused(409, f"team {name} would print or export like the existing team {other}; "
-                                       "nothing was added (choose a name that differs in more than case, "
-                                       "spacing or Unicode form)")
-            for name in stored:
-                if name in existing:
-                    out.append({"name": name, "skipped": True})
+                other = tx.value("SELECT name FROM service_teams WHERE name_key = ?", (key[name],))
+                if other is not None and self._stored_form(name, key[name]) == other:
+                    stored[name], same[name] = None, other            # its PRECIS form exists (full width)
+                elif other is not None:
+                    raise Refused(409, identity.collision(name, other, csv_cell) + "; nothing was added "
+                                       "(choose a name that differs in more than case, spacing, Unicode form or look)")
+            for name in given:
+                if name not in stored:
+                    stored[name] = stored_form(name, key[name], self.names)
+            existing = sorted(same.values())
+            if existing and not skip_existing:
+                raise Refused(409, f"team(s) already exist: {', '.join(existing)}; nothing was added "
+                                   "(teams rotate NAME gives an existing team a new token)")
+            for name in given:
+                if stored[name] is None:
+                    out.append({"name": same[name], "skipped": True})
                     continue
                 tx.execute("INSERT INTO service_teams (name, created_at, name_key) VALUES (?, ?, ?)",
-                           (name, now, name_key(name)))
-                out.append({"name": name, "token": self._issue(tx, "team", name, now)})
+                           (stored[name], now, key[name] if stored[name] == name else name_key(stored[name])))
+                out.append({"name": stored[name], "token": self._issue(tx, "team", stored[name], now)})
         self.forget()
         return out
 
+    def _stored_form(self, given, key):
+        try:
+            return stored_form(given, key, self.names)
+        except Refused:
+            return None
+
     @staticmethod
     def _fill_keys(tx):
-        """The name keys of teams added before the service kept them (a name whose key another
-        team holds already keeps none: it was added before the rule)."""
+        """The name keys of teams added before the service kept them, or before the rule of looks
+        changed (``identity.keys_version``, kept in the settings): all made again, in the order the teams
+        were added (a name whose key an earlier team holds keeps none: it was added before the rule)."""
+        version = identity.keys_version()
+        if tx.value("SELECT value FROM service_settings WHERE key = 'name_keys'") != version:
+            rows = tx.all("SELECT name FROM service_teams ORDER BY created_at, name")
+            tx.execute("UPDATE service_teams SET name_key = NULL")
+            taken = set()
+            for (name,) in rows:
+                key = name_key(name)
+                if key not in taken:
+                    taken.add(key)
+                    tx.execute("UPDATE service_teams SET name_key = ? WHERE name = ?", (key, name))
+            tx.execute("INSERT INTO service_settings (key, value) VALUES ('name_keys', ?) ON CONFLICT (key) "
+                       "DO UPDATE SET value = excluded.value", (version,))
+            return
         for (name,) in tx.all("SELECT name FROM service_teams WHERE name_key IS NULL"):
             key = name_key(name)
             if tx.value("SELECT 1 FROM service_teams WHERE name_key = ?", (key,)) is None:
@@ -248,35 +257,44 @@ def check_name(name, what):
     return shown
 
 
+def given_name(name):
+    """A team's name as given, stripped, escaped as records keep names (control and format
+    characters, undecodable bytes as visible escapes: ``names.printable``): what its form and look
+    are judged on, and what names an existing team in a roster."""
+    return check_name(name, "team")
+
+
 def name_key(stored):
-    """The form in which two team names that would store, print or export alike coincide: the name
-    as exported (a CSV cell: a formula's leading character quoted), in Unicode's compatibility
-    form (NFKC: composed and decomposed accents, full-width letters, ligatures alike), every run of
-    backslashes as one (a name and its escaped form, ``a\\b`` and ``a\\\\b``, or a control character
-    and its escape typed out, alike), without the characters nobody sees (the escapes of zero-width
-    spaces, joiners, byte order marks, soft hyphens, controls and bidi marks, which ``printable``
-    writes; variation selectors, fillers and the other default-ignorable marks, which it keeps),
-    its runs of white space as one space, case folded (two names differing in case only would write
-    one token file on macOS and Windows), and the letters of other scripts that look Latin written
-    as the Latin ones (``LOOK_ALIKE``: Cyrillic, Greek, Cherokee). ``stored`` is the escaped name
-    (``check_team_name``)."""
-    text = re.sub(r"\\+", r"\\", unicodedata.normalize("NFKC", csv_cell(stored)))
-    text = IGNORABLE.sub("", ESCAPE.sub("", text))
-    text = " ".join(text.split()).casefold()
-    return "".join(LOOK_ALIKE.get(ch, ch) for ch in text)
+    """The form in which two team names that would store, print, export or look alike coincide
+    (``identity.name_key``: the names' own folding, Unicode's confusable skeleton, combining marks
+    aside). ``stored`` is the escaped name (``check_name``)."""
+    return identity.name_key(stored, csv_cell)
 
 
 RESERVED = ("instructor",)          # names of the service's own token files in its state folder
 
 
-def check_team_name(name):
-    """A team's name as records keep it (grading's escaping: control characters written as
-    escapes); Refused where it is empty, too long, or a name the service's own files use (a team
-    named ``instructor`` would write ``instructor.token`` with ``teams add --token-dir``)."""
-    stored = check_name(name, "team")
-    if stored.casefold() in RESERVED:
-        raise Refused(400, f"{stored} is the name of the service's own token file; choose another team name")
-    return stored
+@functools.lru_cache(maxsize=None)
+def reserved_keys():
+    return {name_key(r) for r in RESERVED}
+
+
+def check_team_name(name, rule="unicode"):
+    """A team's name as records keep it: as given (``given_name``: escaped as records escape
+    names), in its PRECIS form (``identity.enforce``: full-width letters as usual ones, NFC);
+    Refused where it is empty, too long, breaks the rule of names (``rule``: identity.RULES), or
+    is (or looks like) a name the service's own files use (a team named ``instructor`` would
+    write ``instructor.token`` with ``teams add --token-dir``)."""
+    given = given_name(name)
+    return stored_form(given, name_key(given), rule)
+
+
+def stored_form(given, key, rule="unicode"):
+    """``check_team_name`` of a name already given (``given_name``) whose key is ``key``."""
+    if key in reserved_keys():
+        raise Refused(400, f"{given} is (or looks like) the name of the service's own token file; "
+                           "choose another team name")
+    return identity.enforce(given, rule)
 
 
 def address_key(address):
