@@ -330,7 +330,7 @@ def test_local_flags_with_server_are_a_usage_error(tmp_path, service):
     out = service.cli("submit", "--engine", "host", token=service.add_teams("pi")["pi"])
     assert out.returncode == 2
     assert out.stderr.splitlines()[-1].endswith("error: --engine: the service decides how runs are made; leave it out "
-                                                 "(or run locally: without --server and $ECE408_SERVER)")
+                                                 "(or run here: without $ECE408_SERVER, or with --local)")
 
 
 def test_health_and_readiness(service):
