@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -241,6 +242,22 @@ def started_postgres(root):
         return server.start()
     except Unavailable as exc:
         pytest.skip(str(exc))
+
+
+@contextmanager
+def service_on(database, root, **kwargs):
+    """A started Service (``kwargs``: Service's) whose database is SQLite (``database`` "sqlite") or
+    a PostgreSQL server started for it in ``root`` ("postgresql"); both stopped afterwards."""
+    root = Path(root)
+    pg = started_postgres(root / "pg") if database == "postgresql" else None
+    env = {**kwargs.pop("env", {}), **({"ECE408_DB": pg.url} if pg else {})}
+    service = Service(root / "svc", env=env, **kwargs).start()
+    try:
+        yield service
+    finally:
+        service.close()
+        if pg is not None:
+            pg.stop()
 
 
 class Follower:

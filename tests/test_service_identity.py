@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from servicekit import Service, started_postgres
+from servicekit import Service, service_on
 
 from ece408_op.service import tokens as tokens_module
 from ece408_op.service.db import Database
@@ -51,13 +51,8 @@ HONEST = ["\u56e2\u961f", "\u03bf\u03bc\u03ac\u03b4\u03b1", "\u0926\u0932", "\u0
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def svc(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(f"identity-{request.param}")
-    pg = started_postgres(root / "pg") if request.param == "postgresql" else None
-    service = Service(root / "svc", workers=0, env={"ECE408_DB": pg.url} if pg else {}).start()
-    yield service
-    service.close()
-    if pg is not None:
-        pg.stop()
+    with service_on(request.param, tmp_path_factory.mktemp(f"identity-{request.param}"), workers=0) as service:
+        yield service
 
 
 def names(svc):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from servicekit import Service, started_postgres
+from servicekit import service_on
 from test_pages import Class, table_rows, text_of
 
 ALIKE = [
@@ -23,13 +23,8 @@ ALIKE = [
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def svc(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(f"names-{request.param}")
-    pg = started_postgres(root / "pg") if request.param == "postgresql" else None
-    service = Service(root / "svc", workers=0, env={"ECE408_DB": pg.url} if pg else {}).start()
-    yield service
-    service.close()
-    if pg is not None:
-        pg.stop()
+    with service_on(request.param, tmp_path_factory.mktemp(f"names-{request.param}"), workers=0) as service:
+        yield service
 
 
 def names(svc):

@@ -61,32 +61,38 @@ def set_grading_kind(db, milestone, kind):
     put(db, f"grading_kind:{milestone}", kind)
 
 
+UNSERVED_JOBS = ("refused", "accepted")
+
+
+def _either(db, key, allowed):
+    """The stored choice ``key`` of ``allowed`` (its first where unset or not one of them)."""
+    value = get(db, key, allowed[0])
+    return value if value in allowed else allowed[0]
+
+
+def _choose(db, key, allowed, value, what):
+    if value not in allowed:
+        raise ValueError(f"{what} are {' or '.join(allowed)}")
+    put(db, key, value)
+
+
 def unknown_gpus(db):
     """``refused`` (a job asking for a GPU kind no worker reported is refused) or ``accepted``."""
-    value = get(db, "unknown_gpus", UNKNOWN_GPUS[0])
-    return value if value in UNKNOWN_GPUS else UNKNOWN_GPUS[0]
+    return _either(db, "unknown_gpus", UNKNOWN_GPUS)
 
 
 def set_unknown_gpus(db, value):
-    if value not in UNKNOWN_GPUS:
-        raise ValueError(f"unknown GPU kinds are {' or '.join(UNKNOWN_GPUS)}")
-    put(db, "unknown_gpus", value)
-
-
-UNSERVED_JOBS = ("refused", "accepted")
+    _choose(db, "unknown_gpus", UNKNOWN_GPUS, value, "unknown GPU kinds")
 
 
 def unserved_jobs(db):
     """``refused`` (a job no worker seen lately can take is refused at submission, in one line
     saying what to change) or ``accepted`` (it is queued, the line shown as a warning)."""
-    value = get(db, "unserved_jobs", UNSERVED_JOBS[0])
-    return value if value in UNSERVED_JOBS else UNSERVED_JOBS[0]
+    return _either(db, "unserved_jobs", UNSERVED_JOBS)
 
 
 def set_unserved_jobs(db, value):
-    if value not in UNSERVED_JOBS:
-        raise ValueError(f"jobs no worker can take now are {' or '.join(UNSERVED_JOBS)}")
-    put(db, "unserved_jobs", value)
+    _choose(db, "unserved_jobs", UNSERVED_JOBS, value, "jobs no worker can take now")
 
 
 def pseudonym_key(db):

@@ -95,28 +95,27 @@ async def admin_grading_kind(request: Request, viewer=Depends(instructor)):
     return RedirectResponse("/admin?done=grading", status_code=303)
 
 
-@router.post("/admin/unknown-gpus")
-async def admin_unknown_gpus(request: Request, viewer=Depends(instructor)):
+async def _either_choice(request, viewer, setter, field, event, done):
+    """A form that sets one of the instructor's two-way choices (choices.py), then back to /admin."""
     service = service_of(request)
     fields = await read_form(request, viewer.value)
     try:
-        await service.run(choices.set_unknown_gpus, service.db, fields.get("unknown_gpus"))
+        await service.run(setter, service.db, fields.get(field))
     except ValueError as exc:
         raise Refused(400, str(exc)) from None
-    log("gpus.unknown", unknown_gpus=fields["unknown_gpus"], via="page")
-    return RedirectResponse("/admin?done=unknown", status_code=303)
+    log(event, **{field: fields[field]}, via="page")
+    return RedirectResponse(f"/admin?done={done}", status_code=303)
+
+
+@router.post("/admin/unknown-gpus")
+async def admin_unknown_gpus(request: Request, viewer=Depends(instructor)):
+    return await _either_choice(request, viewer, choices.set_unknown_gpus, "unknown_gpus", "gpus.unknown", "unknown")
 
 
 @router.post("/admin/unserved-jobs")
 async def admin_unserved_jobs(request: Request, viewer=Depends(instructor)):
-    service = service_of(request)
-    fields = await read_form(request, viewer.value)
-    try:
-        await service.run(choices.set_unserved_jobs, service.db, fields.get("unserved_jobs"))
-    except ValueError as exc:
-        raise Refused(400, str(exc)) from None
-    log("jobs.unserved", unserved_jobs=fields["unserved_jobs"], via="page")
-    return RedirectResponse("/admin?done=unserved", status_code=303)
+    return await _either_choice(request, viewer, choices.set_unserved_jobs, "unserved_jobs", "jobs.unserved",
+                                "unserved")
 
 
 @router.post("/admin/deadlines")
