@@ -65,6 +65,26 @@ def test_a_key_sent_again_with_another_submission_is_not_answered_with_the_first
         cancel_all(svc, name)
 
 
+def test_a_key_is_bound_to_its_upload_another_file_under_it_is_409_the_same_file_its_job(svc):
+    """The same parameters under the same key, another file: the second file must not be answered
+    with the first job (it would never be queued, and the client told it was); the same file again
+    (a retry) gets the first job back."""
+    name, token = team(svc, "rebound")
+    try:
+        with svc.http(token) as http:
+            post = lambda text: http.post("/api/jobs", params={"kind": "ranked", "milestone": "m2", "size": 100},
+                                          content=ranked_upload(text), headers={"Idempotency-Key": "bound-key"})
+            first = post("def forward(y, x, k):\n    pass\n")
+            assert first.status_code == 201, first.text
+            other = post("def forward(y, x, k):\n    return None\n")
+            assert other.status_code == 409 and "another upload" in other.json()["error"], other.text
+            again = post("def forward(y, x, k):\n    pass\n")
+            assert again.status_code == 200 and again.json()["id"] == first.json()["id"], again.text
+        assert len([j for j in svc.jobs() if j["team"] == name]) == 1
+    finally:
+        cancel_all(svc, name)
+
+
 def test_a_cancelled_job_frees_its_waiting_place_at_once(svc):
     """At the limit of 2 waiting jobs a third submission is refused (429, "has 2 jobs waiting");
     the team cancels one and submits again at once: accepted. A refusal kept a few seconds in

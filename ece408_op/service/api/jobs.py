@@ -1,6 +1,8 @@
 """A team's jobs: queue an upload, list them, show one, its transcript, follow it live (SSE),
 download a development run's build folder, cancel it. A team reaches its own jobs only (another
 team's id answers 404, as no job does); the instructor reaches every job."""
+import hashlib
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.background import BackgroundTask
@@ -61,7 +63,13 @@ async def submit(request: Request, principal=Depends(team)):
     check_size(request, settings.max_upload, "upload")
     earlier = await service.refusals.admit(service, principal.name, kind, milestone, key,
                                            {"kind": kind, "milestone": milestone, "size": size, "gpu_kind": gpu_kind})
-    if earlier is not None:
+    if earlier is not None:                  # a retry, where its upload is the same bytes: the key is bound to them
+        async with service.uploads.upload(principal.name):
+            async with service.uploads.slot("reading"):
+                body = await read_body(request, settings.max_upload, "upload", settings.upload_seconds)
+        if hashlib.sha256(body).hexdigest() != earlier.get("upload_sha256"):
+            raise Refused(409, f"this Idempotency-Key was sent with another upload (job {earlier['id']}); a new "
+                               "submission needs a key of its own")
         return JSONResponse(await with_place(service, earlier), status_code=200)
     warning = None
     if kind == "ranked" or gpu_kind is not None:
