@@ -16,6 +16,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 from ..base.extras import install_hint
@@ -256,6 +257,24 @@ class Store:
         return row[0] if row else None
 
 
+def _wal(conn, seconds=120.0):
+    """Put the database in WAL mode. Switching a new file's journal to WAL takes an exclusive lock
+    for which SQLite may answer "database is locked" at once, its busy handler not called (another
+    process opening the same new file at that moment): tried again until it holds or ``seconds`` pass.
+    WAL stays with the file: once one process has switched it, the others find it so."""
+    deadline = time.monotonic() + seconds
+    pause = 0.01
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+
 class SqliteStore(Store):
     """A SQLite file in WAL mode; writers take the write lock up front (BEGIN IMMEDIATE) and wait
     for one another (busy timeout), so parallel processes on one machine lose nothing. Not for
@@ -268,7 +287,7 @@ class SqliteStore(Store):
             # not tied to the thread that opened it: the service's pool lends it to one thread at a time
             conn = sqlite3.connect(str(path), timeout=120, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 120000")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _wal(conn)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the SQLite database {path}: {exc}; "
                              f"set {DB_ENV} to a writable path") from exc
