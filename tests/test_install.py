@@ -362,6 +362,7 @@ def test_a_rosters_team_column_is_found_by_its_header(tmp_path, text, names):
     ("netid,email\nab1,a@x\n", "no team column"),
     ("team\nred\nbl\x00ue\n", "line 3: the team name holds the control character U+0000"),
     ("team\nred\nbl\x07ue\n", "line 3"),
+    ("netid,team\nab1,red\ncd2\n", "line 3: no team column (the team is column 2; this row has 1)"),
 ])
 def test_a_roster_that_cannot_be_read_rightly_is_refused_in_one_line(tmp_path, text, says):
     from ece408_op.client.api import ClientError
