@@ -239,7 +239,7 @@ WINDOWS_LACKS = "import sys\nfor m in ('fcntl', 'termios', 'resource', 'pwd', 'g
                 "    sys.modules[m] = None\n"
 CLIENT_MODULES = ("ece408_op.cli", "ece408_op.cli.remote", "ece408_op.cli.login", "ece408_op.cli.jobs",
                   "ece408_op.cli.teams", "ece408_op.cli.deadlines", "ece408_op.cli.init", "ece408_op.client.api",
-                  "ece408_op.client.instructor", "ece408_op.client.roster")
+                  "ece408_op.client.instructor", "ece408_op.client.roster", "ece408_op.client.importer")
 
 
 def test_the_client_imports_without_the_modules_windows_lacks():
