@@ -89,6 +89,9 @@ def bearer(token):
 
 JSON_ROUTES = {                                   # (method, path, auth, the body's fields)
     "teams add": ("POST", "/api/admin/teams", "instructor", {"names": ["ok-name"], "skip_existing": False}),
+    "teams import check": ("POST", "/api/admin/teams/import/check", "instructor", {"names": ["imported"], "lines": [2]}),
+    "teams import": ("POST", "/api/admin/teams/import", "instructor", {"names": ["imported"], "lines": [2], "tokens": [
+        "ece408_" + "0123456789abcdef" + "_" + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ"]}),
     "teams revoke": ("POST", "/api/admin/teams/revoke", "instructor", {"name": "nobody"}),
     "teams rotate": ("POST", "/api/admin/teams/rotate", "instructor", {"name": "nobody"}),
     "teams worker": ("POST", "/api/admin/workers", "instructor", {"name": "w"}),

@@ -345,13 +345,14 @@ def test_the_instructor_s_commands(tmp_path):
         roster = tmp_path / "roster.csv"
         roster.write_text("netid,team\nab1,rho\ncd2,sigma\nef3,rho\n")
         out = svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens")
-        assert out.returncode == 2 and out.stderr == "error: team rho is named twice\n"
+        assert out.returncode == 2 and out.stderr.splitlines()[-1] == (
+            f"error: the roster {roster}, line 4: team rho is named twice (line 2 too); nothing was imported")
         roster.write_text("netid,team\nab1,rho\ncd2,sigma\n")
         assert svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens").returncode == 0
         roster.write_text("team\nrho\ntau\n")
         again = svc.cli("teams", "import", roster)
-        assert again.returncode == 0 and again.stdout.startswith("tau\tece408_"), again.stdout
-        assert "rho: exists already; its token is unchanged" in again.stderr
+        assert again.returncode == 0 and again.stdout == f"tau: token written to {tmp_path / 'roster-tokens' / 'tau.token'}\n"
+        assert "1 team of the roster exists already without a token file" in again.stderr, again.stderr
         added = svc.cli("teams", "add", "rho", "upsilon")
         assert added.returncode == 2 and "already exist: rho; nothing was added" in added.stderr
         listed = svc.cli("teams", "list")

@@ -53,6 +53,15 @@ class ClientError(Ece408Error):
     exit_code = 2
 
 
+class Refusal(ClientError):
+    """The service answered, and refused (HTTP ``status``, 4xx or 5xx): what was asked was not done
+    (where the service works in transactions: nothing of it)."""
+
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.status = status
+
+
 def normal_url(url):
     return url.strip().rstrip("/")
 
@@ -187,7 +196,7 @@ class Client:
                     time.sleep(wait)
                     continue
             if response.status_code >= 400:
-                raise ClientError(error_line(response))
+                raise Refusal(error_line(response), response.status_code)
             return response
 
     # ------------------------------------------------------------ following a job
@@ -518,5 +527,5 @@ def login(url, token):
     return who, path
 
 
-__all__ = ["Client", "ClientError", "connect", "submit", "dry_run", "show", "listing", "cancel", "download", "ranking",
+__all__ = ["Client", "ClientError", "Refusal", "connect", "submit", "dry_run", "show", "listing", "cancel", "download", "ranking",
            "login", "resolve_server", "resolve_token", "check_url", "read_token_file", "loopback", "table"]

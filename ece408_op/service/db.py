@@ -167,6 +167,20 @@ class Tx:
         row = self.one(sql, params)
         return row[0] if row else None
 
+    def insert_many(self, table, columns, rows):
+        """Insert ``rows`` (tuples in the order of ``columns``) in one go: PostgreSQL's COPY (one
+        stream, no round trip a row), SQLite's executemany. ``table`` and ``columns`` are ours,
+        never a client's."""
+        if not rows:
+            return
+        if self.postgres:
+            with self.conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
+        self.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                              rows)
+
     def lock_suffix(self, skip=False):
         """``FOR UPDATE [SKIP LOCKED]`` in PostgreSQL; nothing in SQLite (its BEGIN IMMEDIATE
         already holds the one write lock)."""

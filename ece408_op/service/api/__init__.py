@@ -18,6 +18,8 @@
     GET  /api/deadlines
     GET  /api/kinds                           the device kinds (workers', runs'), the grading kinds, unknown_gpus
     POST /api/admin/teams {names, skip_existing}     instructor: tokens shown once                instructor.py
+    POST /api/admin/teams/import/check {names, lines}          a roster's names as stored, which exist (imports.py)
+    POST /api/admin/teams/import {names, lines, tokens}        its new teams, the client's tokens: all or nothing
     GET  /api/admin/teams, POST /api/admin/teams/revoke {name}, POST /api/admin/teams/rotate {name}
     GET  /api/admin/uncounted                        instructor: records kept as not counted (late, cancelled)
     POST /api/admin/workers {name}                   instructor: a worker token

@@ -3,7 +3,7 @@ settings about device kinds and about jobs no worker can take now. Every route o
 takes the instructor's token only (the router's dependency)."""
 from fastapi import APIRouter, Depends, Request
 
-from .. import choices, devices, jobs
+from .. import choices, devices, imports, jobs
 from ..auth import instructor
 from ..http import parse_deadline, read_json, text_field
 from ..jobs import Refused
@@ -12,18 +12,46 @@ from ..grading_door import MILESTONES
 from ..state import service_of
 
 router = APIRouter(prefix="/api/admin", dependencies=[Depends(instructor)])
+MAX_ADD = 1000                       # names of one teams add (its tokens travel in the answer alone)
 
 
 @router.post("/teams")
 async def add_teams(request: Request):
+    """A few teams, their tokens made here and shown once in the answer (``teams add``; a roster
+    goes through ``/teams/import``, whose tokens the client makes and keeps first)."""
     service = service_of(request)
     data = await read_json(request)
     names = data.get("names")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise Refused(400, "names is a list of team names")
+    if len(names) > MAX_ADD:
+        raise Refused(413, f"{len(names):,} teams at once: teams add takes at most {MAX_ADD:,} (teams import "
+                           "ROSTER.csv takes a class)")
+    if any("\0" in n for n in names):
+        raise Refused(400, "a team name holds NUL (U+0000); nothing was added")
     added = await service.run(service.tokens.add_teams, names, bool(data.get("skip_existing")))
     log("teams.added", count=sum(1 for a in added if "token" in a))
     return {"teams": added}
+
+
+@router.post("/teams/import/check")
+async def check_import(request: Request):
+    """A roster's names as stored and which teams exist (their active tokens' ids): imports.py."""
+    service = service_of(request)
+    names, lines, _ = imports.rows_of(await read_json(request, imports.MAX_BODY, "roster"), with_tokens=False)
+    return await service.run(imports.check, service.db, names, lines, service.settings.names)
+
+
+@router.post("/teams/import")
+async def import_teams(request: Request):
+    """A roster's new teams with the tokens the client made, all or nothing: imports.py."""
+    service = service_of(request)
+    names, lines, tokens = imports.rows_of(await read_json(request, imports.MAX_BODY, "roster"), with_tokens=True)
+    done = await service.run(imports.create, service.db, names, lines, tokens, service.settings.names)
+    if done["created"]:
+        await service.run(service.tokens.forget)
+    log("teams.imported", **done)
+    return done
 
 
 @router.get("/teams")
