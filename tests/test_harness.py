@@ -65,6 +65,7 @@ def test_a_mistyped_model_is_the_one_line_saying_where_it_was_looked_for(typed):
         "(known models: ece408-2018, ece408-2019, ece408-high, ece408-low)" in line, line
 
 
+@pytest.mark.slow                                   # measured 4 s (loaded machine)
 def test_a_milestone_says_which_forward_runs_where_no_team_project_is(tmp_path):
     # outside a team project the staff's forward runs: said once, on stderr (stdout: the course's transcript)
     from ece408_op.mx.milestone import NO_TEAM
@@ -115,6 +116,7 @@ def test_m2_output_format_and_m1_agreement_both_models():
         assert m1_match["acc"] == match["acc"], f"{model}: m1 {m1_match['acc']} != m2 {match['acc']}"
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_classic_name_runs_from_scripts_folder():
     result = run_script("m2.1.py", "37", cwd=SCRIPTS)
     match = CUSTOM_OUTPUT.match(result.stdout)

@@ -214,6 +214,7 @@ def test_fetch_checks_the_files_before_saying_already_present(tmp_path, env, dam
     assert result.status == 0 and "already present and checked" in result.stdout, result.stderr
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_fetch_adopts_a_cache_written_by_an_earlier_version(tmp_path, env):
     # A folder without a manifest (the previous version's cache): a known set is checked and adopted,
     # an unknown one is checked and left as it is; neither is rewritten.
@@ -363,6 +364,7 @@ def test_corrupt_gz_content_is_a_data_error(tmp_path, damage):
         data.load_fashion_mnist("test", data_dir=folder)
 
 
+@pytest.mark.slow                                   # measured 2 s (loaded machine)
 def test_corrupt_gz_content_through_m2_is_one_line(tmp_path, env):
     folder = faults.write_set(tmp_path / "plain", test=200, compress=True)
     target = folder / (TEST_IMAGES + ".gz")
@@ -386,6 +388,7 @@ def test_idx_files_that_are_not_fashion_mnist_shapes_are_refused(tmp_path, shape
         data.load_fashion_mnist("test", data_dir=folder)
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_zero_images_through_m2_is_one_line(tmp_path, env):
     folder = faults.write_set(tmp_path / "plain", test=40)
     data.write_idx(folder / TEST_IMAGES, np.zeros((0, 28, 28), np.uint8))
@@ -418,6 +421,7 @@ def test_checkpoint_missing_a_parameter_names_it(tmp_path, missing, owner):
         load_model(str(prefix))
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_checkpoint_missing_the_conv_weight_through_m2_is_one_line(tmp_path, env):
     prefix = _checkpoint_without(tmp_path, "conv1_weight")
     folder = faults.write_set(tmp_path / "plain", test=200)
@@ -530,6 +534,7 @@ def _fetch_source(tmp_path, source, behaviour, timeout=60, **options):
 
 
 @pytest.mark.slow
+@pytest.mark.serial                                 # the deadline within 3 s of its 2: alone
 @pytest.mark.parametrize("source", ["url", "npm"])
 @pytest.mark.parametrize("behaviour", ["one byte every 0.2 s", "nothing after the headers"])
 def test_the_deadline_holds_against_a_slow_server(tmp_path, source, behaviour):

@@ -76,6 +76,7 @@ def test_a_ranked_m2_shows_each_model_and_its_fresh_runs(tmp_path, service):
     assert re.search(r"^\* Ended .* UTC: done, ok \(elapsed \d+ s\)$", out.stderr, re.M), out.stderr
 
 
+@pytest.mark.service                                # a real server
 def test_a_hostile_worker_s_step_is_bounded_escaped_text(tmp_path):
     svc = Service(tmp_path / "svc", workers=0).start()
     try:
@@ -178,6 +179,7 @@ def read_events(client, job_id, stop):
     return events
 
 
+@pytest.mark.service                                # a real server
 def test_the_api_stream_carries_the_step_then_an_end_with_its_time_and_record(tmp_path):
     svc = Service(tmp_path / "svc", workers=0).start()
     try:
