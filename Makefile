@@ -37,7 +37,7 @@ test: data
 	[ $$parallel -eq 0 -o $$parallel -eq 5 ] && [ $$serial -eq 0 -o $$serial -eq 5 ]
 
 test-fast: data
-	$(PYTEST) -m "not slow and not service" --fast-tier-check || [ $$? -eq 5 ]
+	$(PY) -m pytest tests -q -rfE -m "not slow and not service" --fast-tier-check || [ $$? -eq 5 ]
 
 bench-cpu: data
 	$(PY) -m ece408_op bench cpu --json bench-cpu.json

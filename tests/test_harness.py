@@ -55,6 +55,7 @@ def test_parse_args_usage_errors(argv):
     assert "ece408-high" in text[1] and "ece408-low" in text[1] and "10000" in text[2]
 
 
+@pytest.mark.slow                                   # measured 1.9 s (loaded machine)
 @pytest.mark.parametrize("typed", ["ece408-hihg", "12abc"])
 def test_a_mistyped_model_is_the_one_line_saying_where_it_was_looked_for(typed):
     # bad input: an unknown model name (a typo; a size with a letter in it) through the real script
@@ -78,6 +79,7 @@ def test_a_milestone_says_which_forward_runs_where_no_team_project_is(tmp_path):
     assert chosen.returncode == 0 and NO_TEAM not in chosen.stderr, chosen.stderr
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 def test_a_team_folder_without_its_forward_says_how_to_restore_it(tmp_path):
     # bad input: a team project whose new-forward.py was deleted
     from ece408_op.team import project
@@ -92,6 +94,7 @@ def test_a_team_folder_without_its_forward_says_how_to_restore_it(tmp_path):
                                           "--restore"], result.stderr
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 def test_script_size_zero_is_a_clear_error():
     # bad input: dataset size 0 (after clamping a negative size): the error line names what was given
     result = run_script("m2_cpu.py", "-3")

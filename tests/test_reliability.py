@@ -99,6 +99,7 @@ def test_known_sources_are_never_mixed_without_a_manifest(tmp_path):
     assert data.load_split(data.locate("test", genuine)).origin == "npm"
 
 
+@pytest.mark.slow                                   # measured 1.8 s (loaded machine)
 def test_a_fetch_interrupted_while_moving_files_is_refused_until_fetched_again(tmp_path):
     # bad input: the folder as a --force fetch leaves it when killed between its renames: the next set's
     # manifest marked unfinished, some files already replaced
@@ -307,6 +308,7 @@ def test_unreadable_data_folders_are_one_line_errors(tmp_path, env):
         (tmp_path / "outer").chmod(0o755)
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 def test_read_only_or_full_cache_during_fetch_is_one_line(tmp_path, env):
     # bad input: the cache on a read-only file system, on a full one, and a cache folder we may not write
     ctx = selftest_cases.Context(tmp_path / "ro", shared=None)
@@ -548,6 +550,7 @@ def test_the_deadline_holds_against_a_slow_server(tmp_path, source, behaviour):
     assert os.listdir(tmp_path / "dest") == []
 
 
+@pytest.mark.slow                                   # measured 1.5 s (loaded machine)
 @pytest.mark.parametrize("source", ["url", "npm"])
 def test_the_size_cap_holds_against_endless_and_lying_servers(tmp_path, source):
     # bad input: a body that never ends, and a server announcing more than the file's size
@@ -604,6 +607,7 @@ def test_an_interrupted_fetch_leaves_no_temporary_file(tmp_path, env, source, si
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+@pytest.mark.slow                                   # measured 1.6 s (loaded machine)
 def test_leftovers_of_killed_fetches_are_removed_at_the_next_start(tmp_path, env):
     # bad input: a fetch SIGKILLed mid-download (no cleanup can run), plus what earlier versions left:
     # hidden .part files in the cache and ece408-npm-* folders in the temporary folder

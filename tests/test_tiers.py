@@ -53,6 +53,7 @@ def run_pytest(folder, *args, ini="fast_tier_test_s = 0.1\nfast_tier_margin = 3\
                           capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.slow                                   # measured 2.8 s (loaded machine)
 def test_a_fast_tier_test_past_its_limit_fails_the_run_naming_it(tmp_path):
     out = run_pytest(tmp_path, "--fast-tier-check")
     assert out.returncode == 1, out.stdout + out.stderr
@@ -64,6 +65,7 @@ def test_a_fast_tier_test_past_its_limit_fails_the_run_naming_it(tmp_path):
     assert "test_slow_and_marked_so" not in out.stdout.split("fast tier check")[-1]     # the slow tier's own
 
 
+@pytest.mark.slow                                   # measured 2.8 s (loaded machine)
 def test_a_fast_tier_past_its_budget_fails_the_run(tmp_path):
     out = run_pytest(tmp_path, "--fast-tier-check", ini="fast_tier_test_s = 5\nfast_tier_total_s = 0.2\n"
                                                          "fast_tier_total_margin = 2\n")
@@ -72,6 +74,7 @@ def test_a_fast_tier_past_its_budget_fails_the_run(tmp_path):
     assert "test_synthetic.py::test_sleeps_past_the_fast_tier" in out.stdout.split("fast tier check")[-1]
 
 
+@pytest.mark.slow                                   # measured 2.2 s (loaded machine)
 def test_a_fast_tier_within_its_limits_passes_and_every_run_records_its_durations(tmp_path):
     out = run_pytest(tmp_path, "--fast-tier-check", "-m", "not slow and not service",
                      ini="fast_tier_test_s = 5\nfast_tier_total_s = 60\n")
@@ -83,6 +86,7 @@ def test_a_fast_tier_within_its_limits_passes_and_every_run_records_its_duration
     assert test["fast"] and test["call_s"] >= 0.6
 
 
+@pytest.mark.slow                                   # measured 2.9 s (loaded machine)
 def test_without_the_option_a_slow_fast_tier_test_fails_nothing(tmp_path):
     out = run_pytest(tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -90,6 +94,7 @@ def test_without_the_option_a_slow_fast_tier_test_fails_nothing(tmp_path):
     assert record["tests"]["test_synthetic.py::test_slow_and_marked_so"]["fast"] is False
 
 
+@pytest.mark.slow                                   # measured 5.2 s (loaded machine)
 @pytest.mark.parametrize("workers", ["2"])
 def test_the_check_sees_every_worker_s_tests_under_xdist(tmp_path, workers):
     pytest.importorskip("xdist")
