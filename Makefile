@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make run    set everything up (virtual env, install, data) and run m2 on ece408-high, 10,000 images
-#   make test   the same set-up, then the test suite (every test: what CI runs)
-# and, while working: make test-fast (the tests not marked slow or service: a few minutes)
+#   make test   the same set-up, then the test suite (every test: what CI runs), in two phases
+# and, while working: make test-fast (the tests not marked slow or service: under 2 minutes, checked)
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -22,12 +22,22 @@ data: $(VENV)/.installed
 run: data
 	$(PY) -m ece408_op m2 ece408-high 10000
 
-# pytest exits 5 when it collects no test: not a failure of the suite.
+# make test: two phases, the second run whatever the first gave. The tests not marked serial in parallel
+# (pytest-xdist: WORKERS processes, each file's tests in one of them, --dist loadfile; most tests wait on
+# subprocesses, servers and sandboxes, so more workers than cores), then the serial ones (wall-clock
+# bounds, p99s, the default port) alone. pytest exits 5 when it collects no test: not a failure of a
+# phase. make test-fast also fails when the fast tier has drifted (--fast-tier-check: tests/tiers.py).
+WORKERS ?= 4
+PYTEST   = $(PY) -m pytest tests -q -rfEs
+
 test: data
-	$(PY) -m pytest tests -q -rfEs || [ $$? -eq 5 ]
+	$(PYTEST) -m "not serial" -n $(WORKERS) --dist loadfile; parallel=$$?; \
+	$(PYTEST) -m serial; serial=$$?; \
+	echo "make test: parallel phase exit $$parallel, serial phase exit $$serial (5: no test, not a failure)"; \
+	[ $$parallel -eq 0 -o $$parallel -eq 5 ] && [ $$serial -eq 0 -o $$serial -eq 5 ]
 
 test-fast: data
-	$(PY) -m pytest tests -q -m "not slow and not service" || [ $$? -eq 5 ]
+	$(PY) -m pytest tests -q -rfE -m "not slow and not service" --fast-tier-check || [ $$? -eq 5 ]
 
 bench-cpu: data
 	$(PY) -m ece408_op bench cpu --json bench-cpu.json

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tiers
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
@@ -32,11 +34,36 @@ def _signals_as_a_terminal_gives_them():
             signal.signal(signum, default)
 
 
+def pytest_addoption(parser):
+    tiers.add_options(parser)
+
+
+# Files that share what there is one of on a machine: one worker under xdist takes them all, one at a time
+# (two one-node Slurm clusters of one hostname are not tried).
+ONE_AT_A_TIME = {"test_grade.py": "slurm", "test_service_slurm.py": "slurm"}
+
+
+@pytest.hookimpl(optionalhook=True)                 # a hook of pytest-xdist's: none without it
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s parallel phase (``--dist loadfile``): each file's tests in one worker, so that a
+    module's services start once, and the files of ONE_AT_A_TIME's group in one worker together."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileOneSlurm(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            scope = super()._split_scope(nodeid)
+            return ONE_AT_A_TIME.get(scope.rsplit("/", 1)[-1], scope)
+    return LoadFileOneSlurm(config, log)
+
+
 def pytest_configure(config):
     """Each run its own temporary folder (unless --basetemp names one): pytest's shared
     /tmp/pytest-of-<user> is cleaned by the next run that starts, which then resets its permissions
     under a run still going (PostgreSQL's initdb failed in the first of two suites on one machine)."""
     _signals_as_a_terminal_gives_them()
+    tiers.register(config)
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         import tempfile
         config.option.basetemp = tempfile.mkdtemp(prefix="pytest-ece408-")
@@ -190,7 +217,8 @@ def check_against_reference(y, x, k, images=None, what="kernel"):
 @pytest.fixture
 def gpu_alone(gpu):
     """The device, for tests that read its memory in use (the driver reports it for the whole
-    device): skipped under pytest-xdist, whose other workers allocate at the same time."""
+    device): skipped under pytest-xdist, whose other workers allocate at the same time (its tests are
+    marked serial: make test runs them in its serial phase, without -n)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.skip("reads the whole device's memory in use: run without -n (other workers allocate)")
     return gpu

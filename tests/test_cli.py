@@ -83,6 +83,7 @@ def test_a_missing_extra_is_one_line_naming_it_for_a_clone_and_an_index(module, 
     assert "Traceback" in debug.stderr and debug.stderr.rstrip().splitlines()[-1] == line
 
 
+@pytest.mark.slow                                   # measured 1.5 s (loaded machine)
 def test_the_install_hints_name_a_clone_and_an_index():
     from ece408_op.base.extras import install_hint
     assert install_hint("gpu") == "pip install 'ece408_op[gpu]' (in a clone of the repository: pip install '.[gpu]')"
@@ -175,6 +176,7 @@ def test_bench_overhead_splits_an_imperative_call_into_invoke_and_engine_wait(tm
     assert "| empty CustomOp |" in result.stdout and "until the call returns" in result.stdout
 
 
+@pytest.mark.slow                                   # measured 1.5 s (loaded machine)
 def test_bench_memory_measures_fresh_memory_per_thread_count(tmp_path):
     """``bench memory`` (no MXNet, no GPU): one row per thread count and huge-page choice, measured."""
     import json

@@ -190,6 +190,7 @@ def test_kernel_notes_quote_the_committed_sweep_table():
     assert quoted == (ROOT_DIR / "docs" / "bench" / "v7_sweep.md").read_text()
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 @needs_nvcc
 def test_a_plan_builds_only_its_own_kernels(tmp_path):
     shape = kernels.ConvShape(6, 30, 30, 16, 5)

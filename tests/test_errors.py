@@ -11,6 +11,7 @@ from ece408_op import kernels
 from ece408_op.errors import GpuError
 
 
+@pytest.mark.slow                                   # measured 1.6 s (loaded machine)
 def test_import_is_clean_with_warnings_as_errors():
     import ece408_op
     # Where MXNet is unusable the package still imports (kernel layer only).
@@ -25,6 +26,7 @@ def test_compat_restores_expired_numpy_aliases():
     assert np.bool is bool and np.int is int and np.object is object
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 def test_m3_without_a_usable_gpu_is_one_line_error():
     # bad input: no visible CUDA device (and, on CI, no PyCUDA at all)
     require_mxnet("ece408_op.mx.inference")

@@ -115,6 +115,7 @@ def test_swap_of_a_block_shares_its_parameters(x):
     assert np.abs(block(x).asnumpy()).max() == np.abs(net[3].bias.data().asnumpy()).max()
 
 
+@pytest.mark.slow                                   # measured 2.4 s (loaded machine)
 @needs_startup_hook
 def test_swap_of_a_checkpoint_prefix_and_its_report(tmp_path, x):
     net = nn.HybridSequential(prefix="ck_")

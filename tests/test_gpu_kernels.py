@@ -232,6 +232,7 @@ def test_plans_and_modules_are_keyed_by_their_defines(gpu):
         del xd, kd
 
 
+@pytest.mark.serial                                 # the whole device's memory in use: alone (gpu_alone)
 def test_200_forwards_do_not_grow_device_memory(gpu_alone):
     x, k = _data((1000, 1, 28, 28, 50, 5), 5)
     kernels.conv2d_forward_gpu(x, k)                # allocate, compile

@@ -57,6 +57,7 @@ def test_forward_into_writes_the_conv_into_unaligned_fresh_memory(gpu, rng, monk
     assert record.mode == mode and record.y_bytes == out.nbytes and record.wall >= record.op_time
 
 
+@pytest.mark.serial                                 # the whole device's memory in use: alone (gpu_alone)
 def test_registered_mode_unregisters_every_call(gpu_alone, rng, monkeypatch):
     # A piece left registered would make the next registration of the same memory fail.
     monkeypatch.setenv(engine.MODE_ENV, "registered")

@@ -55,6 +55,7 @@ def test_parse_args_usage_errors(argv):
     assert "ece408-high" in text[1] and "ece408-low" in text[1] and "10000" in text[2]
 
 
+@pytest.mark.slow                                   # measured 1.9 s (loaded machine)
 @pytest.mark.parametrize("typed", ["ece408-hihg", "12abc"])
 def test_a_mistyped_model_is_the_one_line_saying_where_it_was_looked_for(typed):
     # bad input: an unknown model name (a typo; a size with a letter in it) through the real script
@@ -65,6 +66,7 @@ def test_a_mistyped_model_is_the_one_line_saying_where_it_was_looked_for(typed):
         "(known models: ece408-2018, ece408-2019, ece408-high, ece408-low)" in line, line
 
 
+@pytest.mark.slow                                   # measured 4 s (loaded machine)
 def test_a_milestone_says_which_forward_runs_where_no_team_project_is(tmp_path):
     # outside a team project the staff's forward runs: said once, on stderr (stdout: the course's transcript)
     from ece408_op.mx.milestone import NO_TEAM
@@ -77,6 +79,7 @@ def test_a_milestone_says_which_forward_runs_where_no_team_project_is(tmp_path):
     assert chosen.returncode == 0 and NO_TEAM not in chosen.stderr, chosen.stderr
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 def test_a_team_folder_without_its_forward_says_how_to_restore_it(tmp_path):
     # bad input: a team project whose new-forward.py was deleted
     from ece408_op.team import project
@@ -91,6 +94,7 @@ def test_a_team_folder_without_its_forward_says_how_to_restore_it(tmp_path):
                                           "--restore"], result.stderr
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 def test_script_size_zero_is_a_clear_error():
     # bad input: dataset size 0 (after clamping a negative size): the error line names what was given
     result = run_script("m2_cpu.py", "-3")
@@ -115,6 +119,7 @@ def test_m2_output_format_and_m1_agreement_both_models():
         assert m1_match["acc"] == match["acc"], f"{model}: m1 {m1_match['acc']} != m2 {match['acc']}"
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_classic_name_runs_from_scripts_folder():
     result = run_script("m2.1.py", "37", cwd=SCRIPTS)
     match = CUSTOM_OUTPUT.match(result.stdout)

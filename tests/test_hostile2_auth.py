@@ -52,6 +52,7 @@ def guess_request(where, pair=None, token=None):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.serial                                 # the checks counted against the burst's time: alone
 @pytest.mark.parametrize("where", ["the API", "the login form"])
 def test_a_burst_of_guesses_gets_no_more_checks_than_the_limit(svc, where):
     """300 connections from one fresh address, each sending a guessed token at the same moment

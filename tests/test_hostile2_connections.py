@@ -103,6 +103,7 @@ FORMS = {
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.serial         # the bystander answered within 5 s under 1,100 connections (a ReadTimeout in the parallel phase): alone
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_form_body_that_never_ends_holds_no_connection(svc, people, form):
     """1,100 connections from a hundred addresses each post a form announcing 60,000 bytes, send

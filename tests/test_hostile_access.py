@@ -239,6 +239,7 @@ def test_a_flooded_queue_stays_fair(svc, floods):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.serial                                 # a page under 2 s: alone
 def test_many_logins_keep_the_sessions_bounded(svc):
     """One team logs in 150 times (a script in a loop): the pages stay fast, and its live sessions
     stay bounded (at most 100; the oldest let go); another address still logs in."""
@@ -252,6 +253,7 @@ def test_many_logins_keep_the_sessions_bounded(svc):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.serial                                 # the job list under 1 s: alone
 def test_a_team_s_file_lists_do_not_swell_everyone_s_job_lists(svc):
     """A team queues ten development runs of 9,890 empty files with long names (100 KB each as
     sent): the instructor's job list (``jobs list``, 50 jobs) and page stay small and fast; a job's

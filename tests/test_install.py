@@ -91,6 +91,7 @@ def test_import_mxnet_first_works_after_install(tmp_path, how):
     assert result.stdout.split() == ["18.0", "8.0"]
 
 
+@pytest.mark.slow                                   # measured 1.6 s (loaded machine)
 def test_without_the_hook_mxnet_first_fails_here(tmp_path):
     # Control: the same fresh environment without our package cannot import MXNet at all on this
     # NumPy (np.bool), which is what the hook repairs.

@@ -92,6 +92,7 @@ def test_a_plan_keeps_the_sizes_for_its_launch(monkeypatch):
     assert kernels.VERSIONS[20].shared_bytes({**shape.defines(), **module_defines(20, shape)}) > 0
 
 
+@pytest.mark.slow                                   # measured nvcc on the shared modules: 18 s (loaded machine)
 def test_warmup_gpu_builds_the_shared_modules_without_a_gpu(tmp_path, monkeypatch, capsys):
     """``warmup --gpu`` builds the modules most layers share into the GPU cache folder (no GPU needed)."""
     import shutil

@@ -126,6 +126,7 @@ PER_KIND = {A100: [(1, "gamma"), (2, "beta")], H100: [(1, "alpha"), (2, "beta")]
 
 # ---------------------------------------------------------------------------- the ranking
 
+@pytest.mark.service                                # svc: a real server (and PostgreSQL)
 def test_a_class_on_two_gpu_kinds_is_ranked_per_kind_in_every_view(svc):
     tokens = class_on_two_kinds(svc)
     remote = svc.cli("ranking", "--milestone", "m3", "--size", 100, token=tokens["alpha"])
@@ -166,6 +167,7 @@ def test_a_class_on_two_gpu_kinds_is_ranked_per_kind_in_every_view(svc):
             "error": f"--device V100 names no device kind of these runs; the kinds: {BOTH}"}
 
 
+@pytest.mark.service                                # svc: a real server (and PostgreSQL)
 def test_the_ranking_page_has_a_tab_per_kind_and_its_live_part_keeps_the_tab(svc):
     tokens = class_on_two_kinds(svc)
     with login(svc, tokens["beta"]) as beta:
@@ -195,6 +197,7 @@ def test_the_ranking_page_has_a_tab_per_kind_and_its_live_part_keeps_the_tab(svc
         assert f"m3, 100 images on {A100}: total Op Time of each run" in svg and "class best 0.012000 s" in svg
 
 
+@pytest.mark.service                                # svc: a real server (and PostgreSQL)
 def test_the_instructor_s_csv_is_per_kind_and_grades_by_the_kind_chosen(svc):
     class_on_two_kinds(svc)
     with login(svc, svc.instructor_token) as instructor:
@@ -246,6 +249,7 @@ def test_the_instructor_s_csv_is_per_kind_and_grades_by_the_kind_chosen(svc):
 
 # ---------------------------------------------------------------------------- jobs that ask for a kind
 
+@pytest.mark.service                                # svc: a real server (and PostgreSQL)
 def test_a_job_asking_for_a_kind_goes_only_to_that_kind_s_workers(svc, tmp_path):
     tokens = svc.add_teams("alpha", "beta")
     worker = svc.worker_token("nodes")
@@ -281,6 +285,7 @@ def test_a_job_asking_for_a_kind_goes_only_to_that_kind_s_workers(svc, tmp_path)
     assert len(svc.jobs()) == 2                                           # nothing queued by the refusals
 
 
+@pytest.mark.service                                # svc: a real server (and PostgreSQL)
 def test_an_unknown_kind_the_instructor_accepts_waits_saying_why(svc, tmp_path):
     tokens = svc.add_teams("alpha", "beta")
     worker = svc.worker_token("nodes")
@@ -305,6 +310,8 @@ def test_an_unknown_kind_the_instructor_accepts_waits_saying_why(svc, tmp_path):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.service                                # a real server and workers
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")
 def test_real_workers_of_two_kinds_take_only_the_jobs_asking_for_theirs(tmp_path):
     svc = Service(tmp_path / "svc", workers=0).start()

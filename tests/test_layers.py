@@ -106,6 +106,7 @@ def test_layering_check_catches_a_violation(tmp_path, monkeypatch):
 BLOCK_MXNET = "import sys; sys.modules['mxnet'] = None\n"   # `import mxnet` now raises ImportError
 
 
+@pytest.mark.slow                                   # measured 1.9 s (loaded machine)
 def test_every_module_below_mx_imports_without_mxnet():
     names = ["ece408_op"] + [
         "ece408_op." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts).replace(".__init__", "")

@@ -142,6 +142,7 @@ def test_forward_and_backward_errors_reach_the_caller_with_their_reason():
     assert result.stdout.count("test_lean_fails: forward refused") == 2 and result.stdout.count("caught:") == 2
 
 
+@pytest.mark.slow                                   # measured 1.8 s (loaded machine)
 def test_the_fused_operator_reports_an_unknown_attribute_instead_of_crashing():
     # its property once took named arguments only: an unknown one raised in the constructor
     result = _fresh("""

@@ -238,6 +238,7 @@ def test_winograd_runs_only_when_asked_and_only_where_it_can():
         parse_cpu_kernel("winograd")
 
 
+@pytest.mark.slow                                   # measured 9 s (loaded machine)
 def test_winograd_error_follows_the_tile_not_the_window():
     # Why it is opt-in (as the GPU's v12): zero 3x3 windows inside tiles of large values (conftest's case).
     from conftest import striped_winograd_case

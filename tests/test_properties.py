@@ -191,6 +191,7 @@ def _convert(tmp_path_factory, raw, per_class, test_per_class):
     return folder, True
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 @given(archives(), st.sampled_from([None, 2, 3]), st.integers(1, 2))
 def test_npm_converter_random_archives(tmp_path_factory, raw, per_class, test_per_class):
     folder, converted = _convert(tmp_path_factory, raw, per_class, test_per_class)

@@ -30,6 +30,9 @@ import pytest
 
 from conftest import ROOT, python_command
 
+# The README's service runs on the default port (8408): one suite's at a time (make test's serial phase)
+pytestmark = pytest.mark.serial
+
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 RUNNABLE = ("sh", "python")

@@ -32,7 +32,7 @@ def postgres(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.service)])    # a PostgreSQL server
 def db_url(request, tmp_path):
     """An empty database of each kind."""
     if request.param == "sqlite":

@@ -99,6 +99,7 @@ def test_known_sources_are_never_mixed_without_a_manifest(tmp_path):
     assert data.load_split(data.locate("test", genuine)).origin == "npm"
 
 
+@pytest.mark.slow                                   # measured 1.8 s (loaded machine)
 def test_a_fetch_interrupted_while_moving_files_is_refused_until_fetched_again(tmp_path):
     # bad input: the folder as a --force fetch leaves it when killed between its renames: the next set's
     # manifest marked unfinished, some files already replaced
@@ -214,6 +215,7 @@ def test_fetch_checks_the_files_before_saying_already_present(tmp_path, env, dam
     assert result.status == 0 and "already present and checked" in result.stdout, result.stderr
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_fetch_adopts_a_cache_written_by_an_earlier_version(tmp_path, env):
     # A folder without a manifest (the previous version's cache): a known set is checked and adopted,
     # an unknown one is checked and left as it is; neither is rewritten.
@@ -306,6 +308,7 @@ def test_unreadable_data_folders_are_one_line_errors(tmp_path, env):
         (tmp_path / "outer").chmod(0o755)
 
 
+@pytest.mark.slow                                   # measured 1.7 s (loaded machine)
 def test_read_only_or_full_cache_during_fetch_is_one_line(tmp_path, env):
     # bad input: the cache on a read-only file system, on a full one, and a cache folder we may not write
     ctx = selftest_cases.Context(tmp_path / "ro", shared=None)
@@ -363,6 +366,7 @@ def test_corrupt_gz_content_is_a_data_error(tmp_path, damage):
         data.load_fashion_mnist("test", data_dir=folder)
 
 
+@pytest.mark.slow                                   # measured 2 s (loaded machine)
 def test_corrupt_gz_content_through_m2_is_one_line(tmp_path, env):
     folder = faults.write_set(tmp_path / "plain", test=200, compress=True)
     target = folder / (TEST_IMAGES + ".gz")
@@ -386,6 +390,7 @@ def test_idx_files_that_are_not_fashion_mnist_shapes_are_refused(tmp_path, shape
         data.load_fashion_mnist("test", data_dir=folder)
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_zero_images_through_m2_is_one_line(tmp_path, env):
     folder = faults.write_set(tmp_path / "plain", test=40)
     data.write_idx(folder / TEST_IMAGES, np.zeros((0, 28, 28), np.uint8))
@@ -418,6 +423,7 @@ def test_checkpoint_missing_a_parameter_names_it(tmp_path, missing, owner):
         load_model(str(prefix))
 
 
+@pytest.mark.slow                                   # measured 3 s (loaded machine)
 def test_checkpoint_missing_the_conv_weight_through_m2_is_one_line(tmp_path, env):
     prefix = _checkpoint_without(tmp_path, "conv1_weight")
     folder = faults.write_set(tmp_path / "plain", test=200)
@@ -530,6 +536,7 @@ def _fetch_source(tmp_path, source, behaviour, timeout=60, **options):
 
 
 @pytest.mark.slow
+@pytest.mark.serial                                 # the deadline within 3 s of its 2: alone
 @pytest.mark.parametrize("source", ["url", "npm"])
 @pytest.mark.parametrize("behaviour", ["one byte every 0.2 s", "nothing after the headers"])
 def test_the_deadline_holds_against_a_slow_server(tmp_path, source, behaviour):
@@ -543,6 +550,7 @@ def test_the_deadline_holds_against_a_slow_server(tmp_path, source, behaviour):
     assert os.listdir(tmp_path / "dest") == []
 
 
+@pytest.mark.slow                                   # measured 1.5 s (loaded machine)
 @pytest.mark.parametrize("source", ["url", "npm"])
 def test_the_size_cap_holds_against_endless_and_lying_servers(tmp_path, source):
     # bad input: a body that never ends, and a server announcing more than the file's size
@@ -599,6 +607,7 @@ def test_an_interrupted_fetch_leaves_no_temporary_file(tmp_path, env, source, si
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+@pytest.mark.slow                                   # measured 1.6 s (loaded machine)
 def test_leftovers_of_killed_fetches_are_removed_at_the_next_start(tmp_path, env):
     # bad input: a fetch SIGKILLed mid-download (no cleanup can run), plus what earlier versions left:
     # hidden .part files in the cache and ece408-npm-* folders in the temporary folder

@@ -201,6 +201,7 @@ def test_the_name_too_long_case_is_too_long():
     refused(tar(config(), long_name(name.encode() + b"\0"), entry("x")), f"a name of {len(name)} bytes")
 
 
+@pytest.mark.slow                                   # measured 2 s (loaded machine)
 def test_counts_and_caps():
     refused(tar(config(), *[entry(f"f{i}") for i in range(10000)]), "more than 10000 files and folders")
     deep = [entry("/".join(f"d{i}" for i in range(j + 1)) + f"/f{j}") for j in range(0, 30)]
@@ -348,6 +349,7 @@ def refused_or_unpacked_exactly(raw):
     return None
 
 
+@pytest.mark.slow                                   # measured 1,500 archives: 7 s (loaded machine)
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(members, max_size=6), st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT]),
        st.sampled_from([True, True, True, False]), damage)
@@ -367,6 +369,7 @@ honest = st.tuples(st.lists(st.sampled_from(GOOD_PARTS), min_size=1, max_size=6)
                    st.booleans(), st.none())
 
 
+@pytest.mark.slow                                   # measured 500 archives: 3 s (loaded machine)
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(honest, max_size=12))
 def test_files_and_folders_are_taken_unless_they_conflict(items):

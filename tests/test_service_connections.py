@@ -48,6 +48,7 @@ def closed_by_server(sock):
         return True
 
 
+@pytest.mark.serial                                 # every answer under 3 s: alone
 def test_trickling_connections_past_the_descriptor_limit_stop_nobody(limited):
     svc = limited
     token = svc.add_teams("honest")["honest"]

@@ -15,7 +15,7 @@ WAVES = 6
 THREADS = 10                  # short-lived threads a wave, each running a few transactions
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.service)])    # a PostgreSQL server
 def url(request, tmp_path):
     if request.param == "sqlite":
         yield str(tmp_path / "service.db")
@@ -68,6 +68,7 @@ def test_connections_stay_within_the_pool_while_threads_come_and_go(url):
     assert db.open_connections == 0 and server_connections(url) == 0
 
 
+@pytest.mark.serial                                 # told within 5 s: alone
 def test_a_borrower_waits_for_a_free_connection_then_is_told_in_one_line(tmp_path):
     db = Database(str(tmp_path / "service.db"), connections=1, wait=0.5)
     held, release = threading.Event(), threading.Event()
@@ -94,6 +95,7 @@ def test_a_borrower_waits_for_a_free_connection_then_is_told_in_one_line(tmp_pat
     assert waiter_result == [len(MIGRATIONS)] and db.open_connections == 1
 
 
+@pytest.mark.service                                # a PostgreSQL server
 def test_a_connection_cut_by_a_restart_is_closed_not_lent_again(tmp_path):
     server = started_postgres(tmp_path / "pg")
     try:

@@ -193,6 +193,7 @@ def test_a_class_keyed_by_an_older_rule_is_keyed_again(tmp_path):
     assert keys["vi\u1d04tor"] is None and keys["victor"] == tokens_module.name_key("victor")
 
 
+@pytest.mark.slow                                   # measured 5.7 s (loaded machine)
 @pytest.mark.timeout(300)
 def test_the_check_is_a_lookup_per_name_not_a_comparison_with_every_team(tmp_path):
     """100,000 names checked (form and key) in seconds, and a class of 20,000 teams added in one

@@ -10,7 +10,7 @@ import pytest
 
 from servicekit import Service
 
-pytestmark = pytest.mark.service
+pytestmark = [pytest.mark.service, pytest.mark.serial]    # a request under 5 ms: alone (make test's serial phase)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,8 @@ from ece408_op.client.api import sse_events
 from ece408_op.service.db import pool_size
 from ece408_op.service.upload import pack_ranked
 
-pytestmark = pytest.mark.service          # a real server, workers and 300 clients: the full tier only
+pytestmark = [pytest.mark.service,         # a real server, workers and 300 clients: the full tier only
+              pytest.mark.serial]         # its p99s: alone (make test's serial phase)
 
 TEAMS = 300
 WINDOW = 60.0                 # seconds over which the submissions are spread

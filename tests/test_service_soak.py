@@ -40,7 +40,7 @@ from teams import PLAIN, team_project
 
 from ece408_op.service.upload import pack_ranked
 
-pytestmark = [pytest.mark.service, pytest.mark.slow,
+pytestmark = [pytest.mark.service, pytest.mark.slow, pytest.mark.serial,    # p99s and a 2x target: alone
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap"),
               pytest.mark.skipif(shutil.which("chrt") is None, reason="the workers' idle class needs chrt")]
 

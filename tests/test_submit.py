@@ -115,6 +115,7 @@ def test_failing_command_stops_the_build_with_its_exit_code(tmp_path):
                           "* Development run: no record is stored (ranked runs: --submit m2|m3|final)\n")
 
 
+@pytest.mark.slow                                   # measured 2 s (loaded machine)
 def test_command_past_its_time_limit_is_killed_with_its_children(tmp_path):
     team = write_config(tmp_path / "team", rai_yaml(
         ['/bin/bash -c "sleep 4021 & echo started; wait"', "echo never-run"]))
@@ -339,6 +340,7 @@ def test_submit_with_staff_hidden_model(tmp_path, expected_100):
         f"error: hidden model {tmp_path / 'nothing'}: needs nothing-symbol.json and nothing-NNNN.params beside it")
 
 
+@pytest.mark.slow                                   # measured m2 for expected_100: 12 s (loaded machine)
 def test_a_submission_without_the_team_file_is_one_line(tmp_path, expected_100):
     folder = write_config(tmp_path / "team", GOOD)          # no team project: refused before a record is made
     out = ranked(folder, tmp_path / "r.db")
@@ -451,6 +453,7 @@ def test_a_bad_row_is_skipped_with_a_warning(tmp_path):
 
 # ---------------------------------------------------------------------------- concurrency
 
+@pytest.mark.slow                                   # measured 4 s (loaded machine)
 def test_parallel_writer_processes_lose_no_rows(tmp_path):
     parallel_writers(str(tmp_path / "parallel.db"), workers=8, each=40)
 

@@ -84,6 +84,7 @@ def test_team_forward_really_runs(tmp_path, expected_100):
     assert out.stderr.strip().endswith("error: new-forward.py line 5: ZeroDivisionError: division by zero")
 
 
+@pytest.mark.slow                                   # measured a milestone: 9 s (loaded machine)
 def test_fake_printed_lines_stay_printed_text(tmp_path, expected_100):
     team = team_project(tmp_path / "team", cpu=FAKE_LINES)
     out = cli("m2", 100, "--team", team)
