@@ -8,5 +8,6 @@ nothing else (httpx and the standard library; no MXNet, NumPy, grading/, team/ o
 
 What the client and the service must agree on (the limits of a submission, the files a run takes,
 the walk of a team's folder, the shape of a token) is ``base/terms.py``; the upload's format
-(packed here, checked there) is ``service/upload.py`` with its archive rules in ``base/archive.py``.
+(packed here, checked there) is ``service/upload.py`` with its archive rules in ``base/archive.py``,
+and a build folder's (``jobs download`` checks it before unpacking) ``service/buildfolder.py``.
 """

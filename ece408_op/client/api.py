@@ -447,7 +447,7 @@ def download(client, job_id, out=None):
     service sent them, then the archive check with the build folder's bounds) and unpack it into
     ``out`` (default ``build-<id>``), which must not exist or be an empty folder: all of it is
     written, or nothing."""
-    from . import buildfolder
+    from ..service import buildfolder
     dest = Path(out or f"build-{job_id}")
     exists = f"{printable(str(dest))} exists and is not an empty folder; give another with -o DIR"
     if dest.is_symlink() or dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -474,7 +474,7 @@ def download(client, job_id, out=None):
 def fetch_build(client, job_id):
     """(the archive's bytes, its SHA-256 as the service gave it); ClientError where the service
     refuses or the download is cut short."""
-    from .buildfolder import sent_cap
+    from ..service.buildfolder import sent_cap
     got = 0
     try:
         with client.http.stream("GET", f"/api/jobs/{job_id}/build",

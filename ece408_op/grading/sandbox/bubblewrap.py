@@ -5,7 +5,7 @@ from pathlib import Path
 
 from .base import ATTACH, Launch, Sandbox, SandboxError, Step, _prlimit, _quiet, engine, gpu_device_nodes
 from .cgroup import Cgroup
-from .python import PACKAGE_ROOT, SHM_BYTES, package_binding, python_paths
+from .python import PACKAGE_ROOT, SHM_BYTES, hidden_paths, package_binding, python_paths
 
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
              "localtime", "ssl", "ca-certificates", "ca-certificates.conf", "os-release", "debian_version",
@@ -73,6 +73,8 @@ class BubblewrapSandbox(Sandbox):
                 argv += ["--perms", "0755", "--dir", parent]
             for path in paths:
                 argv += ["--ro-bind", path, path]
+            for path in hidden_paths():                  # the installed checkpoints: an empty folder instead
+                argv += ["--perms", "0555", "--tmpfs", path]
             if package is not None:
                 argv += ["--ro-bind", package, f"{PACKAGE_ROOT}/ece408_op"]
             if step.gpu:

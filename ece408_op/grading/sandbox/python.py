@@ -41,5 +41,13 @@ def python_paths():
     return sorted({os.path.realpath(p) for p in paths} | paths)
 
 
+def hidden_paths():
+    """What of the grader's Python a team never sees although its prefix is bound: the checkpoints
+    installed in it (``<prefix>/share/ece408_op``: the models' distribution, models/setup.py). The
+    measuring process gets the models over its channel; a team's process must find none."""
+    found = {os.path.join(p, "share", "ece408_op") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return sorted(p for p in found if os.path.isdir(p))
+
+
 # ---------------------------------------------------------------------------- cgroups
 
