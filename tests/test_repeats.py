@@ -48,6 +48,19 @@ def test_the_rule_stops_at_the_maximum_and_at_the_caps():
     assert (repeats.MAX_REPEATS, repeats.TIME_CAP_S, repeats.TARGET_RSE) == (100, 10.0, 0.01)
 
 
+def test_the_rule_stops_inside_the_jobs_time_limit():
+    alternating = [0.04, 0.06] * 3
+    assert repeats.stop_reason(alternating, wall_s=4.0, budget_s=4.0) == "limit"
+    assert repeats.stop_reason(alternating, wall_s=3.9, budget_s=4.0) is None
+    assert repeats.stop_reason(alternating[:2], wall_s=1e6, budget_s=0.0) is None      # the minimum, whatever the budget
+    assert repeats.budget(None, 3, 10.0) == math.inf                                   # no limit: the caps alone
+    # 40 s left, one model after this one, which took 5 s: 90% of 40 - 3 (margin) - 2 x 5 reserved, shared by two
+    share, margin = repeats.LIMIT_SHARE, repeats.LIMIT_MARGIN_S
+    assert repeats.budget(40.0, 1, 5.0) == pytest.approx((share * 40.0 - margin - 10.0) / 2)
+    assert repeats.budget(40.0, 0, 5.0) == pytest.approx(share * 40.0 - margin)         # the last model: all of it
+    assert repeats.budget(5.0, 2, 5.0) == 0.0                                          # nothing to spare: never negative
+
+
 def test_spread_and_noise_of_synthetic_totals():
     models = [{"repeats": [0.02, 0.021, 0.019]}, {"repeats": [0.03, 0.03, 0.03, 0.03]}]
     mean, se, counts = repeats.spread(models)

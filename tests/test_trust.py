@@ -375,6 +375,22 @@ def test_waiting_for_the_lease_never_times_an_honest_team_out(tmp_path):
     assert records["honest"].status == "ok" and records["sleeper"].status == "timeout", "".join(lines)[-2000:]
 
 
+def test_the_repeats_end_inside_the_jobs_time_limit(tmp_path):
+    """A forward whose time is noisy (RSE far above the bound: the repeats would go on to the
+    maximum, about 8 s a model) under a 25 s limit: the repeats stop where the limit would (``limit``),
+    the run is valid, and every model still has at least the minimum of repeats."""
+    noisy = team_project(tmp_path / "noisy", cpu=PLAIN.replace("import numpy as np", "import numpy as np, random, time")
+                         .replace("    B, M, H_out, W_out = y.shape",
+                                  "    time.sleep(0.02 + 0.04 * random.random())\n    B, M, H_out, W_out = y.shape"))
+    out = cli("submit", "--submit", "m2", "--size", SIZE, "--team", noisy, "--db", tmp_path / "r.db",
+              "--timeout", 25, *HOST, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    record = record_of(tmp_path / "r.db", record_id(out.stdout))
+    stopped = [m["stopped"] for m in record.models]
+    assert record.status == "ok" and "limit" in stopped, (stopped, out.stdout[-1500:])
+    assert all(len(m["repeats"]) >= 3 for m in record.models)
+
+
 # ---------------------------------------------------------------------------- what a team is told
 
 def test_the_template_development_run_passes_without_a_gpu(tmp_path):

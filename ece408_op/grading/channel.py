@@ -155,6 +155,10 @@ class Listener:
         self._closed = threading.Event()
 
     def start(self, job):
+        """Serve ``job`` to the measuring process about to start; a job with a ``time_limit`` is sent
+        with ``time_left``: that limit less the seconds since this call (the command's limit counts
+        from its start, just after), for the repeats to end inside it (``team/repeats.budget``)."""
+        self._started = time.monotonic()
         self.thread = threading.Thread(target=self._serve, args=(job,), daemon=True)
         self.thread.start()
         return self
@@ -169,6 +173,8 @@ class Listener:
         with conn:
             try:
                 self.error = "the measuring process ended before it reported"
+                if isinstance(job.get("time_limit"), (int, float)):
+                    job = {**job, "time_left": job["time_limit"] - (time.monotonic() - self._started)}
                 send(conn, job)
                 while True:
                     message = recv(conn, RESULT_LIMIT)
@@ -237,13 +243,16 @@ class Lease:
         self.sock = sock
         self.depth = 0
         self.lock = threading.RLock()
+        self.waited = 0.0                          # seconds spent waiting for the grant (the limit's extension)
 
     @contextlib.contextmanager
     def __call__(self):
         with self.lock:
             if self.depth == 0:
+                asked = time.monotonic()
                 send(self.sock, {"lease": "acquire"})
                 answer = recv(self.sock, RESULT_LIMIT)
+                self.waited += time.monotonic() - asked
                 if not (isinstance(answer, dict) and answer.get("lease") == "granted"):
                     raise ChannelError("the runner did not grant the timing lease")
             self.depth += 1

@@ -18,6 +18,7 @@ A failure (the team's code, a check, a plan) is one ``error:`` line in the trans
 import argparse
 import base64
 import sys
+import time
 
 from ..errors import Ece408Error
 
@@ -73,14 +74,16 @@ def progress_of(lease, prefix):
     return step
 
 
-def run_job(job, console, lease=None):
-    """The report of ``job`` (a dict from the runner), its transcript printed through ``console``."""
+def run_job(job, console, lease=None, received=None):
+    """The report of ``job`` (a dict from the runner), its transcript printed through ``console``;
+    ``received``: when the job came (time.monotonic()), the moment its ``time_left`` was true."""
     import ece408_op
     ece408_op.require_mxnet()
     from ..course import MILESTONES
     from ..mx.inference import run_inference
     from ..mx.milestone import Args, run_milestone
     from ..team.harness import DEFAULT_TIME_LIMIT
+    from ..team import repeats
     from ..team.runtime import TeamRuntime
     milestone = MILESTONES[job["milestone"]]
     register_job_inputs(job)
@@ -90,7 +93,15 @@ def run_job(job, console, lease=None):
             image = f.read()
     grader_image = base64.b64decode(job["grader_kernels"]) if job.get("grader_kernels") else None
     report = {"status": "ok", "reason": None, "device": _device_name(job["milestone"]), "models": []}
+    began = time.monotonic() if received is None else received     # when the job came: its time_left's moment
+
+    def time_left():                              # what the job's limit leaves (its lease waits extend it)
+        if not isinstance(job.get("time_left"), (int, float)):
+            return None
+        return job["time_left"] - (time.monotonic() - began) + getattr(lease, "waited", 0.0)
+
     for number, model in enumerate(job["models"], 1):
+        model_began = time.monotonic()
         step = progress_of(lease, f"model {model if model != 'hidden' else 'the hidden model'} "
                                   f"({number} of {len(job['models'])})")
         step("MXNet's reference run (the Correctness to equal)")
@@ -106,7 +117,10 @@ def run_job(job, console, lease=None):
         try:
             with runtime.held():                  # the team's processes kept for the repeats
                 accuracy = run_milestone(milestone, args, console, runtime=runtime)
-                timing = runtime.time_model()
+                allowed = repeats.budget(time_left(), len(job["models"]) - number,
+                                         time.monotonic() - model_began)
+                timing = runtime.time_model(stop=lambda totals, timed, wall: repeats.stop_reason(
+                    totals, timed, wall, budget_s=allowed))
         except Exception as exc:                  # noqa: BLE001  the team's failure, in one line
             line = failure_line(exc)
             console.say(("\n" if console.partial else "") + f"error: {line}")
@@ -132,10 +146,11 @@ def main(argv=None):
         if os.environ.get(key):
             os.makedirs(os.environ[key], exist_ok=True)
     job = channel.recv(sock, channel.JOB_LIMIT)
+    received = time.monotonic()
     from ..console import Console
     console = Console()
     try:
-        report = run_job(job, console, channel.Lease(sock))
+        report = run_job(job, console, channel.Lease(sock), received)
     except Ece408Error as exc:
         console.say(f"error: {exc}")
         report = {"status": "failed", "reason": str(exc).splitlines()[0], "models": []}

@@ -21,6 +21,8 @@ MIN_REPEATS = 3          # ... and at least this many repeats were timed (the bo
 MAX_REPEATS = 100        # never more
 TIME_CAP_S = 10.0        # or once this many seconds of timed work were spent on the model (past MIN_REPEATS)
 WALL_CAP_S = 60.0        # or this many seconds of wall clock (checks included; past MIN_REPEATS)
+LIMIT_MARGIN_S = 3.0     # and never so long that the job's own time limit would stop it (``budget``):
+LIMIT_SHARE = 0.9        # at most this share of the time left, less the margin (the process's own end)
 NOISE_Z = 2.0            # two means differ less than NOISE_Z combined standard errors: a tie within noise
 STATISTIC = "mean"       # what ranks: the mean of the repeat totals (per model, then summed)
 
@@ -42,11 +44,12 @@ def relative_error(samples):
     return statistics.stdev(samples) / math.sqrt(len(samples)) / mean
 
 
-def stop_reason(samples, timed_s=0.0, wall_s=0.0):
+def stop_reason(samples, timed_s=0.0, wall_s=0.0, budget_s=math.inf):
     """Why the repeats stop after ``samples`` (the repeat totals so far, ``timed_s`` their seconds
     of timed work, ``wall_s`` the wall clock spent), or None to time one more: under MIN_REPEATS
     never; ``max`` at MAX_REPEATS; ``bound`` under TARGET_RSE; ``cap`` past TIME_CAP_S of timed
-    work; ``wall`` past WALL_CAP_S."""
+    work; ``wall`` past WALL_CAP_S; ``limit`` past ``budget_s`` of wall clock (what the job's time
+    limit leaves this model's repeats: ``budget``)."""
     n = len(samples)
     if n < MIN_REPEATS:
         return None
@@ -58,7 +61,22 @@ def stop_reason(samples, timed_s=0.0, wall_s=0.0):
         return "cap"
     if wall_s >= WALL_CAP_S:
         return "wall"
+    if wall_s >= budget_s:
+        return "limit"
     return None
+
+
+def budget(time_left, models_left, model_seconds):
+    """The wall seconds a model's repeats may take so that the job ends inside its time limit:
+    ``time_left`` the seconds the limit leaves now (None: no limit), ``models_left`` the models
+    still to run after this one, ``model_seconds`` what this model's run took before its repeats
+    (each model left is reserved twice that). The repeats share what remains of LIMIT_SHARE of the
+    time left, less LIMIT_MARGIN_S, with the models left; never below 0 (MIN_REPEATS are timed
+    whatever the budget)."""
+    if time_left is None:
+        return math.inf
+    spare = LIMIT_SHARE * time_left - LIMIT_MARGIN_S - 2.0 * model_seconds * models_left
+    return max(0.0, spare / (models_left + 1))
 
 
 def _numbers(value):
