@@ -203,7 +203,7 @@ def test_the_ranking_compares_one_option_set_and_names_the_others(db_url):
     table = ranking().stdout.splitlines()
     assert table[0] == "Ranking: m2, 100 images on cpu (1 team(s); 0 run(s) not valid)"
     assert table[1] == (f"Options: m2, 100 images, 3 models (hidden abababab), 1 fresh run(s) a layer, "
-                        f"engine bubblewrap, ranked by the mean of 3-100 repeats (to 1% relative error or 10 s) "
+                        f"engine bubblewrap, ranked by the median of 3-1000 repeats (to 1% relative error or 10 s) "
                         f"(--options {key3})")
     assert table[2].startswith("Other option sets of m2 on 100 images, not compared with these: ")
     assert f"{key2} (m2, 100 images, 2 models" in table[2] and "unrecorded (options not recorded; 1 run(s))" in table[2]

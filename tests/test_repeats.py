@@ -4,6 +4,7 @@ checked), and the ranking's spread and ties within noise from records in a SQLit
 records without repeats among them."""
 import json
 import math
+from statistics import median as statistics_median
 
 import numpy as np
 import pytest
@@ -38,14 +39,28 @@ def test_the_rule_stops_under_the_bound_and_goes_on_above_it():
 
 
 def test_the_rule_stops_at_the_maximum_and_at_the_caps():
-    alternating = [0.04 if i % 2 else 0.06 for i in range(repeats.MAX_REPEATS)]   # RSE 2%: never under the bound
+    alternating = [0.04 if i % 2 else 0.06 for i in range(repeats.MAX_REPEATS)]   # the median's RSE 10%: never under
     assert repeats.relative_error(alternating) > repeats.TARGET_RSE
     assert repeats.stop_reason(alternating[:-1]) is None
     assert repeats.stop_reason(alternating) == "max"
     assert repeats.stop_reason(alternating[:5], timed_s=repeats.TIME_CAP_S) == "cap"
     assert repeats.stop_reason(alternating[:5], timed_s=repeats.TIME_CAP_S - 0.1) is None
     assert repeats.stop_reason(alternating[:5], wall_s=repeats.WALL_CAP_S) == "wall"
-    assert (repeats.MAX_REPEATS, repeats.TIME_CAP_S, repeats.TARGET_RSE) == (100, 10.0, 0.01)
+    assert (repeats.MAX_REPEATS, repeats.TIME_CAP_S, repeats.TARGET_RSE) == (1000, 10.0, 0.01)
+
+
+def test_an_interrupted_repeat_moves_neither_the_figure_nor_the_bound():
+    """The median and its order-statistic error: three repeats in a hundred that the scheduler
+    stretched tenfold leave the figure and the stop where they were; the mean would move by 27%."""
+    rng = np.random.default_rng(7)
+    quiet = list(0.010 * (1 + 0.01 * rng.standard_normal(100)))
+    spiked = quiet[:97] + [0.1, 0.1, 0.1]
+    assert statistics_median(spiked) == pytest.approx(statistics_median(quiet), rel=0.002)
+    assert sum(spiked) / 100 > 1.25 * sum(quiet) / 100
+    assert repeats.relative_error(spiked) < repeats.TARGET_RSE and repeats.stop_reason(spiked) == "bound"
+    se = repeats.median_error(quiet)
+    assert 0.4 * 1.25e-5 < se < 2.5 * 1.25e-5            # about 1.25 sigma / sqrt(n) for a normal sample
+    assert repeats.median_error([0.05, 0.05]) == math.inf and repeats.median_error([0.05] * 3) == 0.0
 
 
 def test_the_rule_stops_inside_the_jobs_time_limit():
@@ -64,7 +79,9 @@ def test_the_rule_stops_inside_the_jobs_time_limit():
 def test_spread_and_noise_of_synthetic_totals():
     models = [{"repeats": [0.02, 0.021, 0.019]}, {"repeats": [0.03, 0.03, 0.03, 0.03]}]
     mean, se, counts = repeats.spread(models)
-    assert mean == pytest.approx(0.05) and se == pytest.approx(0.001 / math.sqrt(3)) and counts == [3, 4]
+    assert mean == pytest.approx(0.05) and se == pytest.approx(0.002 / (2 * repeats.CI_Z)) and counts == [3, 4]
+    # a record timed under the earlier rule (the mean): its own figure and error
+    assert repeats.spread(models, "mean") == (pytest.approx(0.05), pytest.approx(0.001 / math.sqrt(3)), [3, 4])
     assert repeats.spread([{"op_times": [0.05]}]) is None                     # a record from before the repeats
     assert repeats.spread([{"repeats": ["0.1", 0.2]}]) is None                # not numbers: unread, never a crash
     assert repeats.spread([{"repeats": [0.05]}, {"repeats": [0.02, 0.03]}]) == (pytest.approx(0.075), None, [1, 2])
@@ -81,7 +98,7 @@ def test_a_model_s_figure_is_the_mean_of_its_repeats():
 def test_the_rule_is_in_the_options_of_a_ranked_run():
     options = run_options("m2", 100, engine="bubblewrap")
     assert options["timing"] == repeats.rule()
-    assert describe_options(options).endswith(", ranked by the mean of 3-100 repeats (to 1% relative error or 10 s)")
+    assert describe_options(options).endswith(", ranked by the median of 3-1000 repeats (to 1% relative error or 10 s)")
     older = {k: v for k, v in options.items() if k != "timing"}
     assert options_key(older) != options_key(options) and "ranked by" not in describe_options(older)
 
@@ -201,7 +218,7 @@ def test_the_ranking_shows_the_spread_and_marks_a_tie_within_noise(tmp_path):
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("rank"))
-    assert "total Op Time (s, mean ± s.e.)" in lines[head]
+    assert "total Op Time (s, median ± s.e.)" in lines[head]
     body = [line.split() for line in lines[head + 1:head + 5]]
     assert [b[:2] for b in body] == [["1", "alpha"], ["2", "≈"], ["3", "charlie"], ["4", "delta"]]
     assert body[1][2] == "bravo" and body[0][3] == "±" and body[0][5] == "(n=3)"
@@ -213,7 +230,7 @@ def test_the_ranking_shows_the_spread_and_marks_a_tie_within_noise(tmp_path):
     data = json.loads(cli("ranking", "--db", db, "--milestone", "m2", "--size", 100, "--json").stdout)
     ranked = data["ranking"]
     assert [r["within_noise_of_above"] for r in ranked] == [False, True, False, False]
-    assert ranked[0]["statistic"] == "mean" and ranked[0]["repeats_per_model"] == [3, 3] and ranked[0]["std_error"] > 0
+    assert ranked[0]["statistic"] == "median" and ranked[0]["repeats_per_model"] == [3, 3] and ranked[0]["std_error"] > 0
     assert ranked[3]["std_error"] is None and ranked[3]["repeats_per_model"] == [1] and ranked[3]["statistic"] is None
 
 

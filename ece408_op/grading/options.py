@@ -53,7 +53,7 @@ def options_key(options):
 
 def describe_options(options):
     """One line for people: ``final, 10000 images, 3 models (hidden ab12cd34), 5 fresh run(s) a layer,
-    engine bubblewrap, ranked by the mean of 3-100 repeats (to 1% relative error or 10 s)``."""
+    engine bubblewrap, ranked by the median of 3-1000 repeats (to 1% relative error or 10 s)``."""
     if not options:
         return "options not recorded"
     models = options.get("models") or []

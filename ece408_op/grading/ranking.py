@@ -1,9 +1,10 @@
 """The course's ranking: teams by their fastest valid total Op Time.
 
 The total that ranks is the record's ``op_time``: for a run timed by the repeats rule
-(``team/repeats.py``), the mean of each model's repeat totals, summed over the models; each row
-shows it with its spread (``0.045100 ± 0.000400 (n=7)``: the standard error of that mean, the
-repeats per model), and a row whose total is within the noise of the row ranked above it
+(``team/repeats.py``), the median of each model's repeat totals, summed over the models (an
+option set timed under the earlier rule: the mean, as its options say); each row shows it with
+its spread (``0.045100 ± 0.000400 (n=7)``: the standard error of that statistic, the repeats per
+model), and a row whose total is within the noise of the row ranked above it
 (``repeats.within_noise``: at most 2 combined standard errors apart) is marked ``≈``. A record
 from before the repeats has no spread: ``(n=1)``, never marked.
 
@@ -55,12 +56,13 @@ class Row:
     record_id: str
     runs: int                       # every run of this team with these options (valid or not)
     tie: bool = False               # within the noise of the row ranked above (``mark_ties``)
+    statistic: str = timing.STATISTIC   # what op_time is (``statistic_of`` its options)
 
     @property
     def spread(self):
         """(the standard error of the total, [repeats per model]), or (None, [1]) for a record
         without repeats: from the models, so that rows whose models are read later have it too."""
-        found = timing.spread(self.models)
+        found = timing.spread(self.models, self.statistic)
         return (found[1], found[2]) if found else (None, [1])
 
     def shown_time(self):
@@ -77,7 +79,7 @@ class Row:
                 "correctness": {str(m.get("model")): m.get("correctness") for m in self.models},
                 "submitted_at": self.submitted_at, "device": self.device, "team_files": self.team_files,
                 "record_id": self.record_id, "runs": self.runs,
-                "statistic": timing.STATISTIC if se is not None else None, "std_error": se,
+                "statistic": self.statistic if se is not None else None, "std_error": se,
                 "repeats_per_model": counts, "within_noise_of_above": self.tie}
 
 
@@ -106,6 +108,14 @@ class OptionSet:
         return f"{self.key} ({describe_options(self.options)}; {len(self.records)} run(s))"
 
 
+def statistic_of(options):
+    """The statistic an option set's totals were ranked by (its ``timing`` rule), ``total`` where
+    none is recorded."""
+    rule = (options or {}).get("timing") if isinstance(options, dict) else None
+    found = rule.get("statistic") if isinstance(rule, dict) else None
+    return found if found in ("mean", "median") else "total"
+
+
 @dataclass
 class Table:
     """One device kind's ranking of a board (a milestone and size): the option set ranked and its rows."""
@@ -115,6 +125,12 @@ class Table:
     rows: list                      # [Row]
     excluded: int                   # runs of the chosen set that are not valid
     others: str                     # the line naming this kind's other option sets, or None
+
+    @property
+    def statistic(self):
+        """What the ranked set's totals are: its options' statistic (``median``, ``mean`` for sets
+        timed under the earlier rule), ``total`` for sets from before the repeats."""
+        return statistic_of(self.chosen.options if self.chosen is not None else None)
 
     @property
     def options(self):
@@ -197,7 +213,8 @@ def rank(records):
         if current is None or (record.op_time, record.created_at) < (current.op_time, current.created_at):
             best[record.team] = record
     ordered = sorted(best.values(), key=lambda r: (r.op_time, r.created_at, r.team))
-    return mark_ties([Row(i, r.team, r.op_time, r.models, r.created_at, r.device, r.team_files, r.id, counts[r.team])
+    return mark_ties([Row(i, r.team, r.op_time, r.models, r.created_at, r.device, r.team_files, r.id, counts[r.team],
+                          statistic=statistic_of(r.options))
                       for i, r in enumerate(ordered, start=1)])
 
 
@@ -278,7 +295,8 @@ def format_table(rows, milestone, size, excluded, chosen=None, others=None, devi
                          + lines)
     models = list(dict.fromkeys(printable(m.get("model"), 40) for row in rows for m in row.models))
     column = [] if device else ["device"]
-    head = ["rank", "", "team", "total Op Time (s, mean ± s.e.)", *[f"{m} (s)" for m in models], *column,
+    statistic = statistic_of(chosen.options if chosen is not None else None)
+    head = ["rank", "", "team", "total Op Time (s)" if statistic == "total" else f"total Op Time (s, {statistic} ± s.e.)", *[f"{m} (s)" for m in models], *column,
             "submitted (UTC)"]
     body = []
     for row in mark_ties(rows):

@@ -4,6 +4,7 @@ own lines (``* The command exited with code 1; the build stopped.``). A ranked r
 never come from this text (``channel.py``); ``ModelResult`` holds them as the record keeps them.
 """
 import re
+import statistics
 import sys
 import threading
 import unicodedata
@@ -67,7 +68,8 @@ class ModelResult:
     """One model's run: every Op Time (the course's printed lines), the Correctness, the value it
     must equal, and the repeats that time the model (``team/repeats.py``: each a total over the
     model's layers on fresh inputs; ``stopped``: why they stopped). Its ``op_time``, the figure
-    that ranks, is the mean of the repeats; the sum of the Op Times where there are none."""
+    that ranks, is the statistic of the repeats (``team/repeats.py``: their median); the sum of the
+    Op Times where there are none."""
     model: str
     op_times: list = field(default_factory=list)
     correctness: float = None
@@ -77,7 +79,7 @@ class ModelResult:
 
     @property
     def op_time(self):
-        return sum(self.repeats) / len(self.repeats) if self.repeats else sum(self.op_times)
+        return statistics.median(self.repeats) if self.repeats else sum(self.op_times)
 
     @property
     def correct(self):

@@ -20,8 +20,8 @@ floor is refused. ``layers`` keeps every figure for the record.
 
 A ranked run then times the model (``time_model``, inside ``held``, after the milestone): repeats
 of every layer call of the network, each on a new fresh input, checked as above, until the rule
-of ``team/repeats.py`` stops them (the standard error of the mean under 1% of it, at least 3, at
-most 100, a time cap). Each repeat's total and its layers' times go to the record; nothing of it
+of ``team/repeats.py`` stops them (the standard error of the median under 1% of it, at least 3, at
+most 1,000, a time cap, the job's time limit). Each repeat's total and its layers' times go to the record; nothing of it
 is printed.
 
 ``on_fresh_run(what, i, n)``: called before each timed run on a fresh input (``what``: the
