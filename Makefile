@@ -28,7 +28,7 @@ run: data
 # bounds, p99s, the default port) alone. pytest exits 5 when it collects no test: not a failure of a
 # phase. make test-fast also fails when the fast tier has drifted (--fast-tier-check: tests/tiers.py).
 WORKERS ?= 4
-PYTEST   = $(PY) -m pytest tests -q -rfEs
+PYTEST   = $(PY) -m pytest tests -q -rfEs --durations=30
 
 test: data
 	$(PYTEST) -m "not serial" -n $(WORKERS) --dist loadfile; parallel=$$?; \
