@@ -228,8 +228,7 @@ def main(milestone_name, argv, prog=None):
             return 0
         if args.ncu:
             return _under_ncu(milestone_name, argv, console)
-        from ..mx.op import quiet_callback_tracebacks
         from ..team.harness import watch_interrupts
-        with quiet_callback_tracebacks(), watch_interrupts():
+        with watch_interrupts():
             run_milestone(milestone, args, console, clock)
     return run(one_run, argv, console)

@@ -86,15 +86,6 @@ def reason(exc):
     return text if text.startswith(OP_TYPE) else f"{OP_TYPE}: {text}"
 
 
-def mxnet_error_line(exc):
-    """One line for an MXNetError: our reason where one of our callbacks failed, else MXNet's."""
-    cause = getattr(exc, "cause", None)
-    if cause is not None:
-        return reason(cause)
-    from .messages import mxnet_error_line as mxnet_line
-    return mxnet_line(exc)
-
-
 def _custom_op_error(message):
     return "reinterpret_cast<CustomOp" in message or "CustomOp" in message
 

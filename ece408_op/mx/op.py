@@ -70,7 +70,7 @@ from ..conv.spec import IGNORED_ATTRS, infer_shapes
 from ..errors import Ece408Error, ShapeError
 from . import failures, lean
 from .compat import import_mxnet
-from .failures import mxnet_error_line, recording  # noqa: F401  (mxnet_error_line: cli/errors.py)
+from .failures import recording
 
 mx = import_mxnet()
 
@@ -131,13 +131,6 @@ def _remember_errors(method):
             failures.record(exc, sync=False)
             raise
     return functools.wraps(method)(remembered)
-
-
-@contextmanager
-def quiet_callback_tracebacks():
-    """A context for the milestones' calls that does nothing: MXNet's traceback dumps of our callbacks
-    never appear, ``failures.install`` turns them into the one-line reason in the MXNetError."""
-    yield
 
 
 class InferenceOnlyError(Ece408Error):
