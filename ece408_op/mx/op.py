@@ -380,8 +380,19 @@ class Conv2dForward(mx.operator.CustomOp):
 
     @recording(sync=False)
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
-        raise InferenceOnlyError(f"{OP_TYPE} is inference-only: it has no backward pass; "
-                                 "train with mx.sym.Convolution and swap it in for inference")
+        """The data, weight and bias gradients (conv/backward.py, on the host in float32), each
+        written or added per its ``req`` (``null``: not computed). A team's forward has none."""
+        if self.config.team:
+            raise InferenceOnlyError(f"{OP_TYPE} team=1 is inference-only: the team's forward has no backward")
+        wanted = [r != "null" for r in req] + [False] * (3 - len(req))
+        if not any(wanted):
+            return
+        from ..conv.backward import conv2d_backward_cpu
+        x, w = in_data[0].asnumpy(), in_data[1].asnumpy()
+        grads = conv2d_backward_cpu(out_grad[0].asnumpy(), x, w, self.spec, tuple(wanted))
+        for array, request, value in zip(in_grad, req, grads):
+            if request != "null" and value is not None:
+                self.assign(array, request, mx.nd.array(value, ctx=array.context, dtype=np.float32))
 
 
 @lean.register(OP_TYPE)
@@ -390,7 +401,7 @@ class Conv2dForwardProp(mx.operator.CustomOpProp):
     report a failure (``infer_shape``, ``infer_type``)."""
 
     def __init__(self, **attrs):                    # never raises (see the module docstring)
-        super().__init__(need_top_grad=False)
+        super().__init__(need_top_grad=True)         # backward: the output's gradient
         self.attrs = {str(k): str(v) for k, v in attrs.items()}
         self._config = None
 
