@@ -55,7 +55,7 @@ def test_offset_reads_its_file_again_and_counts_a_bad_one_as_zero(tmp_path):
     assert offset() == 100.0                                 # read again only after REREAD
     mono.value += clock.REREAD * 2
     assert offset() == 220.0
-    for text, expected in (("-120", -20.0), ("not a number", 100.0), ("", 100.0), ("1e3", 1100.0)):
+    for text, expected in (("-120", -20.0), ("not a number", 100.0), ("", 100.0), ("inf", 100.0), ("nan", 100.0), ("1e3", 1100.0)):
         path.write_text(text)
         mono.value += clock.REREAD * 2
         assert offset() == expected, text

@@ -14,8 +14,9 @@ Rules:
   they are read next to other programs' logs.
 - Tests only: ``$ECE408_TEST_CLOCK_OFFSET_FILE`` names a file holding a number of seconds that
   ``install_test_offset`` adds to every ``time.time()`` of the process (read again at most every
-  0.1 s; a missing or unreadable file adds 0), so that a real ``serve`` can have its clock stepped.
+  0.1 s; a missing or unreadable file, or one not holding a finite number, adds 0), so that a real ``serve`` can have its clock stepped.
 """
+import math
 import os
 import time
 
@@ -62,7 +63,8 @@ class Offset:
         if self.read_at is None or self.monotonic() - self.read_at > REREAD:
             try:
                 with open(self.path, encoding="ascii") as f:
-                    self.value = float(f.read().strip() or 0)
+                    value = float(f.read().strip() or 0)
+                self.value = value if math.isfinite(value) else 0.0
             except (OSError, ValueError, UnicodeDecodeError):
                 self.value = 0.0
             self.read_at = self.monotonic()
