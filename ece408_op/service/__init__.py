@@ -18,6 +18,8 @@ One module per job:
     tokens.py    team, worker and instructor tokens: made, hashed, checked in constant time
     identity.py  a team name as an identity: its form (PRECIS usernames, one script) and look (UTS #39)
     jobs.py      the queue: submit (limits, deadlines), fair claim, leases, transcript chunks, end
+    clock.py     the service's clock: the wall clock read at start, moved by the monotonic clock
+                 (leases, time limits, per-hour windows: a step of the system clock changes none)
     capacity.py  at submission, whether a worker seen lately can take the job; refused in one line
                  saying what to change (or queued with that line as a warning)
     upload.py    the upload format: packed by the client, checked before anything unpacks it (its tar

@@ -31,7 +31,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import iterate_in_threadpool
 from starlette.responses import StreamingResponse
 
-from . import buildfolder, limits
+from . import buildfolder, clock, limits
 from ..base.archive import size_text
 from .db import Unavailable
 from .http import check_size
@@ -122,7 +122,7 @@ class BuildStore:
         """Put the checked archive ``incoming`` in place and record it, if the worker still holds
         the job (Lost otherwise); the row. A build of the job's earlier attempt is replaced; the
         team's oldest build folders are deleted where its kept ones would pass the quota."""
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         final = self.path(job_id, sha256)
         files = sum(1 for e in checked.entries if e.data is not None)
         row = dict(job_id=job_id, bytes=size, sha256=sha256, files=files, folders=len(checked.entries) - files,
@@ -171,7 +171,7 @@ class BuildStore:
     # ------------------------------------------------------------ deleting
     def reap(self, db, now=None):
         """Delete the expired build folders, each marked deleted; their job ids."""
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         with db.transaction(write=False) as tx:
             rows = tx.all("SELECT job_id, sha256 FROM service_builds WHERE deleted_at IS NULL AND expires_at < ?",
                           (now,))
@@ -186,7 +186,7 @@ class BuildStore:
 
     def sweep(self, db, now=None):
         """Delete the files here that no kept build names, once ORPHAN_AGE old; their names."""
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         try:
             names = [(p, p.stat().st_mtime) for p in self.folder.iterdir()]
         except FileNotFoundError:
@@ -279,7 +279,7 @@ async def response(service, job, principal, address):
         quota = service.builds.quota if service.builds is not None else QUOTA_MIB << 20
         raise Refused(410, f"the build folder of job {job_id} was deleted on {when(row['deleted_at'])} to keep your "
                            f"team's build folders within {size_text(quota)} (the newest are kept)")
-    if row["deleted_at"] is not None or row["expires_at"] < time.time():
+    if row["deleted_at"] is not None or row["expires_at"] < clock.now():
         raise gone
     if service.builds is None:
         raise Refused(410, f"the build folder of job {job_id} is not served: this service keeps no build folders now "

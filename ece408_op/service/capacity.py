@@ -28,10 +28,9 @@ GPU jobs are sent without one (``--gres none``). Device kinds are not mapped to 
 yet: a job asking for a kind is accepted as before. The instructor's page marks every queued job
 that no worker seen can take (``missing``).
 """
-import time
 from dataclasses import dataclass
 
-from . import choices, devices
+from . import choices, clock, devices
 from .jobs import KINDS_SEEN, WORKER_SEEN, Refused, seen as seen_worker, when
 from .grading_door import kind_of, printable
 
@@ -51,7 +50,7 @@ class Need:
 
 def register(db, slots, now=None):
     """Mark this server's own worker slots [(name, has a GPU, device name)] as seen (at its start)."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction() as tx:
         for name, gpu, device in slots:
             seen_worker(tx, name, gpu, device, now)
@@ -61,7 +60,7 @@ def seen(db, now=None):
     """The workers as the check needs them: {workers: [(has a GPU, kind)] seen in the window,
     week: those seen in the last ``jobs.KINDS_SEEN`` seconds (the class's workers), last: when the
     last one was seen (None: never)}."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction(write=False) as tx:
         rows = tx.all("SELECT gpu, device, last_seen FROM service_workers WHERE last_seen > ?", (now - KINDS_SEEN,))
         last = tx.value("SELECT MAX(last_seen) FROM service_workers")

@@ -8,16 +8,15 @@ last ``jobs.KINDS_SEEN`` seconds (a week: a Slurm class's workers come and go wi
 grading/kinds.py's rule, and the job keeps the kind's full name; a name that names none is
 refused in one line listing them, unless the instructor accepts unknown names (the job then
 keeps the name as typed, and only a worker reporting exactly that kind takes it)."""
-import time
 
-from . import choices
+from . import choices, clock
 from .jobs import KINDS_SEEN, Refused
 from .grading_door import KindError, kind_of, matching_kinds, printable, resolve_kind
 
 
 def worker_kinds(db, since=KINDS_SEEN, now=None):
     """The kinds of the workers that asked for work in the last ``since`` seconds, in name order."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction(write=False) as tx:
         rows = tx.all("SELECT DISTINCT device FROM service_workers WHERE last_seen > ?", (now - since,))
     return sorted({k for k in (kind_of(d) for d, in rows) if k})

@@ -4,6 +4,7 @@ import math
 import re
 import time
 
+from . import clock
 from .jobs import duration
 from .grading_door import printable, shown
 
@@ -36,7 +37,7 @@ def ago(value, now=None):
     """``12 s ago``, ``5 min 3 s ago`` of an epoch time."""
     if value is None:
         return "never"
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     return f"{duration(max(0.0, now - value))} ago" if now - value >= 1 else "just now"
 
 

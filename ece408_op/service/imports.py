@@ -25,7 +25,7 @@ import time
 from ..base.terms import parse_token
 from .http import encodable
 from .jobs import Refused
-from . import identity
+from . import clock, identity
 from .tokens import Tokens, csv_cell, given_name, name_key, secret_hash, stored_form
 
 MAX_ROWS = 100_000                   # teams of one import (a bigger roster: import it in parts)
@@ -149,7 +149,7 @@ def create(db, names, lines, tokens, rule="unicode"):
     started = time.monotonic()
     parsed = parsed_tokens(tokens, lines)
     stored, keys = normalized(names, lines, rule)
-    now = time.time()
+    now = clock.now()
     with db.transaction() as tx:
         if tx.postgres:                            # imports (and teams add) one at a time: what is read holds
             tx.execute("LOCK TABLE service_teams IN EXCLUSIVE MODE")

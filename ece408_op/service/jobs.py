@@ -24,6 +24,11 @@ it. A job whose worker is silent for ``lease`` seconds goes back to the queue on
 claim is attempt 2), then fails with the reason; a job past its time limit fails. A worker
 that stops cleanly releases its job (not counted as an attempt).
 
+Time: every time here (submitted, started, heard, the per-hour windows, the time limits) is the
+service's clock (``clock.now``: the wall clock read at the start of the process, moved by the
+monotonic clock), so that a step of the system's clock neither takes a job from a worker that
+reports nor unlocks or locks a team.
+
 Transcript chunks are rows (job, seq, text): the worker numbers them from the base its claim
 gave, the server inserts them ``ON CONFLICT DO NOTHING`` (a retried post never doubles a line)
 and the service's own lines take the next numbers while no worker holds the job.
@@ -35,6 +40,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass
 
+from . import clock
 from .grading_door import insert_statement, kind_of, record_summary
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
@@ -176,7 +182,7 @@ def admit(db, rules, team, kind, milestone, key=None, asked=None, now=None):
     submission ``asked`` describes), else None where the rules would accept one more job now;
     Refused otherwise. ``submit`` checks again in its own transaction (a job may have been queued
     in between)."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction(write=False) as tx:
         if tx.one("SELECT name FROM service_teams WHERE name = ?", (team,)) is None:
             raise Refused(403, f"team {team} is not in the class any more")
@@ -187,7 +193,7 @@ def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None,
     """Queue a job for ``team``; returns it (a dict). Refused where a rule says no. A ``key`` that
     the team used before returns that job, marked ``repeated``, and queues nothing. ``gpu_kind``:
     the device kind it runs on (None: any); ``notes``: the service's lines after the first."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     job_id = secrets.token_hex(16)
     with db.transaction() as tx:
         if tx.one("SELECT name FROM service_teams WHERE name = ?" + tx.lock_suffix(), (team,)) is None:
@@ -264,7 +270,7 @@ def snapshot(db, now=None):
     """What queue places are computed from: queued jobs (id, team, submitted_at, gpu, gpu_kind),
     each team's last start, the teams running a job, and the workers seen lately (how many with a
     GPU, without, their device kinds, and each as (has a GPU, kind))."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction(write=False) as tx:
         queued = tx.all("SELECT id, team, submitted_at, gpu, gpu_kind FROM service_jobs WHERE state = ? "
                         "ORDER BY submitted_at, id", (QUEUED,))
@@ -327,7 +333,7 @@ def claim(db, rules, worker, gpu, device, now=None):
     """The next job for a worker (``gpu``: it has one; ``device``: its device's name, whose kind a
     job may have asked for), fairly (see the module docstring), with a fresh lease and the chunk
     number its transcript starts at; None when there is none."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     runnable = (int(gpu), kind_of(device))
     with db.transaction() as tx:
         seen(tx, worker, gpu, device, now)
@@ -368,7 +374,7 @@ def _held(tx, job_id, lease):
 def add_chunks(db, job_id, lease, chunks, now=None):
     """Store the worker's transcript ``chunks`` [(seq, text)] (a retried post stores nothing
     twice); counts as a heartbeat. Returns whether the job is to be cancelled. Lost otherwise."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction() as tx:
         job = _held(tx, job_id, lease)
         top = job["next_seq"]
@@ -384,7 +390,7 @@ def add_chunks(db, job_id, lease, chunks, now=None):
 
 
 def heartbeat(db, job_id, lease, now=None):
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction() as tx:
         job = _held(tx, job_id, lease)
         tx.execute("UPDATE service_jobs SET heartbeat_at = ? WHERE id = ?", (now, job_id))
@@ -413,7 +419,7 @@ def finish(db, job_id, lease, status, exit_code=None, reason=None, record=None, 
     that no longer holds the lease (the job was taken back, failed or ended) gets Lost, and its
     record is kept as not counted. A second call with the same lease after the end returns the
     job and changes nothing. Returns the job."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     lost = False
     with db.transaction() as tx:
         row = tx.one(_select("id = ?", tx.lock_suffix()), (job_id,))
@@ -467,7 +473,7 @@ def uncounted(db, limit=200):
 
 def release(db, job_id, lease, why, now=None):
     """The worker stops cleanly: the job goes back to the queue, the attempt not counted."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction() as tx:
         job = _held(tx, job_id, lease)
         if job["cancel_requested"]:
@@ -484,7 +490,7 @@ def release(db, job_id, lease, why, now=None):
 def cancel(db, job_id, team=None, now=None):
     """Cancel a job (``team``: only its own). A queued job ends at once; a running one is
     stopped by its worker at its next report. Returns the job. Refused where it has ended."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction() as tx:
         where = "id = ?" + (" AND team = ?" if team is not None else "")
         row = tx.one(_select(where, tx.lock_suffix()), (job_id,) + ((team,) if team is not None else ()))
@@ -509,7 +515,7 @@ def reap(db, rules, now=None, grace=60.0):
     """Take back the jobs whose worker went silent (back to the queue once, then failed) and fail
     those past their time limit (plus ``grace``: the worker's own stop comes first). Returns
     [(job id, new state)]."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     changed = []
     with db.transaction() as tx:
         rows = tx.all(_select("state = ? AND (heartbeat_at < ? OR started_at + time_limit + ? < ?)",
@@ -547,7 +553,7 @@ def restarted(db, local_workers=None, now=None):
     """At server start: every running job's worker gets a full lease to report again (a restart
     is not its silence); the jobs of this server's own local workers, which died with the last
     server process, are marked silent at once (``reap`` takes them back)."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction() as tx:
         tx.execute("UPDATE service_jobs SET heartbeat_at = ? WHERE state = ?", (now, RUNNING))
         for name in local_workers or ():

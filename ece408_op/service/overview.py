@@ -2,8 +2,8 @@
 fair claim's order, each marked where no worker seen lately can take it; running jobs and their
 workers), the workers (alive, GPU, current job, last heartbeat), the teams (jobs, last
 submission, where they stand against the rate limits)."""
-import time
 
+from . import clock
 from .capacity import missing
 from .jobs import ENDED, QUEUED, RUNNING, WORKER_SEEN, _select, job_dict, places
 
@@ -29,7 +29,7 @@ def queue(db, snap, slurm_gpus=None):
 
 def workers(db, now=None):
     """[{name, gpu, device, last_seen, alive, job}] (``job``: the job it runs, or None), newest first."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction(write=False) as tx:
         rows = tx.all("SELECT name, gpu, device, last_seen FROM service_workers ORDER BY last_seen DESC, name")
         busy = {w: (j, t, h) for j, t, w, h in tx.all("SELECT id, team, worker, heartbeat_at FROM service_jobs "
@@ -48,7 +48,7 @@ def teams(db, rules, now=None):
     """[{name, active, jobs, last_job, queued, running, ranked_hour, development_hour, limited,
     next_at}] of every team: ``limited`` names what a new submission would be refused for now
     (the rules of jobs.submit), ``next_at`` when that ends."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     hour = now - 3600
     with db.transaction(write=False) as tx:
         rows = tx.all("SELECT t.name, (SELECT COUNT(*) FROM service_tokens k WHERE k.kind = 'team' AND "

@@ -8,6 +8,7 @@ with every control character written as an escape (``\\x1b``), and kept in memor
 ``live.Hub.steps``) while the job runs: a restart forgets it until the worker's next step."""
 import time
 
+from . import clock
 from .grading_door import printable
 from .jobs import RUNNING, Refused, public
 
@@ -30,7 +31,7 @@ def progress_event(job, step, now=None):
     started and the server's time now (a viewer counts the elapsed time from the two, whatever its
     own clock says)."""
     return {"step": step if job["state"] == RUNNING else None, "started_at": job["started_at"],
-            "now": time.time() if now is None else now}
+            "now": clock.now() if now is None else now}
 
 
 def build_summary(row, job_id):

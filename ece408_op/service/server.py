@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import capacity
+from . import capacity, clock
 from .app import make_app
 from .db import Database, Unavailable, first_line
 from ..base.extras import install_hint
@@ -256,6 +256,8 @@ def serve(options):
     import uvicorn
 
     from .grading_door import device_name, gpu_indices
+    clock.install_test_offset()                           # tests only: $ECE408_TEST_CLOCK_OFFSET_FILE
+    clock.anchor()                                        # the service's clock starts from the wall clock now
     set_level(options.log_level)
     try:
         sock = bind(options.host, options.port)

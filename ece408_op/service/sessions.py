@@ -16,8 +16,8 @@ import hashlib
 import hmac
 import re
 import secrets
-import time
 
+from . import clock
 from .tokens import Principal
 
 COOKIE = "ece408_session"
@@ -33,7 +33,7 @@ def digest(value):
 def open_session(db, token_id, principal, now=None):
     """A new session for ``principal`` (opened with the token ``token_id``); returns the cookie's
     value. Expired sessions are deleted on the way."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     value = secrets.token_urlsafe(32)
     with db.transaction() as tx:
         tx.execute("DELETE FROM service_sessions WHERE expires_at < ?", (now,))
@@ -51,7 +51,7 @@ def find(db, value, now=None):
     or its token revoked)."""
     if not value or not VALUE.match(value):
         return None
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     with db.transaction(write=False) as tx:
         row = tx.one("SELECT s.kind, s.name FROM service_sessions s JOIN service_tokens t ON t.id = s.token_id "
                      "WHERE s.id = ? AND s.expires_at > ? AND t.revoked_at IS NULL", (digest(value), now))

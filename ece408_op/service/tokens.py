@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..base.terms import parse_token
-from . import identity
+from . import clock, identity
 from .jobs import Refused
 from .grading_door import csv_cell, printable, team_name
 
@@ -123,7 +123,7 @@ class Tokens:
             if other != name:
                 raise Refused(409, identity.collision(name, other, csv_cell, in_call=True) + "; nothing was added "
                                    "(choose names that differ in more than case, spacing, Unicode form or look)")
-        now = time.time()
+        now = clock.now()
         out = []
         with self.db.transaction() as tx:
             self._fill_keys(tx)                                       # kept even where this call is refused
@@ -196,7 +196,7 @@ class Tokens:
         return [{"name": r[0], "created_at": r[1], "active": bool(r[2]), "jobs": r[3], "last_job": r[4]} for r in rows]
 
     def revoke_team(self, name):
-        now = time.time()
+        now = clock.now()
         with self.db.transaction() as tx:
             self._require_team(tx, name)
             self._revoke(tx, "team", name, now)
@@ -204,7 +204,7 @@ class Tokens:
 
     def rotate_team(self, name):
         """A new token for team ``name``; its old ones stop working."""
-        now = time.time()
+        now = clock.now()
         with self.db.transaction() as tx:
             self._require_team(tx, name)
             self._revoke(tx, "team", name, now)
@@ -215,7 +215,7 @@ class Tokens:
     def worker_token(self, name):
         """A new token for the worker ``name`` (its earlier ones are revoked)."""
         name = check_name(name, "worker")
-        now = time.time()
+        now = clock.now()
         with self.db.transaction() as tx:
             self._revoke(tx, "worker", name, now)
             text = self._issue(tx, "worker", name, now)
@@ -228,7 +228,7 @@ class Tokens:
         parsed = parse_token(token)
         if parsed is None:
             raise ValueError("not a token of this service (ece408_<16 hex>_<43 characters>)")
-        now = time.time()
+        now = clock.now()
         with self.db.transaction() as tx:
             row = tx.one("SELECT kind, name, secret_hash, revoked_at FROM service_tokens WHERE id = ?", (parsed[0],))
             if row and row[0] == kind and row[1] == name and row[3] is None and \

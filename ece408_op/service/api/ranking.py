@@ -1,11 +1,10 @@
 """The ranking, as ``ranking`` prints it (rankings.py keeps it between records), the deadlines
 and the device kinds (devices.py): what a team or the instructor reads."""
-import time
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from .. import devices, jobs
+from .. import clock, devices, jobs
 from ..auth import team_or_instructor
 from ..http import int_param, kind_param
 from ..jobs import Refused
@@ -33,7 +32,7 @@ async def ranking(request: Request, principal=Depends(team_or_instructor)):
 @router.get("/deadlines", dependencies=[Depends(team_or_instructor)])
 async def show_deadlines(request: Request):
     service = service_of(request)
-    return {"deadlines": await service.run(jobs.deadlines, service.db), "now": time.time()}
+    return {"deadlines": await service.run(jobs.deadlines, service.db), "now": clock.now()}
 
 
 @router.get("/kinds", dependencies=[Depends(team_or_instructor)])

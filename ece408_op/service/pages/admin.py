@@ -7,12 +7,11 @@ deadline, choose names, choose the grading kind, accept or refuse unknown GPU ki
 refuse jobs no worker can take now)."""
 import math
 import re
-import time
 
 from fastapi import Depends, Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import choices, devices, jobs, overview, standings
+from .. import choices, clock, devices, jobs, overview, standings
 from ..http import kind_param, parse_deadline, text_field
 from ..jobs import Refused
 from ..logs import log
@@ -68,7 +67,7 @@ async def admin_page(request: Request, viewer=Depends(instructor)):
     known = sorted({k for ks in kinds["run_kinds"].values() for k in ks} | set(kinds["worker_kinds"]))
     return site_of(request).render("admin.html", viewer, queue=queue, workers=workers, teams=teams,
                                    deadlines=deadlines, boards=await service.rankings.boards(),
-                                   names=await service.rankings.names(), rules=rules, done=done, now=time.time(),
+                                   names=await service.rankings.names(), rules=rules, done=done, now=clock.now(),
                                    kinds=kinds, known_kinds=known)
 
 

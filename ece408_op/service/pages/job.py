@@ -6,14 +6,13 @@ transcript as plain text; a development run's build folder while it is kept (``/
 the tar.gz ``jobs download`` fetches); cancelling it. A team opens its own jobs only (another
 team's answers 404, as the API does)."""
 import json
-import time
 
 from fastapi import Depends, Request
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.responses import PlainTextResponse, RedirectResponse
 
-from .. import buildstore, jobs, limits, overview, standings
+from .. import buildstore, clock, jobs, limits, overview, standings
 from ..filters import as_text, place_text, utc
 from ..http import JOB_ID, address, after_param
 from ..jobs import ENDED, QUEUED, RUNNING, Refused
@@ -62,7 +61,7 @@ async def job_page(request: Request, job_id: str, viewer=Depends(member)):
         "job.html", viewer, job=job, place=place_text(view) if job["state"] == QUEUED else None,
         transcript=as_text("".join(t for _, t in chunks)), after=chunks[-1][0] if chunks else -1, record=record,
         layers=standings.layers_of(record.models) if record else [], ended=job["state"] in ENDED,
-        files=files_of(job["files"]), build=build_view(kept), now=f"{time.time():.3f}",
+        files=files_of(job["files"]), build=build_view(kept), now=f"{clock.now():.3f}",
         step=service.hub.steps.get(job["id"]) if job["state"] == RUNNING else None)
 
 
@@ -71,7 +70,7 @@ def build_view(row):
     expiry, and whether it is still there."""
     if row is None:
         return None
-    return {**buildstore.shown(row), "gone": row["deleted_at"] is not None or row["expires_at"] < time.time(),
+    return {**buildstore.shown(row), "gone": row["deleted_at"] is not None or row["expires_at"] < clock.now(),
             "mib": f"{row['data_bytes'] / 2**20:.1f}", "why": row["deleted_why"], "deleted_at": row["deleted_at"]}
 
 
