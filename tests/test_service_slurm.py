@@ -1,6 +1,7 @@
 """``serve --slurm``: each queued job becomes one Slurm job (a ``worker --once``) on the one-node
 cluster the tests start (tests/services.py), running it in its bubblewrap sandbox. Run under
 ``flock /tmp/ece408-slurm.lock`` where other suites start Slurm on the same machine."""
+import html
 import re
 import shlex
 import shutil
@@ -8,6 +9,7 @@ import stat
 import subprocess
 import time
 
+import httpx
 import pytest
 
 from servicekit import Service, job_id_of, service_on
@@ -132,6 +134,12 @@ def test_a_device_kind_goes_to_its_partition_and_an_unmapped_one_is_refused(tmp_
         time.sleep(11)                                                # two of the dispatcher's looks: no sbatch
         assert slurm_jobs(env) == before and svc.log().count("slurm.submitted") == submitted, svc.log()[-2000:]
         assert "slurm.unmapped" in svc.log() and svc.job(job_id_of(waits.stderr))["state"] == "queued"
+        with httpx.Client(base_url=svc.url, timeout=30) as http:           # the instructor's page marks it
+            pair = re.search(r'name="login" value="([^"]+)"', http.get("/login").text).group(1)
+            assert http.post("/login", data={"login": pair, "token": svc.instructor_token}).status_code == 303
+            assert ("No worker seen can take this job: no Slurm partition or gres is mapped to B200 (serve "
+                    "--slurm-kind) and no worker on it has asked for work in the last 2 min.") in html.unescape(
+                        http.get("/admin").text)
         assert svc.cli("jobs", "cancel", job_id_of(waits.stderr), token=tokens["south"]).returncode == 0
 
 
