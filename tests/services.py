@@ -49,7 +49,9 @@ SLURM_COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel"
 
 
 class SlurmCluster:
-    """One node (this host, by its own hostname), one partition; SLURM_CONF set in ``env``."""
+    """One node (this host, by its own hostname) in two partitions: ``test`` (the default) and
+    ``KIND_PARTITION`` (where serve --slurm-kind sends a kind's jobs); SLURM_CONF set in ``env``."""
+    KIND_PARTITION = "h100"
 
     def __init__(self, root):
         self.root = Path(root)
@@ -96,6 +98,7 @@ class SlurmCluster:
             "KillWait=10", "MinJobAge=300", "SlurmdTimeout=60", "InactiveLimit=0",
             f"NodeName={host} CPUs={cpus} State=UNKNOWN",
             f"PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName={self.KIND_PARTITION} Nodes={host} Default=NO MaxTime=INFINITE State=UP",
             ""]))
         env = {**os.environ, **self.env}
         self.procs.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(self.conf)], env=env,

@@ -204,8 +204,15 @@ def test_the_line_s_pieces():
     assert capacity.missing(False, None, []) == "no worker of this class has asked for work in the last 2 min"
     assert capacity.seen_text([cpu, cpu, h100, (True, None)]) == (
         "2 CPU workers, 1 GPU worker on NVIDIA H100 80GB HBM3, 1 GPU worker on an unreported device")
-    # serve --slurm: whether Slurm's request serves it; kinds are not mapped to Slurm, so accepted
-    assert capacity.missing(True, None, [], slurm_gpus=True) is None
-    assert capacity.missing(False, H100, [], slurm_gpus=True) is None
-    assert capacity.missing(True, None, [], slurm_gpus=False) == (
+    # serve --slurm: whether Slurm's requests serve it, the default one or the mapping of the kind asked for
+    slurm = capacity.Slurm(gpus=True, kinds={H100: True}, workers="node/slurm/")
+    assert capacity.missing(True, None, [], slurm) is None and capacity.missing(True, H100, [], slurm) is None
+    assert capacity.missing(True, None, [], capacity.Slurm(gpus=False)) == (
         "this class's workers are Slurm jobs without a GPU (serve --slurm --gres none)")
+    assert capacity.missing(True, H100, [], capacity.Slurm(gpus=False, kinds={H100: False})) == (
+        f"this class's Slurm jobs on {H100} get no GPU (its --slurm-kind gives no gres, and --gres is none)")
+    assert capacity.missing(False, "Tesla V100", [], slurm) == (          # a kind no mapping names: refused...
+        "no Slurm partition or gres is mapped to Tesla V100 (serve --slurm-kind) and no worker on it has asked for "
+        "work in the last 2 min")
+    assert capacity.missing(False, "Tesla V100", [(True, "Tesla V100")], slurm) is None   # ...unless one of its asks
+    assert slurm.served(True) == [H100] and capacity.Slurm(True, {H100: False}).served(True) == []

@@ -13,6 +13,15 @@ def days(text):
 days.__name__ = "number of days, 0 or more"
 
 
+def slurm_kind(text):
+    from argparse import ArgumentTypeError
+    from ..service.slurm import parse_kind
+    try:
+        return parse_kind(text)
+    except ValueError as exc:
+        raise ArgumentTypeError(str(exc)) from None
+
+
 def command(argv):
     from ..grading.sandbox import ENGINES
     from ..service.guard import HEADER_SECONDS
@@ -83,6 +92,12 @@ def command(argv):
     parser.add_argument("--account", help="--slurm: the account")
     parser.add_argument("--gres", default="gpu:1", help="--slurm: the GPU request of GPU jobs (default gpu:1; "
                                                         "'none' on a cluster without GPUs)")
+    parser.add_argument("--slurm-kind", type=slurm_kind, action="append", default=[],
+                        metavar="KIND=partition:P,gres:G,constraint:C",
+                        help="--slurm: where the jobs asking for device kind KIND (submit --gpu; the name its nodes "
+                             "report, e.g. 'NVIDIA H100 80GB HBM3') go: any of a partition, a gres for its GPU jobs "
+                             "(default --gres), a constraint; once per kind. A kind no mapping names is refused at "
+                             "submission (unless a worker of that kind asks for work) and never sent to Slurm")
     parser.add_argument("--slurm-time", default="01:00:00", metavar="D-HH:MM:SS", help="--slurm: each job's limit")
     parser.add_argument("--slurm-max-jobs", type=count, default=8, metavar="N",
                         help="--slurm: this service's worker jobs in Slurm at once (default 8)")
@@ -111,6 +126,8 @@ def command(argv):
                      "on the command line, which every user of this machine can read in ps")
     if args.slurm and args.workers:
         parser.error("--slurm runs the workers as Slurm jobs: leave --workers out")
+    if args.slurm_kind and not args.slurm:
+        parser.error("--slurm-kind maps a device kind to Slurm's requests: it goes with --slurm")
     worker_args = []
     for flag, value in (("--engine", args.engine), ("--scratch", args.scratch), ("--hidden-model", args.hidden_model)):
         if value:
@@ -123,9 +140,13 @@ def command(argv):
                         streams_per_address=args.streams_per_address, names=args.names)
     slurm = None
     if args.slurm:
-        from ..service.slurm import SlurmOptions
+        from ..service.slurm import SlurmOptions, check_kinds
+        try:
+            kinds = check_kinds(args.slurm_kind)
+        except ValueError as exc:
+            parser.error(str(exc))
         slurm = SlurmOptions(partition=args.partition, account=args.account, gres=args.gres, time=args.slurm_time,
-                             max_jobs=args.slurm_max_jobs, worker_args=worker_args)
+                             max_jobs=args.slurm_max_jobs, worker_args=worker_args, kinds=kinds)
     options = ServeOptions(host=args.host, port=args.port, db=args.db, db_connections=args.db_connections,
                            state_dir=args.state_dir,
                            instructor_token_file=args.instructor_token_file, workers=args.workers,

@@ -24,6 +24,9 @@ def command(argv):
     parser.add_argument("--slots", type=int, default=1, metavar="N", help="CPU slots with --gpus none (default 1)")
     parser.add_argument("--slot", help=argparse.SUPPRESS)          # serve's local workers: the slot's name
     parser.add_argument("--once", action="store_true", help="one job, then exit (a Slurm job)")
+    parser.add_argument("--kind", metavar="NAME",
+                        help="report NAME as every slot's device kind: take only jobs asking for it or for none "
+                             "(serve --slurm's jobs for a kind its --slurm-kind maps)")
     parser.add_argument("--engine", choices=("auto", *ENGINES), help="the sandbox of the runs (default auto)")
     parser.add_argument("--scratch", metavar="DIR", help="where runs unpack and build (default $TMPDIR)")
     parser.add_argument("--hidden-model", metavar="PREFIX", help="staff's hidden third model for ranked runs")
@@ -36,6 +39,12 @@ def command(argv):
     if not server:
         parser.error("give --server URL (or set $ECE408_SERVER)")
     server = check_url(server)
+    kind = None
+    if args.kind is not None:
+        from ..service.grading_door import kind_of, printable
+        kind = kind_of(args.kind)
+        if kind is None or printable(kind, 100) != kind:
+            parser.error("--kind is a device kind's name: printable, 1 to 100 characters")
     if args.token_file:
         token = read_token_file(args.token_file)
     elif os.environ.get("ECE408_TOKEN"):
@@ -43,7 +52,7 @@ def command(argv):
     else:
         raise WorkerError("the worker needs its token: --token-file PATH or $ECE408_TOKEN (teams worker NAME makes one)")
     options = WorkerOptions(server=server, token=token, gpus=args.gpus, slots=args.slots, slot=args.slot,
-                            once=args.once, engine=args.engine,
+                            once=args.once, kind=kind, engine=args.engine,
                             scratch=args.scratch, hidden_model=args.hidden_model, patience=args.patience,
                             log_level=args.log_level)
     return run_worker(options)

@@ -147,5 +147,10 @@ def list_kinds(client):
              "The grade counts: " + ("; ".join(f"{m}: {printable(k, 100)}" for m, k in sorted(grading.items()))
                                      or "no kind chosen"),
              f"A GPU kind no worker reported: {data['unknown_gpus']}"]
+    if data.get("slurm_kinds") is not None:                      # serve --slurm: its mapping
+        mapped = "; ".join(f"{printable(m['kind'], 100)} ({printable(m['request'], 200)})"
+                           for m in data["slurm_kinds"])
+        lines.insert(1, "Slurm's device kinds (serve --slurm-kind; submit --gpu names one; another only where a "
+                        f"worker of it asks for work): {mapped or 'none'}")
     client.out.write("".join(line + "\n" for line in lines))
     return 0

@@ -4,8 +4,9 @@ records; and the two choices about them that are the instructor's (choices.py): 
 milestone's grade counts, and whether a team may ask for a kind no worker has reported.
 
 A team asks for a kind with ``submit --gpu NAME``: NAME names a kind of the workers seen in the
-last ``jobs.KINDS_SEEN`` seconds (a week: a Slurm class's workers come and go with the queue) by
-grading/kinds.py's rule, and the job keeps the kind's full name; a name that names none is
+last ``jobs.KINDS_SEEN`` seconds (a week: a Slurm class's workers come and go with the queue), or
+one that ``serve --slurm-kind`` maps, by grading/kinds.py's rule, and the job keeps the kind's
+full name; a name that names none is
 refused in one line listing them, unless the instructor accepts unknown names (the job then
 keeps the name as typed, and only a worker reporting exactly that kind takes it)."""
 
@@ -32,14 +33,17 @@ def run_kinds(db, milestone=None):
     return sorted({k for k in (kind_of(d) for d, in rows) if k})
 
 
-def wanted_kind(db, name):
+def wanted_kind(db, name, mapped=()):
     """The kind a job asking for ``name`` runs on (see the module docstring); Refused (400) where
-    ``name`` names none of the workers' kinds (and unknown names are refused) or several."""
-    kinds = worker_kinds(db)
+    ``name`` names none of the workers' kinds and of ``mapped`` (Slurm's, serve --slurm-kind)
+    (and unknown names are refused) or several."""
+    kinds = sorted(set(worker_kinds(db)) | set(mapped))
     if not matching_kinds(name, kinds) and choices.unknown_gpus(db) == "accepted":
         return kind_of(printable(name, 100))           # as a worker's reported name is kept
+    among = "device kind of this class's workers (seen in the last 7 days)" + (" or of its Slurm mapping" if mapped
+                                                                                else "")
     try:
-        return resolve_kind(name, kinds, "gpu", "device kind of this class's workers (seen in the last 7 days)")
+        return resolve_kind(name, kinds, "gpu", among)
     except KindError as exc:
         raise Refused(400, str(exc)) from None
 

@@ -3,16 +3,17 @@ fair claim's order, each marked where no worker seen lately can take it; running
 workers), the workers (alive, GPU, current job, last heartbeat), the teams (jobs, last
 submission, where they stand against the rate limits)."""
 
-from . import clock
+from . import capacity, clock
 from .capacity import missing
 from .jobs import ENDED, QUEUED, RUNNING, WORKER_SEEN, _select, job_dict, places
 
 RECENT = 30                           # ended jobs shown on the instructor's page
 
 
-def queue(db, snap, slurm_gpus=None):
+def queue(db, snap, slurm=None):
     """{queued: [job] in claim order (each with ``place``, and ``unserved``: why no worker seen
-    lately can take it, or None), running: [job], recent: [job]} (``slurm_gpus``: capacity.missing's)."""
+    lately can take it, or None), running: [job], recent: [job]} (``slurm``: capacity.missing's;
+    Slurm's own workers are then left out of those seen, as capacity.seen leaves them)."""
     ahead = places(snap)
     with db.transaction(write=False) as tx:
         queued = [job_dict(r) for r in tx.all(_select("state = ?"), (QUEUED,))]
@@ -20,9 +21,10 @@ def queue(db, snap, slurm_gpus=None):
         marks = ", ".join("?" * len(ENDED))
         recent = [job_dict(r) for r in tx.all(_select(f"state IN ({marks})") +
                                               " ORDER BY finished_at DESC, id LIMIT ?", (*ENDED, RECENT))]
+    seen_now = snap["workers"] if slurm is None or not queued else capacity.seen(db, slurm=slurm)["workers"]
     for job in queued:
         job["place"] = ahead.get(job["id"])
-        job["unserved"] = missing(job["gpu"], job["gpu_kind"], snap["workers"], slurm_gpus)
+        job["unserved"] = missing(job["gpu"], job["gpu_kind"], seen_now, slurm)
     queued.sort(key=lambda j: (j["place"] if j["place"] is not None else 1 << 30, j["submitted_at"]))
     return {"queued": queued, "running": running, "recent": recent}
 

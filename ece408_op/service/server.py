@@ -295,8 +295,10 @@ def _serve(options, db, sock, uvicorn, gpu_indices, device_name):
     slots = local_slots(options.workers, gpu_indices()) if options.slurm is None else []
     local_name = f"{host_name}/local"
     settings.local_workers = tuple(f"{local_name}/{slot}" for slot, _ in slots)
-    if options.slurm is not None:
-        settings.slurm_gpus = bool(options.slurm.gres) and options.slurm.gres != "none"
+    if options.slurm is not None:                            # what Slurm's requests serve, for capacity.check
+        from .slurm import gets_gpu
+        settings.slurm = capacity.Slurm(gets_gpu(options.slurm.gres), options.slurm.serves(),
+                                        {k.kind: k.shown() for k in options.slurm.kinds}, f"{host_name}/slurm/")
     service = Service(db, settings)
     try:                                                     # its own workers count as seen from the start
         capacity.register(db, [(f"{local_name}/{slot}", gpu is not None, device_name(gpu)) for slot, gpu in slots])

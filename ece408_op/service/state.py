@@ -30,7 +30,7 @@ class Settings:
     claim_wait: float = 25.0                     # seconds a worker's claim waits for a job
     reap_every: float = 5.0
     local_workers: tuple = ()                    # names of this server's own workers (serve --workers)
-    slurm_gpus: bool = None                      # serve --slurm: whether its GPU jobs get a GPU (None: no Slurm)
+    slurm: object = None                         # serve --slurm: what its requests serve (capacity.Slurm; None: no Slurm)
     ranking_seconds: float = 10.0                # a ranking is computed again at least this often (new
                                                  # records through this server: within a second)
     upload_seconds: float = 120.0                # an upload's body arrives within this, or 408

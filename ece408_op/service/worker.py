@@ -18,6 +18,12 @@ on a machine without one a CPU slot (m2 and CPU development runs). Each slot:
    private descriptor), the status of a development run, after sending the development run's
    build folder, which the child packed when its commands ended (``send_build``).
 
+``--kind KIND`` (serve --slurm gives it to the worker jobs it sends for a mapped device kind:
+their partition or gres put them on a node of that kind): every slot reports KIND as its device,
+so it takes only the jobs asking for that kind or for none (jobs.RUNNABLE); where the machine's
+own name is of another kind, ``worker.kind_differs`` says so (the records keep the name their
+runs measured on).
+
 The worker holds a worker token, never database credentials. Network trouble and a server that
 restarts are waited out (every call retried for ``--patience`` seconds): the job goes on and
 nothing it produced is lost. SIGTERM or Ctrl-C: each slot stops its child and gives its job back
@@ -51,7 +57,7 @@ from .jobrun import PARENT_ENV, die_with_parent, one_line
 from .jobs import Lost
 from .logs import log, set_level
 from .progress import STEP_LIMIT
-from .grading_door import device_name, gpu_indices
+from .grading_door import device_name, gpu_indices, kind_of
 
 CLAIM_WAIT = 20.0
 STOP_GRACE = 30.0                       # seconds a stopped child has to end its run before SIGKILL
@@ -70,6 +76,7 @@ class WorkerOptions:
     slot: str = None                   # one slot of this name (serve's local workers)
     once: bool = False                 # one job, then exit (a Slurm job); no job within once_wait: exit
     once_wait: float = 60.0
+    kind: str = None                   # the device kind every slot reports (serve --slurm's mapped kinds)
     engine: str = None
     scratch: str = None
     hidden_model: str = None
@@ -121,6 +128,10 @@ class Slot:
     def __init__(self, api, name, gpu, options, stop):
         self.api, self.name, self.gpu, self.options, self.stop = api, name, gpu, options, stop
         self.device = device_name(gpu)
+        if options.kind is not None:
+            if kind_of(self.device) != options.kind:
+                log("worker.kind_differs", level="warning", slot=name, kind=options.kind, device=self.device)
+            self.device = options.kind
         self.fatal = self.crash = None
         self.finished = False
 

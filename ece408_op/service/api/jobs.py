@@ -58,7 +58,8 @@ async def submit(request: Request, principal=Depends(team)):
         if milestone is not None and milestone not in GPU_MILESTONES:
             raise Refused(400, f"gpu goes with a GPU milestone or a development run: {milestone} is measured on the "
                                "CPU, and ranked by the CPU's kind")
-        gpu_kind = await service.run(devices.wanted_kind, service.db, gpu_kind)
+        gpu_kind = await service.run(devices.wanted_kind, service.db, gpu_kind,
+                                     settings.slurm.kinds if settings.slurm is not None else ())
     key = idempotency_key(request)
     check_size(request, settings.max_upload, "upload")
     earlier = await service.refusals.admit(service, principal.name, kind, milestone, key,
@@ -74,7 +75,7 @@ async def submit(request: Request, principal=Depends(team)):
     warning = None
     if kind == "ranked" or gpu_kind is not None:
         warning = await service.run(capacity.check, service.db, capacity.Need(
-            milestone in GPU_MILESTONES, gpu_kind, asked, milestone), settings.slurm_gpus)
+            milestone in GPU_MILESTONES, gpu_kind, asked, milestone), settings.slurm)
     async with service.uploads.upload(principal.name):
         async with service.uploads.slot("reading"):
             body = await read_body(request, settings.max_upload, "upload", settings.upload_seconds)
@@ -82,7 +83,7 @@ async def submit(request: Request, principal=Depends(team)):
             gpu, files, need = await service.run(checked_upload, body, kind, milestone, settings.max_upload)
     if need is not None and need.gpu:
         warning = await service.run(capacity.check, service.db, capacity.Need(
-            True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm_gpus)
+            True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm)
     job = await service.run(jobs.submit, service.db, settings.rules, principal.name, kind, milestone, size, gpu,
                             body, files, key, gpu_kind=gpu_kind, notes=[f"* Warning: {warning}"] if warning else ())
     if job.get("repeated"):

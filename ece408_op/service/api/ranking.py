@@ -38,6 +38,10 @@ async def show_deadlines(request: Request):
 @router.get("/kinds", dependencies=[Depends(team_or_instructor)])
 async def show_kinds(request: Request):
     """The device kinds of the workers (seen in the last 7 days: what submit --gpu may name) and of
-    the runs, the kind each milestone's grade counts, and whether unknown GPU kinds are accepted."""
+    the runs, the kind each milestone's grade counts, whether unknown GPU kinds are accepted, and
+    with serve --slurm the kinds its --slurm-kind maps, each with its request (``slurm_kinds``;
+    None: not Slurm)."""
     service = service_of(request)
-    return await service.run(devices.settings, service.db)
+    slurm = service.settings.slurm
+    return {**await service.run(devices.settings, service.db),
+            "slurm_kinds": None if slurm is None else [{"kind": k, "request": r} for k, r in slurm.requests.items()]}

@@ -51,9 +51,9 @@ def milestone_of(fields):
     return milestone
 
 
-def admin_overview(db, rules, slurm_gpus=None):
+def admin_overview(db, rules, slurm=None):
     """(the queue, the workers, the teams, the deadlines, the device kinds' settings) as the page shows them."""
-    return (overview.queue(db, jobs.snapshot(db), slurm_gpus), overview.workers(db), overview.teams(db, rules),
+    return (overview.queue(db, jobs.snapshot(db), slurm), overview.workers(db), overview.teams(db, rules),
             jobs.deadlines(db), devices.settings(db))
 
 
@@ -62,7 +62,7 @@ async def admin_page(request: Request, viewer=Depends(instructor)):
     service = service_of(request)
     rules = service.settings.rules
     queue, workers, teams, deadlines, kinds = await service.run(admin_overview, service.db, rules,
-                                                                service.settings.slurm_gpus)
+                                                                service.settings.slurm)
     done = DONE.get(request.query_params.get("done"))
     known = sorted({k for ks in kinds["run_kinds"].values() for k in ks} | set(kinds["worker_kinds"]))
     return site_of(request).render("admin.html", viewer, queue=queue, workers=workers, teams=teams,
