@@ -1,5 +1,5 @@
 """The PyTorch front-end (ece408_op.torch): nn.Conv2d's constructor and state dict, swap_convolutions,
-PyTorch-style errors and the forward-only rule (without a GPU: the CPU path), then on a CUDA device the
+PyTorch-style errors (without a GPU: the CPU path; training: tests/test_torch_training.py), then on a CUDA device the
 zero-copy path: every output against the float64 reference within the float32 bound, no tensor copied
 (one allocation per call: y), the kernels queued on PyTorch's current stream without synchronising,
 and a small residual network swapped whole. Skips without PyTorch; the GPU tests skip without a GPU."""
@@ -11,7 +11,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 from ece408_op.conv import ConvSpec, reference_and_bound  # noqa: E402
-from ece408_op.torch import Conv2d, conv2d, swap_convolutions  # noqa: E402
+from ece408_op.torch import Conv2d, swap_convolutions  # noqa: E402
 
 # (input shape, nn.Conv2d arguments): padding, stride, dilation, groups (depthwise too), rectangular
 # kernels, bias, 'same', a non-zero padding mode, an unbatched input, a 1x1 layer
@@ -177,23 +177,6 @@ def test_channels_last_on_the_cpu_returns_channels_last():
         want = original(cl)
     assert y.is_contiguous(memory_format=torch.channels_last) and y.stride() == want.stride()
     _check(y, *_reference(original, x), what="CPU channels-last")
-
-
-def test_forward_only():
-    conv = Conv2d(3, 5, 3)
-    x = torch.rand(1, 3, 9, 9)
-    # bad input: training (autograd recording, parameters that require grad)
-    with pytest.raises(RuntimeError, match="forward-only"):
-        conv(x)
-    conv.eval()
-    # bad input: an input that requires grad while autograd records
-    with pytest.raises(RuntimeError, match="forward-only"):
-        conv(x.requires_grad_())
-    with pytest.raises(RuntimeError, match="forward-only"):
-        conv2d(torch.rand(1, 3, 9, 9), conv.weight)
-    assert conv(x.detach()).shape == (1, 5, 7, 7)                 # eval mode: parameters may require grad
-    with torch.no_grad():
-        assert conv.train()(x).shape == (1, 5, 7, 7)              # no recording: fine in training mode too
 
 
 def test_the_front_end_imports_without_mxnet():

@@ -15,9 +15,12 @@ resolves the layer (shape checks, the version: defaults.json, else autotuned, el
 order; ``kernel=`` asks for one, e.g. ``kernel=9`` or ``kernel="fast"``); later calls cost a
 dictionary look-up and the launches. CPU tensors run the project's CPU path (through NumPy).
 
-Forward only: with autograd recording, an input that requires grad (or, in training mode, a
-parameter that does) is a RuntimeError; run under ``torch.no_grad()``/``torch.inference_mode()``,
-and train with ``nn.Conv2d``. Errors follow PyTorch's: a wrong dtype is a TypeError, wrong shapes
+Training: while autograd records and the input, the weight or the bias requires grad, the forward
+runs on the kernels as above inside an ``autograd.Function`` whose backward gives the input, weight
+and bias gradients PyTorch asks for (``needs_input_grad``): float32 CPU tensors on the project's
+CPU backward (conv/backward.py), CUDA tensors and other types on PyTorch's own gradient operators
+(``torch.nn.grad``: cuDNN) until the backward kernel versions exist; torch.compile trains through the
+registered operator's autograd formula, the same backward. Errors follow PyTorch's: a wrong dtype is a TypeError, wrong shapes
 and devices RuntimeErrors with PyTorch's wording, a bad ``kernel=`` a ValueError.
 
 Every layer ``F.conv2d`` runs runs here too: a layer no kernel version takes (say, half-precision groups
@@ -92,9 +95,55 @@ _is_compiling = torch.compiler.is_compiling
 _CHANNELS_LAST, _CONTIGUOUS = torch.channels_last, torch.contiguous_format
 
 
-def _forward_only(what):
-    return RuntimeError(f"{what} is forward-only (it has no backward): run it under torch.no_grad() or "
-                        "torch.inference_mode(), or train with torch.nn.Conv2d and swap afterwards")
+def _records(input, weight, bias):
+    """Whether autograd records this call: grad enabled and a tensor that requires grad."""
+    return torch.is_grad_enabled() and (getattr(input, "requires_grad", False) or weight.requires_grad or
+                                        bias is not None and bias.requires_grad)
+
+
+def _gradients(needs, input, weight, bias, grad, stride, padding, dilation, groups, ours=True):
+    """(d input, d weight, d bias) of the convolution for the output's gradient ``grad``, each None where
+    ``needs`` (PyTorch's needs_input_grad for the three) does not ask for it. ``ours``: float32 CPU tensors
+    on the project's CPU backward (False under torch.compile, which traces PyTorch's operators only).
+    Computed in the gradient's type (autocast: y's); autograd casts each to its tensor's type."""
+    unbatched = input.dim() == 3
+    x, g = (input.unsqueeze(0), grad.unsqueeze(0)) if unbatched else (input, grad)
+    if not any(needs[:3]):
+        return None, None, None
+    if ours and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and \
+            g.dtype == torch.float32:
+        from ..conv.backward import conv2d_backward_cpu
+        spec = ConvSpec(num_filter=int(weight.shape[0]), kernel=tuple(weight.shape[2:]), stride=tuple(stride),
+                        pad=tuple(padding), dilate=tuple(dilation), num_group=int(groups), no_bias=bias is None)
+        numpy = lambda t: t.detach().contiguous().numpy()            # noqa: E731
+        dx, dw, db = conv2d_backward_cpu(numpy(g), numpy(x), numpy(weight), spec,
+                                         (needs[0], needs[1], bool(needs[2]) and bias is not None))
+        dx, dw, db = (None if a is None else torch.from_numpy(a) for a in (dx, dw, db))
+    else:
+        x, w = x.to(g.dtype), weight.to(g.dtype)
+        dx = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation, groups) if needs[0] else None
+        dw = torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation, groups) if needs[1] else None
+        db = g.sum(dim=(0, 2, 3)) if needs[2] and bias is not None else None
+    if dx is not None and unbatched:
+        dx = dx[0]
+    return dx, dw, db
+
+
+class _Trained(torch.autograd.Function):
+    """The forward on the kernels (``_run``), the backward by ``_gradients``."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, cache, stride, padding, dilation, groups, version, precision):
+        ctx.save_for_backward(input, weight, bias)
+        ctx.conv = (tuple(stride), tuple(padding), tuple(dilation), int(groups))
+        return _run(cache, input, weight, bias, stride, padding, dilation, groups, version, precision)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        input, weight, bias = ctx.saved_tensors
+        dx, dw, db = _gradients(ctx.needs_input_grad, input, weight, bias, grad, *ctx.conv)
+        return dx, dw, db, None, None, None, None, None, None, None
 
 
 @dataclass
@@ -322,9 +371,6 @@ _functional_cache = {}
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, kernel=None, precision=None):
     """``torch.nn.functional.conv2d`` on the project's kernels (``padding`` numeric, 'same' or 'valid');
     forward only."""
-    tensors = (input, weight, bias)
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
-        raise _forward_only("ece408_op.torch.conv2d")
     if isinstance(padding, str):
         input, padding = _string_padding(input, weight, stride, padding, dilation)
     if torch.compiler.is_compiling():
@@ -358,6 +404,8 @@ def _functional(input, weight, bias, stride, padding, dilation, groups, kernel, 
     cache = _functional_cache.get((stride, padding, dilation, groups, kernel, precision))
     if cache is None:
         cache = _functional_cache.setdefault((stride, padding, dilation, groups, kernel, precision), {})
+    if isinstance(input, torch.Tensor) and isinstance(weight, torch.Tensor) and _records(input, weight, bias):
+        return _Trained.apply(input, weight, bias, cache, stride, padding, dilation, groups, kernel, precision)
     return _run(cache, input, weight, bias, stride, padding, dilation, groups, kernel, precision, autocast)
 
 
@@ -396,6 +444,22 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups, kernel,
     layout = _CHANNELS_LAST if input.dim() == 4 and channels_last(input) or channels_last(weight) else _CONTIGUOUS
     out = torch.empty(shape, dtype=input.dtype, device=input.device, memory_format=layout)   # (x's type, y's layout)
     return out if input.dim() == 4 else out[0].clone()
+
+
+def _setup_context(ctx, inputs, output):
+    input, weight, bias, stride, padding, dilation, groups, _kernel, _precision = inputs
+    ctx.save_for_backward(input, weight, bias)
+    ctx.conv = (tuple(stride), tuple(padding), tuple(dilation), int(groups))
+
+
+def _op_backward(ctx, grad):
+    input, weight, bias = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    dx, dw, db = _gradients(needs, input, weight, bias, grad, *ctx.conv, ours=False)
+    return dx, dw, db, None, None, None, None, None, None
+
+
+conv2d_op.register_autograd(_op_backward, setup_context=_setup_context)
 
 
 # what a resolved layer depends on besides the tensors: setting one drops the module's resolved layers
@@ -455,23 +519,20 @@ class Conv2d(nn.Conv2d):
             weight, bias = parameters["weight"], parameters["bias"]
         else:                                                  # deleted: nn.Module's AttributeError
             weight, bias = self.weight, self.bias
-        if torch.is_grad_enabled() and (getattr(input, "requires_grad", False) or self.training and (
-                weight.requires_grad or bias is not None and bias.requires_grad)):
-            raise _forward_only("ece408_op.torch.Conv2d")
         if self._padding is None:
             self._padding = self._explicit_padding()
         padding, pre = self._padding
         if pre is not None and isinstance(input, torch.Tensor):
             mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
             input = F.pad(input, pre, mode=mode)
+        if torch.is_grad_enabled() and isinstance(input, torch.Tensor) and _records(input, weight, bias):
+            return _Trained.apply(input, weight, bias, self._layers, self.stride, padding, self.dilation, self.groups,
+                                  self.kernel, self.precision)
         return _run(self._layers, input, weight, bias, self.stride, padding, self.dilation, self.groups, self.kernel,
                     self.precision)
 
     def _forward_compiled(self, input):
         weight, bias = self.weight, self.bias
-        if torch.is_grad_enabled() and (input.requires_grad or self.training and (
-                weight.requires_grad or bias is not None and bias.requires_grad)):
-            raise _forward_only("ece408_op.torch.Conv2d")
         padding, pre = self._explicit_padding()
         if pre is not None:
             input = F.pad(input, pre, mode="constant" if self.padding_mode == "zeros" else self.padding_mode)
