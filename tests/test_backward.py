@@ -154,3 +154,24 @@ def test_a_gluon_training_step_equals_nn_conv2ds(rng):
     assert loss_a == pytest.approx(loss_b, rel=1e-5)
     for a, b in zip(params_a, params_b):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_train_through_ece408_conv_reaches_the_builtins_accuracy(tmp_path):
+    """`train ece408-low --custom`: the recipe (600 training images, one epoch, fixed seeds) through
+    ece408_conv's forward and backward; the checkpoint's accuracy on the 10,000 test images (real
+    inference) within half a point of the same recipe through MXNet's Convolution."""
+    import json
+    from conftest import python_command
+    import subprocess
+    found = {}
+    for flag in ([], ["--custom"]):
+        out = subprocess.run([*python_command(), "-m", "ece408_op", "train", "ece408-low", "--out",
+                              str(tmp_path / ("custom" if flag else "builtin")), *flag],
+                             capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        result = json.loads(out.stdout[out.stdout.index("{"):])["ece408-low"]
+        found[result["convolution"]] = result["test_accuracy"]
+    assert set(found) == {"Convolution", "ece408_conv"}
+    assert 0.5 < found["Convolution"] < 0.8                      # the weak recipe, really trained
+    assert abs(found["ece408_conv"] - found["Convolution"]) <= 0.005, found

@@ -65,14 +65,20 @@ def training_images(recipe, data_dir=None):
     return images.astype(np.float32).reshape(-1, 1, recipe.size, recipe.size), labels
 
 
-def train(recipe, data_dir=None, progress=True):
-    """Train one recipe; return (arg_params, aux_params) for raw-pixel inputs, in float32."""
+def train(recipe, data_dir=None, progress=True, custom=False):
+    """Train one recipe; return (arg_params, aux_params) for raw-pixel inputs, in float32.
+    ``custom``: every convolution is ece408_conv (CPU path), forward and backward (conv/backward.py);
+    the checkpoint saved is the same built-in network either way."""
     mx.random.seed(recipe.seed)
     np.random.seed(recipe.seed)
     x, labels = training_images(recipe, data_dir)
     it = mx.io.NDArrayIter(x, labels.astype(np.float32), batch_size=recipe.batch_size,
                            shuffle=True, label_name="softmax_label")
-    module = mx.mod.Module(recipe.symbol(data=mx.sym.Variable("data") * SCALE), context=mx.cpu())
+    symbol = recipe.symbol(data=mx.sym.Variable("data") * SCALE)
+    if custom:
+        from .swap import swap_graph
+        symbol = swap_graph(symbol, guard=False, device="cpu")[0]
+    module = mx.mod.Module(symbol, context=mx.cpu())
     bar = _epoch_bar(recipe, progress)
     module.fit(it, num_epoch=recipe.epochs, optimizer="adam",
                optimizer_params={"learning_rate": recipe.learning_rate},
@@ -104,17 +110,17 @@ def evaluate(prefix_or_name, data_dir=None, count=10000):
     return run_inference(prefix_or_name, count, use_custom=False, data_dir=data_dir)["accuracy"]
 
 
-def train_and_save(names, out_dir, data_dir=None, progress=True):
+def train_and_save(names, out_dir, data_dir=None, progress=True, custom=False):
     logging.getLogger().setLevel(logging.WARNING)
     results = {}
     for name in names:
         recipe = RECIPES[name]
         start = time.time()
-        arg_params, aux_params = train(recipe, data_dir, progress)
+        arg_params, aux_params = train(recipe, data_dir, progress, custom)
         prefix = Path(out_dir) / name
         save_float16(prefix, arg_params, aux_params, recipe=recipe)
         accuracy = evaluate(str(prefix), data_dir)
         results[name] = {"test_accuracy": accuracy, "seconds": round(time.time() - start, 1),
-                         **recipe.__dict__}
+                         "convolution": "ece408_conv" if custom else "Convolution", **recipe.__dict__}
         print(f"{name}: test accuracy {accuracy} ({results[name]['seconds']} s)", flush=True)
     return results
