@@ -1,0 +1,160 @@
+"""Uploads as the server keeps them (service/uploadstore.py), on a real service (SQLite and
+PostgreSQL): a file named by its SHA-256 under the state folder, none in the database, deleted
+once no job holds it; a bound on the bytes in flight, answered 503 before the body is read; the
+upload quotas, each refusal one line naming its quota; ranked uploads kept for a time and a team's
+last five longer. The storm of large uploads: tests/test_upload_storm.py."""
+import hashlib
+import os
+import socket
+import time
+
+import pytest
+
+from hostilekit import (db_path, development, exchange, member, module_service, postgres_server,  # noqa: F401
+                        request_bytes)
+from pagekit import FORWARD, ranked_upload, wait_until
+
+pytestmark = [pytest.mark.service]
+
+IN_FLIGHT_MIB = 8
+TEAM_QUOTA = 7 << 20                     # bytes: one upload of RANDOM, not two
+QUOTA = 10 << 20                         # bytes: two teams' uploads of RANDOM, not three
+RANDOM = 4 << 20                         # bytes of incompressible file data in a quota's upload
+KEEP_DAYS = 0.0001                       # ranked uploads kept 8.6 s (the reaper looks every 2 s)
+
+svc = module_service("uploadstore", "--upload-bytes-in-flight", str(IN_FLIGHT_MIB),
+                     "--team-upload-quota", str(TEAM_QUOTA / 2**20), "--upload-quota", str(QUOTA / 2**20),
+                     "--keep-ranked-uploads", str(KEEP_DAYS), "--max-waiting", "20", "--ranked-per-hour", "20")
+
+
+def team(svc, name):
+    return svc.add_teams(f"{name}-{time.monotonic_ns() % 10**9}").popitem()[1]
+
+
+def stored(svc, sha256):
+    return svc.root / "state" / "ece408_op" / "service" / "uploads" / "sha256" / sha256[:2] / sha256
+
+
+def query(svc, sql):
+    url = db_path(svc)
+    if url.startswith("postgresql://"):
+        import psycopg
+        with psycopg.connect(url) as conn:
+            return conn.execute(sql).fetchall()
+    import sqlite3
+    with sqlite3.connect(url, timeout=30) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def post(svc, token, body, **params):
+    with svc.http(token) as http:
+        return http.post("/api/jobs", params=params or None, content=body)
+
+
+def random_upload():
+    return development(member("data.bin", os.urandom(RANDOM)))
+
+
+def cancel(svc, job_id):
+    assert svc.admin("POST", f"/api/jobs/{job_id}/cancel").status_code == 200
+
+
+def test_an_upload_is_a_file_named_by_its_sha256_and_not_in_the_database(svc):
+    """A development upload is kept as <state>/uploads/sha256/ab/abc..., its bytes as sent; the
+    database holds none of it; once its job ends (cancelled) the file is deleted."""
+    token = team(svc, "filed")
+    body = development(member("src/notes.txt", b"kept on disk"))
+    answer = post(svc, token, body)
+    assert answer.status_code == 201, answer.text
+    job_id, sha256 = answer.json()["id"], hashlib.sha256(body).hexdigest()
+    path = stored(svc, sha256)
+    assert path.is_file() and path.read_bytes() == body
+    assert query(svc, "SELECT COUNT(*) FROM service_uploads")[0][0] == 0
+    assert query(svc, f"SELECT upload_sha256, upload_bytes, upload_held FROM service_jobs WHERE id = '{job_id}'") \
+        == [(sha256, len(body), 1)]
+    cancel(svc, job_id)
+    wait_until(lambda: not path.exists(), 20, f"the upload of the cancelled job {job_id} deleted")
+    assert query(svc, f"SELECT upload_held FROM service_jobs WHERE id = '{job_id}'") == [(0,)]
+
+
+def headers_only(svc, token, length=None):
+    """An upload's headers (its Content-Length ``length``, else chunked) and no byte of its body:
+    (status, headers, body, seconds to the answer) as the server answers within 5 s."""
+    framing = {"Content-Length": str(length)} if length is not None else {"Transfer-Encoding": "chunked"}
+    return exchange(svc.url, request_bytes("POST", "/api/jobs?kind=development", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/gzip", **framing}, body=None), timeout=5)
+
+
+def test_past_the_bytes_in_flight_an_upload_is_refused_before_its_body(svc):
+    """With 8 MiB in flight at most: a chunked upload (no length: counted as the 16 MiB
+    --max-upload) is answered 503 with Retry-After from its headers alone; while another team's
+    6 MiB upload is being received, a 3 MiB one is answered 503 likewise, and a small one is
+    accepted; the 6 MiB one, once whole, is accepted too."""
+    first, second, third = team(svc, "sender"), team(svc, "crowded"), team(svc, "small")
+    status, headers, body, _ = headers_only(svc, second)
+    assert status == 503 and "retry-after" in headers and b"--upload-bytes-in-flight" in body, (status, body[:300])
+    big = development(member("data.bin", os.urandom(6 << 20)))
+    head = request_bytes("POST", "/api/jobs?kind=development", headers={
+        "Authorization": f"Bearer {first}", "Content-Type": "application/gzip"}, body=big)
+    cut = len(head) - len(big) // 2
+    sender = socket.create_connection(("127.0.0.1", svc.port), timeout=60)
+    try:
+        sender.sendall(head[:cut])                       # headers and half of the body: 6 MiB in flight
+        time.sleep(1.0)
+        status, headers, body, took = headers_only(svc, second, 3 << 20)
+        small = post(svc, third, development())
+        sender.sendall(head[cut:])
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sender.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    finally:
+        sender.close()
+    assert status == 503 and "retry-after" in headers and took is not None and took < 3, (status, body[:300])
+    assert b"in flight" in body and b"\\n" not in body, body
+    assert small.status_code == 201, small.text
+    assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
+    for job in svc.admin("GET", "/api/jobs").json()["jobs"]:
+        if job["state"] == "queued":
+            cancel(svc, job["id"])
+
+
+def test_the_upload_quotas_refuse_in_one_line_naming_the_quota(svc):
+    """A team's waiting development uploads stay within --team-upload-quota (429), everyone's
+    within --upload-quota (503); a cancelled job's upload no longer counts."""
+    a, b, c = team(svc, "quota-a"), team(svc, "quota-b"), team(svc, "quota-c")
+    first = post(svc, a, random_upload())
+    assert first.status_code == 201, first.text
+    again = post(svc, a, random_upload())
+    assert again.status_code == 429 and "--team-upload-quota" in again.json()["error"], again.text
+    assert "retry-after" in again.headers
+    other = post(svc, b, random_upload())
+    assert other.status_code == 201, other.text
+    full = post(svc, c, random_upload())
+    assert full.status_code == 503 and "--upload-quota" in full.json()["error"], full.text
+    assert "\n" not in full.json()["error"]
+    cancel(svc, first.json()["id"])
+    later = post(svc, c, random_upload())
+    assert later.status_code == 201, later.text
+    for job in (other, later):
+        cancel(svc, job.json()["id"])
+
+
+def test_ranked_uploads_expire_and_a_teams_last_five_are_kept(svc):
+    """Seven ranked uploads of one team, each its own bytes, their jobs ended (cancelled): once
+    --keep-ranked-uploads has passed, the two oldest files are deleted, the last five kept."""
+    token = team(svc, "ranked-keeper")
+    shas = []
+    for i in range(7):
+        body = ranked_upload(FORWARD + f"\n# version {i}\n")
+        answer = post(svc, token, body, kind="ranked", milestone="m2", size=100)
+        assert answer.status_code == 201, answer.text
+        cancel(svc, answer.json()["id"])
+        shas.append(hashlib.sha256(body).hexdigest())
+        assert stored(svc, shas[-1]).is_file()
+    time.sleep(KEEP_DAYS * 86400)
+    wait_until(lambda: not stored(svc, shas[0]).exists() and not stored(svc, shas[1]).exists(), 20,
+               "the two oldest ranked uploads deleted")
+    assert all(stored(svc, s).is_file() for s in shas[2:])
