@@ -6,23 +6,26 @@ last five longer. The storm of large uploads: tests/test_upload_storm.py."""
 import hashlib
 import os
 import socket
+import subprocess
 import time
 
 import pytest
 
 from hostilekit import (db_path, development, exchange, member, module_service, postgres_server,  # noqa: F401
                         request_bytes)
+from conftest import python_command
 from pagekit import FORWARD, ranked_upload, wait_until
 
 pytestmark = [pytest.mark.service]
 
 IN_FLIGHT_MIB = 8
+MAX_UPLOAD_MIB = 7                       # what a chunked upload (no Content-Length) counts as
 TEAM_QUOTA = 7 << 20                     # bytes: one upload of RANDOM, not two
 QUOTA = 10 << 20                         # bytes: two teams' uploads of RANDOM, not three
 RANDOM = 4 << 20                         # bytes of incompressible file data in a quota's upload
 KEEP_DAYS = 0.0001                       # ranked uploads kept 8.6 s (the reaper looks every 2 s)
 
-svc = module_service("uploadstore", "--upload-bytes-in-flight", str(IN_FLIGHT_MIB),
+svc = module_service("uploadstore", "--upload-bytes-in-flight", str(IN_FLIGHT_MIB), "--max-upload", str(MAX_UPLOAD_MIB),
                      "--team-upload-quota", str(TEAM_QUOTA / 2**20), "--upload-quota", str(QUOTA / 2**20),
                      "--keep-ranked-uploads", str(KEEP_DAYS), "--max-waiting", "20", "--ranked-per-hour", "20")
 
@@ -86,13 +89,11 @@ def headers_only(svc, token, length=None):
 
 
 def test_past_the_bytes_in_flight_an_upload_is_refused_before_its_body(svc):
-    """With 8 MiB in flight at most: a chunked upload (no length: counted as the 16 MiB
-    --max-upload) is answered 503 with Retry-After from its headers alone; while another team's
-    6 MiB upload is being received, a 3 MiB one is answered 503 likewise, and a small one is
-    accepted; the 6 MiB one, once whole, is accepted too."""
+    """With 8 MiB in flight at most: while one team's 6 MiB upload is being received, another
+    team's 3 MiB upload and a chunked one (no length: counted as the 7 MiB --max-upload) are
+    answered 503 with Retry-After from their headers alone, and a small one is accepted; the
+    6 MiB one, once whole, is accepted too."""
     first, second, third = team(svc, "sender"), team(svc, "crowded"), team(svc, "small")
-    status, headers, body, _ = headers_only(svc, second)
-    assert status == 503 and "retry-after" in headers and b"--upload-bytes-in-flight" in body, (status, body[:300])
     big = development(member("data.bin", os.urandom(6 << 20)))
     head = request_bytes("POST", "/api/jobs?kind=development", headers={
         "Authorization": f"Bearer {first}", "Content-Type": "application/gzip"}, body=big)
@@ -102,6 +103,7 @@ def test_past_the_bytes_in_flight_an_upload_is_refused_before_its_body(svc):
         sender.sendall(head[:cut])                       # headers and half of the body: 6 MiB in flight
         time.sleep(1.0)
         status, headers, body, took = headers_only(svc, second, 3 << 20)
+        chunked = headers_only(svc, second)
         small = post(svc, third, development())
         sender.sendall(head[cut:])
         answer = b""
@@ -113,6 +115,7 @@ def test_past_the_bytes_in_flight_an_upload_is_refused_before_its_body(svc):
     finally:
         sender.close()
     assert status == 503 and "retry-after" in headers and took is not None and took < 3, (status, body[:300])
+    assert chunked[0] == 503 and "retry-after" in chunked[1] and b"--upload-bytes-in-flight" in chunked[2], chunked
     assert b"in flight" in body and b"\\n" not in body, body
     assert small.status_code == 201, small.text
     assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
@@ -158,3 +161,15 @@ def test_ranked_uploads_expire_and_a_teams_last_five_are_kept(svc):
     wait_until(lambda: not stored(svc, shas[0]).exists() and not stored(svc, shas[1]).exists(), 20,
                "the two oldest ranked uploads deleted")
     assert all(stored(svc, s).is_file() for s in shas[2:])
+
+
+def test_a_bound_in_flight_under_the_largest_upload_is_refused_in_one_line(tmp_path):
+    """serve --upload-bytes-in-flight below --max-upload would never receive the largest upload:
+    refused at the start, one line, exit 2."""
+    result = subprocess.run([*python_command(), "-m", "ece408_op", "serve", "--upload-bytes-in-flight", "8",
+                             "--max-upload", "16", "--state-dir", str(tmp_path)], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines[-1:]) == 1 and "--upload-bytes-in-flight 8 is less than" in lines[-1], \
+        result.stderr
+    assert "Traceback" not in result.stderr

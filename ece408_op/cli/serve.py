@@ -126,6 +126,9 @@ def command(argv):
     if args.db and args.db.startswith(("postgresql://", "postgres://")):
         parser.error("a PostgreSQL URL holds a password: put it in $ECE408_DB (or the password in ~/.pgpass), not "
                      "on the command line, which every user of this machine can read in ps")
+    if args.upload_bytes_in_flight < args.max_upload:
+        parser.error(f"--upload-bytes-in-flight {args.upload_bytes_in_flight:g} is less than --max-upload "
+                     f"{args.max_upload:g}: an upload of the largest size would never be received")
     if args.slurm and args.workers:
         parser.error("--slurm runs the workers as Slurm jobs: leave --workers out")
     worker_args = []

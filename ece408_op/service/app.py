@@ -80,7 +80,7 @@ def make_app(service):
 
     @app.exception_handler(Refused)
     async def refused(request, exc):
-        return error(exc.status, str(exc), exc.retry_after)
+        return error(exc.status, str(exc), exc.retry_after, close=getattr(exc, "close", False))
 
     @app.exception_handler(Unavailable)
     async def unavailable(request, exc):

@@ -20,11 +20,14 @@ DOWN_RETRY = 5                                   # seconds a client waits while 
 MAX_JSON = 16 << 20                              # bytes of a JSON request body (a record: 1 MiB of transcript, escaped)
 
 
-def error(status, message, retry_after=None):
+def error(status, message, retry_after=None, close=False):
     """The service's one-line JSON error; a token's secret in ``message`` (one a client put in a
-    path or a name, echoed back) is removed first."""
-    headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
-    return JSONResponse({"error": redact_tokens(message)}, status_code=status, headers=headers)
+    path or a name, echoed back) is removed first. ``close``: the connection closes after it (a
+    body left unread is not read to its end)."""
+    headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}
+    if close:
+        headers["Connection"] = "close"
+    return JSONResponse({"error": redact_tokens(message)}, status_code=status, headers=headers or None)
 
 
 def address(request):

@@ -5,12 +5,14 @@ and never in the database; how many bytes of them may be in flight; how long eac
   (``Content-Length``; a chunked upload without one counts as ``serve --max-upload``) joins the
   bytes of uploads being received and checked on the whole server, at most ``serve
   --upload-bytes-in-flight MIB`` (256); past it the upload is answered ``503`` with
-  ``Retry-After`` at once, so a storm of uploads costs the server neither memory nor disk.
-* **Received** (``receive``) into ``<state>/uploads/.incoming/`` as it arrives, in chunks of
-  the connection's size, hashed on the way (SHA-256), within the body rules of ``http.body_chunks``
-  (413 past the cap, 408 when it stalls or trickles); checked from that file (``upload.check_file``:
-  the gzip stream read 1 MiB at a time, the tar inflated within the archive's cap, at most
-  ``serve`` 2 checks at once).
+  ``Retry-After`` at once, with ``Connection: close`` (the server would otherwise read the unread
+  body to its end to keep the connection: a storm's retries would cost it that much), so a storm
+  of uploads costs the server neither memory nor disk.
+* **Received** (``receive``) into ``<state>/uploads/.incoming/`` as it arrives, hashed on the
+  way (SHA-256; both off the event loop, 1 MiB at a time), within the body rules of
+  ``http.body_chunks`` (413 past the cap, 408 when it stalls or trickles); checked from that file
+  (``upload.check_file``: the gzip stream read 1 MiB at a time, the tar inflated within the
+  archive's cap, at most 2 checks at once).
 * **Stored** (``place``) content-addressed, ``<state>/uploads/sha256/ab/abcdef...``: two jobs of the
   same bytes share one file. The database keeps the job's ``upload_sha256`` and ``upload_bytes``
   and whether the job holds its upload (``upload_held``); a worker fetches it by job (the route
@@ -65,9 +67,12 @@ class InFlight:
         """Room for an upload of ``size`` bytes (its declared length): ``size``, to be given back;
         Refused (503, Retry-After) where it would pass the limit."""
         if self.held + size > self.limit:
-            raise Refused(503, f"the service is receiving {size_text(self.held)} of uploads, and with this one "
-                               f"({size_text(size)}) it would pass its bound of {size_text(self.limit)} in flight "
-                               "(serve --upload-bytes-in-flight); send it again in a few seconds", retry_after=RETRY)
+            refusal = Refused(503, f"the service is receiving {size_text(self.held)} of uploads, and with this one "
+                                   f"({size_text(size)}) it would pass its bound of {size_text(self.limit)} in "
+                                   "flight (serve --upload-bytes-in-flight); send it again in a few seconds",
+                              retry_after=RETRY)
+            refusal.close = True            # its body is never read: the connection closes, not drained
+            raise refusal
         self.held += size
         return size
 
@@ -109,17 +114,20 @@ class UploadStore:
             out = open(path, "xb")
         except OSError as exc:
             raise not_stored(exc) from None
+        def write(data):
+            digest.update(data)
+            out.write(data)
+        loop = asyncio.get_running_loop()
         try:
             pending, held = [], 0
             async for chunk in body_chunks(request, cap, "upload", seconds):
-                digest.update(chunk)
                 size += len(chunk)
                 pending.append(chunk)
                 held += len(chunk)
-                if held >= WRITE_BATCH:
-                    out.write(b"".join(pending))
+                if held >= WRITE_BATCH:         # hashed and written off the event loop (a disk's stall too)
+                    await loop.run_in_executor(None, write, b"".join(pending))
                     pending, held = [], 0
-            out.write(b"".join(pending))
+            await loop.run_in_executor(None, write, b"".join(pending))
             out.close()
         except OSError as exc:
             out.close()
