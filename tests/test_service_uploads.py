@@ -173,3 +173,51 @@ def test_a_bound_in_flight_under_the_largest_upload_is_refused_in_one_line(tmp_p
     assert result.returncode == 2 and len(lines[-1:]) == 1 and "--upload-bytes-in-flight 8 is less than" in lines[-1], \
         result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_database_from_before_serves_its_blob_uploads_and_lets_them_go(database, tmp_path, postgres_server):
+    """A database at schema 5 (uploads as BLOBs in service_uploads): migration 6 marks the job as
+    holding its upload; the worker's read of it gives the BLOB; the job's end deletes the BLOB."""
+    from ece408_op.service import jobs
+    from ece408_op.service.db import MIGRATIONS, Database
+    upload = development(member("old.txt", b"from before"))
+    job_id, lease, now = "a" * 32, "b" * 32, time.time()
+    row = dict.fromkeys(jobs.JOB_COLUMNS)
+    row.update(id=job_id, team="old-team", kind="development", gpu=0, state="running", submitted_at=now,
+               started_at=now, heartbeat_at=now, time_limit=600.0, attempts=1, lease=lease, worker="w",
+               cancel_requested=0, next_seq=0, upload_bytes=len(upload), upload_sha256=hashlib.sha256(upload).hexdigest(),
+               files="[]")
+    url = str(tmp_path / "old.db") if database == "sqlite" else postgres_server().create_database("old5")
+    if database == "sqlite":
+        import sqlite3
+        conn = sqlite3.connect(url)
+        mark, blob = "?", "BLOB"
+    else:
+        import psycopg
+        conn = psycopg.connect(url)
+        mark, blob = "%s", "BYTEA"
+    conn.execute("CREATE TABLE service_schema_version (version INTEGER NOT NULL)")
+    for version, statements in enumerate(MIGRATIONS[:5], start=1):
+        for statement in statements:
+            conn.execute(statement.replace("{blob}", blob))
+        conn.execute(f"INSERT INTO service_schema_version (version) VALUES ({version})")
+    conn.execute(f"INSERT INTO service_teams (name, created_at, name_key) VALUES ({mark}, {mark}, {mark})",
+                 ("old-team", now, "old-team"))
+    conn.execute(f"INSERT INTO service_jobs ({', '.join(jobs.JOB_COLUMNS)}) VALUES "
+                 f"({', '.join([mark] * len(jobs.JOB_COLUMNS))})", [row[c] for c in jobs.JOB_COLUMNS])
+    conn.execute(f"INSERT INTO service_uploads (job_id, data) VALUES ({mark}, {mark})", (job_id, upload))
+    conn.commit()
+    conn.close()
+    db = Database(url)
+    try:
+        assert db.schema_version() == len(MIGRATIONS)
+        with db.transaction(write=False) as tx:
+            assert tx.value("SELECT upload_held FROM service_jobs WHERE id = ?", (job_id,)) == 1
+        assert jobs.upload(db, job_id, lease) == (upload, row["upload_sha256"])
+        jobs.finish(db, job_id, lease, "ok", exit_code=0)
+        with db.transaction(write=False) as tx:
+            assert tx.value("SELECT COUNT(*) FROM service_uploads") == 0
+            assert tx.value("SELECT upload_held FROM service_jobs WHERE id = ?", (job_id,)) == 0
+    finally:
+        db.close_all()

@@ -14,9 +14,12 @@ keeps one file per upload, as a class's distinct uploads would be); the client h
 body once, not N copies."""
 import argparse
 import io
+import json
 import os
 import random
+import re
 import secrets
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -89,6 +92,8 @@ def storm(svc, uploads, mib, deadline=900.0):
     honest = tokens.pop(next(n for n in tokens if n.startswith("honest-")))
     quiet = [timed("GET", svc.url, "/api/jobs", token=honest, timeout=30)[1] for _ in range(QUIET_REQUESTS)]
     pid = svc.proc.pid
+    quiet_served = served_ms(svc)
+    cpu_before = cpu_seconds(pid)
     rss_before = proc_kib(pid, "VmRSS")
     db_before = database_bytes(svc)
     reset_peak(pid)
@@ -118,24 +123,25 @@ def storm(svc, uploads, mib, deadline=900.0):
         answers[name] = "deadline"
 
     threads = [threading.Thread(target=team, args=(n, tokens[n]), daemon=True) for n in names]
-    during, done = [], threading.Event()
-
-    def ask():
-        while not done.is_set():
-            during.append(timed("GET", svc.url, "/api/jobs", token=honest, timeout=30))
-            time.sleep(0.05)
     for t in threads:
         t.start()
-    watcher = threading.Thread(target=ask, daemon=True)
-    watcher.start()
-    started = time.monotonic()
-    start.wait()
-    for t in threads:
-        t.join(max(1.0, stop - time.monotonic()))
-    took = time.monotonic() - started
-    done.set()
-    watcher.join(60)
+    with tempfile.TemporaryDirectory(prefix="bystander-") as folder:
+        out, ending = Path(folder) / "times.json", Path(folder) / "stop"
+        watcher = subprocess.Popen([sys.executable, __file__, "--bystander", svc.url, str(out), str(ending)],
+                                   env={**os.environ, "BYSTANDER_TOKEN": honest})
+        while not out.with_suffix(".ready").exists() and watcher.poll() is None:
+            time.sleep(0.1)                       # its first request answered: it asks from now on
+        started = time.monotonic()
+        start.wait()
+        for t in threads:
+            t.join(max(1.0, stop - time.monotonic()))
+        took = time.monotonic() - started
+        ending.touch()
+        watcher.wait(90)
+        during = [tuple(x) for x in json.loads(out.read_text())]
     peak = proc_kib(pid, "VmHWM")
+    cpu = cpu_seconds(pid) - cpu_before
+    storm_served = served_ms(svc)[len(quiet_served):]
     seconds = [s for code, s in during if code == 200]
     statuses = {}
     for status in answers.values():
@@ -146,7 +152,23 @@ def storm(svc, uploads, mib, deadline=900.0):
             "upload_folder_mib": folder_bytes(svc.root / "state" / "ece408_op" / "service" / "uploads") / 2**20,
             "quiet_p50": percentile(quiet, 50), "quiet_p99": percentile(quiet, 99),
             "storm_p50": percentile(seconds, 50), "storm_p99": percentile(seconds, 99),
-            "storm_requests": len(during), "storm_failed": sum(1 for code, _ in during if code != 200)}
+            "storm_requests": len(during), "storm_failed": sum(1 for code, _ in during if code != 200),
+            "served_quiet_p50": percentile(quiet_served, 50), "served_quiet_p99": percentile(quiet_served, 99),
+            "served_storm_p50": percentile(storm_served, 50), "served_storm_p99": percentile(storm_served, 99),
+            "server_cpu_seconds": cpu}
+
+
+def served_ms(svc):
+    """The milliseconds the server's access log gives each GET /api/jobs answered 200, in order
+    (the time inside the server, from the request's arrival: the client's adds its own waits)."""
+    return [float(m.group(1)) / 1000 for m in re.finditer(r"method=GET path=/api/jobs status=200 ms=([0-9.]+)",
+                                                          svc.log())]
+
+
+def cpu_seconds(pid):
+    """The CPU time (user and system) the process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report(figures, database):
@@ -156,10 +178,27 @@ def report(figures, database):
             f"{f['peak_rss_mib']:.0f} MiB; database grew {f['db_growth_mib']:.1f} MiB; upload folder "
             f"{f['upload_folder_mib']:.0f} MiB; honest GET /api/jobs quiet p50 {f['quiet_p50'] * 1000:.0f} ms, p99 "
             f"{f['quiet_p99'] * 1000:.0f} ms; under the storm p50 {f['storm_p50'] * 1000:.0f} ms, p99 "
-            f"{f['storm_p99'] * 1000:.0f} ms ({f['storm_requests']} requests, {f['storm_failed']} not 200)")
+            f"{f['storm_p99'] * 1000:.0f} ms ({f['storm_requests']} requests, {f['storm_failed']} not 200); inside the "
+            f"server p50 {f['served_quiet_p50'] * 1000:.0f} / p99 {f['served_quiet_p99'] * 1000:.0f} ms quiet, "
+            f"{f['served_storm_p50'] * 1000:.0f} / {f['served_storm_p99'] * 1000:.0f} ms under the storm; server CPU "
+            f"{f['server_cpu_seconds']:.0f} s; load average {os.getloadavg()[0]:.1f}")
+
+
+def bystander(url, out, ending):
+    """The honest team, a process of its own (not behind the storm's threads in this one): GET
+    /api/jobs in a loop until the file ``ending`` exists; [(status, seconds)] written to ``out``."""
+    token, during = os.environ["BYSTANDER_TOKEN"], []
+    while not os.path.exists(ending):
+        during.append(timed("GET", url, "/api/jobs", token=token, timeout=30))
+        Path(out).with_suffix(".ready").touch()
+        time.sleep(0.05)
+    Path(out).write_text(json.dumps(during))
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--bystander"]:
+        return bystander(*argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--uploads", type=int, default=200)
