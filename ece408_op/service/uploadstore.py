@@ -34,7 +34,6 @@ import asyncio
 import hashlib
 import os
 import secrets
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -96,7 +95,16 @@ class UploadStore:
         self.ranked_quota = settings.ranked_upload_quota
         self.keep_ranked = settings.keep_ranked_uploads
         self.keep_last = RANKED_KEEP_LAST
-        self.lock = threading.Lock()        # a file placed and its job committed, or a file deleted: not both
+        self._lock = None                   # a file placed and its job committed, or files deleted: not both
+
+    @property
+    def lock(self):
+        """The asyncio.Lock (of the running loop) held around a placement's transaction and around
+        ``sweep``: awaited, not waited for in a thread, so that submissions queued on it hold
+        none of the threads the other routes' database calls run in."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
 
     def path(self, sha256):
         return self.folder / "sha256" / sha256[:2] / sha256
@@ -209,7 +217,7 @@ class UploadStore:
 
     def sweep(self, db, now=None):
         """Delete the stored files that no job holds, and the incoming ones INCOMING_AGE old; the
-        names deleted."""
+        names deleted. Called under ``lock``."""
         now = time.time() if now is None else now
         deleted = []
         for path in _files(self.folder / ".incoming"):
@@ -219,13 +227,12 @@ class UploadStore:
                     deleted.append(path.name)
             except FileNotFoundError:
                 pass
-        with self.lock:
-            with db.transaction(write=False) as tx:
-                held = {r[0] for r in tx.all("SELECT DISTINCT upload_sha256 FROM service_jobs WHERE upload_held = 1")}
-            for path in _files(self.folder / "sha256", 2):
-                if path.name not in held:
-                    path.unlink(missing_ok=True)
-                    deleted.append(path.name)
+        with db.transaction(write=False) as tx:
+            held = {r[0] for r in tx.all("SELECT DISTINCT upload_sha256 FROM service_jobs WHERE upload_held = 1")}
+        for path in _files(self.folder / "sha256", 2):
+            if path.name not in held:
+                path.unlink(missing_ok=True)
+                deleted.append(path.name)
         return deleted
 
     def clear_incoming(self):
@@ -268,7 +275,8 @@ async def reaper(service):
     while True:
         try:
             gone = await service.run(store.reap, service.db)
-            deleted = await service.run(store.sweep, service.db)
+            async with store.lock:
+                deleted = await service.run(store.sweep, service.db)
             if gone or deleted:
                 log("upload.reaped", let_go=len(gone), files_deleted=len(deleted))
         except Unavailable as exc:

@@ -88,8 +88,9 @@ async def submit(request: Request, principal=Depends(team)):
             if need is not None and need.gpu:
                 warning = await service.run(capacity.check, service.db, capacity.Need(
                     True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm_gpus)
-            job = await service.run(queue_upload, service, principal.name, kind, milestone, size, gpu, incoming,
-                                    (upload_bytes, sha256), files, key, gpu_kind, warning)
+            async with store.lock:          # the store's sweep held off while the file is placed and committed
+                job = await service.run(queue_upload, service, principal.name, kind, milestone, size, gpu, incoming,
+                                        (upload_bytes, sha256), files, key, gpu_kind, warning)
         finally:
             service.in_flight.give(room)
             if incoming is not None:
@@ -108,12 +109,12 @@ async def submit(request: Request, principal=Depends(team)):
 
 def queue_upload(service, team, kind, milestone, size, gpu, incoming, upload, files, key, gpu_kind, warning):
     """``jobs.submit`` of the checked upload file ``incoming`` ((bytes, SHA-256) ``upload``): the
-    quotas checked and the file put in place inside its transaction, the store's sweep held off."""
+    quotas checked and the file put in place inside its transaction (the caller holds the store's
+    lock)."""
     store = service.upload_store
-    with store.lock:
-        return jobs.submit(service.db, service.settings.rules, team, kind, milestone, size, gpu, upload, files, key,
-                           gpu_kind=gpu_kind, notes=[f"* Warning: {warning}"] if warning else (),
-                           quota=store.check_quota, place=lambda: store.place(incoming, upload[1]))
+    return jobs.submit(service.db, service.settings.rules, team, kind, milestone, size, gpu, upload, files, key,
+                       gpu_kind=gpu_kind, notes=[f"* Warning: {warning}"] if warning else (),
+                       quota=store.check_quota, place=lambda: store.place(incoming, upload[1]))
 
 
 def checked_upload(path, kind, milestone, max_upload):
