@@ -32,6 +32,8 @@ def command(argv):
     from ..service.server import DEFAULT_PORT, ServeOptions, serve
     from ..service.upload import MAX_UPLOAD
     from ..service.limits import STREAMS_PER_ADDRESS
+    from ..service.uploadstore import (IN_FLIGHT_MIB, QUOTA_MIB as UPLOAD_QUOTA_MIB, RANKED_KEEP_DAYS,
+                                       RANKED_KEEP_LAST, RANKED_QUOTA_MIB, TEAM_QUOTA_MIB)
     rules = Rules()
     parser = ArgumentParser(prog="ece408_op serve",
                             description="The class's submission service: teams submit with 'submit --server', jobs "
@@ -74,6 +76,21 @@ def command(argv):
     parser.add_argument("--build-quota", type=positive, default=QUOTA_MIB, metavar="MIB",
                         help=f"MiB of build folders kept per team; past it its oldest are deleted (default "
                              f"{QUOTA_MIB})")
+    parser.add_argument("--upload-bytes-in-flight", type=positive, default=IN_FLIGHT_MIB, metavar="MIB",
+                        help=f"MiB of uploads received and checked at once on the whole server; past it an upload "
+                             f"is answered 503 with Retry-After before its body is read (default {IN_FLIGHT_MIB})")
+    parser.add_argument("--team-upload-quota", type=positive, default=TEAM_QUOTA_MIB, metavar="MIB",
+                        help=f"MiB of development uploads a team may have waiting or running (default "
+                             f"{TEAM_QUOTA_MIB})")
+    parser.add_argument("--upload-quota", type=positive, default=UPLOAD_QUOTA_MIB, metavar="MIB",
+                        help=f"MiB of development uploads waiting or running, all teams (default "
+                             f"{UPLOAD_QUOTA_MIB})")
+    parser.add_argument("--ranked-upload-quota", type=positive, default=RANKED_QUOTA_MIB, metavar="MIB",
+                        help=f"MiB of ranked uploads waiting, running and kept, all teams; the oldest kept go "
+                             f"first (default {RANKED_QUOTA_MIB})")
+    parser.add_argument("--keep-ranked-uploads", type=positive, default=RANKED_KEEP_DAYS, metavar="DAYS",
+                        help=f"days a ranked run's upload is kept (a team's last {RANKED_KEEP_LAST} longer; default "
+                             f"{RANKED_KEEP_DAYS:g}), under STATE_DIR/uploads")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
                         help="failed token checks an address (IPv6: a /64) may make per minute (default 20)")
     parser.add_argument("--max-failures-total", type=count, metavar="N",
@@ -124,6 +141,9 @@ def command(argv):
     if args.db and args.db.startswith(("postgresql://", "postgres://")):
         parser.error("a PostgreSQL URL holds a password: put it in $ECE408_DB (or the password in ~/.pgpass), not "
                      "on the command line, which every user of this machine can read in ps")
+    if args.upload_bytes_in_flight < args.max_upload:
+        parser.error(f"--upload-bytes-in-flight {args.upload_bytes_in_flight:g} is less than --max-upload "
+                     f"{args.max_upload:g}: an upload of the largest size would never be received")
     if args.slurm and args.workers:
         parser.error("--slurm runs the workers as Slurm jobs: leave --workers out")
     if args.slurm_kind and not args.slurm:
@@ -137,7 +157,12 @@ def command(argv):
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
                         max_failures_total=args.max_failures_total,
                         keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20),
-                        streams_per_address=args.streams_per_address, names=args.names)
+                        streams_per_address=args.streams_per_address, names=args.names,
+                        upload_bytes_in_flight=int(args.upload_bytes_in_flight * 2**20),
+                        team_upload_quota=int(args.team_upload_quota * 2**20),
+                        upload_quota=int(args.upload_quota * 2**20),
+                        ranked_upload_quota=int(args.ranked_upload_quota * 2**20),
+                        keep_ranked_uploads=args.keep_ranked_uploads * 86400)
     slurm = None
     if args.slurm:
         from ..service.slurm import SlurmOptions, check_kinds

@@ -24,6 +24,9 @@ One module per job:
                  saying what to change (or queued with that line as a warning)
     upload.py    the upload format: packed by the client, checked before anything unpacks it (its tar
                  archive: base/archive.py, shared with the client)
+    uploadstore.py  the server's uploads: the bytes in flight bounded (503 before the body), each
+                 body written to a file as it comes, kept content-addressed (not in the database)
+                 within the upload quotas, let go when its job ends (ranked: after ``--keep-ranked-uploads``)
     buildfolder.py  a development run's /build as the service keeps it: packed by the worker (bounded),
                  checked by the server and by ``jobs download``, unpacked (all or nothing)
     buildstore.py   the server's build folders: received under the job's lease, kept on disk for

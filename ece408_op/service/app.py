@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.requests import ClientDisconnect
 
-from . import buildstore, jobs
+from . import buildstore, jobs, uploadstore
 from . import pages
 from . import upload as uploads
 from .api import ROUTERS
@@ -61,6 +61,7 @@ def make_app(service):
             service.down(exc)
         service.tasks.append(asyncio.ensure_future(reaper(service)))
         service.tasks.append(asyncio.ensure_future(buildstore.reaper(service)))
+        service.tasks.append(asyncio.ensure_future(uploadstore.reaper(service)))
         log("server.ready", db=service.db.shown)
         try:
             yield
@@ -79,7 +80,7 @@ def make_app(service):
 
     @app.exception_handler(Refused)
     async def refused(request, exc):
-        return error(exc.status, str(exc), exc.retry_after)
+        return error(exc.status, str(exc), exc.retry_after, close=getattr(exc, "close", False))
 
     @app.exception_handler(Unavailable)
     async def unavailable(request, exc):

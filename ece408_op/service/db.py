@@ -138,6 +138,12 @@ MIGRATIONS = [
      "CREATE INDEX service_builds_team ON service_builds (team, deleted_at, created_at)"],
     # 5: the device kind a team asked its job to run on (submit --gpu; grading/kinds.py); NULL: any worker
     ["ALTER TABLE service_jobs ADD COLUMN gpu_kind TEXT"],
+    # 6: uploads are files (uploadstore.py: content-addressed under the state folder, by the job's
+    # upload_sha256); whether the job still holds its upload (a quota counts it, its file is kept).
+    # The BLOBs of service_uploads from before are read as they are, and deleted as before.
+    ["ALTER TABLE service_jobs ADD COLUMN upload_held INTEGER NOT NULL DEFAULT 0",
+     "UPDATE service_jobs SET upload_held = 1 WHERE id IN (SELECT job_id FROM service_uploads)",
+     "CREATE INDEX service_jobs_uploads ON service_jobs (upload_held, kind, state)"],
 ]
 
 

@@ -20,11 +20,14 @@ DOWN_RETRY = 5                                   # seconds a client waits while 
 MAX_JSON = 16 << 20                              # bytes of a JSON request body (a record: 1 MiB of transcript, escaped)
 
 
-def error(status, message, retry_after=None):
+def error(status, message, retry_after=None, close=False):
     """The service's one-line JSON error; a token's secret in ``message`` (one a client put in a
-    path or a name, echoed back) is removed first."""
-    headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
-    return JSONResponse({"error": redact_tokens(message)}, status_code=status, headers=headers)
+    path or a name, echoed back) is removed first. ``close``: the connection closes after it (a
+    body left unread is not read to its end)."""
+    headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}
+    if close:
+        headers["Connection"] = "close"
+    return JSONResponse({"error": redact_tokens(message)}, status_code=status, headers=headers or None)
 
 
 def address(request):
@@ -45,16 +48,21 @@ MIN_RATE = 8 << 10                               # bytes a second
 
 
 async def read_body(request, cap, what, seconds=None):
-    """The request's body, at most ``cap`` bytes (413 before reading more), all of it within
-    ``seconds`` where given; 408 where nothing comes for STALL_SECONDS, or where after
-    GRACE_SECONDS it has come slower than MIN_RATE on average: a body trickled in (an attacker's
-    way to hold a connection and a slot) is dropped within seconds, an honest one on a slow link
-    (8 KiB/s: 16 MiB in half an hour) is not."""
+    """The request's body, at most ``cap`` bytes, as ``body_chunks`` receives it (its rules)."""
+    return b"".join([chunk async for chunk in body_chunks(request, cap, what, seconds)])
+
+
+async def body_chunks(request, cap, what, seconds=None):
+    """The request's body as it arrives, chunk by chunk, at most ``cap`` bytes (413 before reading
+    more), all of it within ``seconds`` where given; 408 where nothing comes for STALL_SECONDS, or
+    where after GRACE_SECONDS it has come slower than MIN_RATE on average: a body trickled in (an
+    attacker's way to hold a connection and a slot) is dropped within seconds, an honest one on a
+    slow link (8 KiB/s: 16 MiB in half an hour) is not."""
     check_size(request, cap, what)
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = None if seconds is None else started + seconds
-    parts, size = [], 0
+    size = 0
     chunks = request.stream().__aiter__()
     while True:
         now = loop.time()
@@ -64,7 +72,7 @@ async def read_body(request, cap, what, seconds=None):
         try:
             chunk = await asyncio.wait_for(chunks.__anext__(), wait)
         except StopAsyncIteration:
-            return b"".join(parts)
+            return
         except asyncio.TimeoutError:
             why = (f"nothing of it came for {STALL_SECONDS:g} s" if deadline is None or loop.time() < deadline
                    else f"it did not arrive within {seconds:g} s")
@@ -72,7 +80,7 @@ async def read_body(request, cap, what, seconds=None):
         size += len(chunk)
         if size > cap:
             raise Refused(413, f"the {what} is larger than {uploads.size_text(cap)}, the most this service takes")
-        parts.append(chunk)
+        yield chunk
         elapsed = loop.time() - started
         if elapsed > GRACE_SECONDS and size < MIN_RATE * elapsed:
             raise Refused(408, f"the {what} is coming slower than {MIN_RATE >> 10} KiB a second; send it again "

@@ -33,7 +33,6 @@ Transcript chunks are rows (job, seq, text): the worker numbers them from the ba
 gave, the server inserts them ``ON CONFLICT DO NOTHING`` (a retried post never doubles a line)
 and the service's own lines take the next numbers while no worker holds the job.
 """
-import hashlib
 import json
 import math
 import secrets
@@ -189,25 +188,34 @@ def admit(db, rules, team, kind, milestone, key=None, asked=None, now=None):
         return _keyed(tx, team, key, asked or {}) or _rules(tx, rules, team, kind, milestone, now)
 
 
-def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None, gpu_kind=None, notes=()):
-    """Queue a job for ``team``; returns it (a dict). Refused where a rule says no. A ``key`` that
-    the team used before returns that job, marked ``repeated``, and queues nothing. ``gpu_kind``:
-    the device kind it runs on (None: any); ``notes``: the service's lines after the first."""
+def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None, now=None, gpu_kind=None, notes=(),
+           quota=None, place=None):
+    """Queue a job for ``team``; returns it (a dict). Refused where a rule says no. ``upload``:
+    its (bytes, SHA-256), the file kept by uploadstore.py; ``quota(tx, team, kind, bytes)`` refuses
+    where the upload quotas would pass, and ``place()`` puts the file in place, both inside this
+    transaction. A ``key`` that the team used before returns that job, marked ``repeated``, and
+    queues nothing. ``gpu_kind``: the device kind it runs on (None: any); ``notes``: the service's
+    lines after the first."""
+    upload_bytes, upload_sha256 = upload
     now = clock.now() if now is None else now
     job_id = secrets.token_hex(16)
     with db.transaction() as tx:
         if tx.one("SELECT name FROM service_teams WHERE name = ?" + tx.lock_suffix(), (team,)) is None:
             raise Refused(403, f"team {team} is not in the class any more")
         earlier = _keyed(tx, team, key, {"kind": kind, "milestone": milestone, "size": size, "gpu_kind": gpu_kind,
-                                         "upload_sha256": hashlib.sha256(upload).hexdigest()})
+                                         "upload_sha256": upload_sha256})
         if earlier is not None:
             return earlier
         _rules(tx, rules, team, kind, milestone, now)
-        tx.execute(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
+        if quota is not None:
+            quota(tx, team, kind, upload_bytes)
+        tx.execute(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}, upload_held) "
+                   f"VALUES ({', '.join('?' * len(JOB_COLUMNS))}, 1)",
                    (job_id, team, kind, milestone, size, int(gpu), QUEUED, now, None, None, None, rules.job_timeout,
                     0, None, None, 0, None, None, None, None, None, job_id if kind == "ranked" else None, 0,
-                    len(upload), hashlib.sha256(upload).hexdigest(), json.dumps(files), key, gpu_kind))
-        tx.execute("INSERT INTO service_uploads (job_id, data) VALUES (?, ?)", (job_id, upload))
+                    upload_bytes, upload_sha256, json.dumps(files), key, gpu_kind))
+        if place is not None:
+            place()
         what = f"ranked {milestone}, {size} images" if kind == "ranked" else "development run of rai_build.yml"
         what += f", on {gpu_kind}" if gpu_kind else ""
         seq = _say(tx, {"id": job_id, "next_seq": 0}, f"* Job {job_id} queued at {when(now)}: {what}, team {team}", now)
@@ -256,14 +264,14 @@ def transcript(db, job_id):
 
 
 def upload(db, job_id, lease):
+    """The upload of the job the worker holds: its BLOB (a database from before uploads were files,
+    uploadstore.py) or None, and its SHA-256; Lost where the lease is not held."""
     with db.transaction(write=False) as tx:
-        state = tx.one("SELECT state, lease FROM service_jobs WHERE id = ?", (job_id,))
+        state = tx.one("SELECT state, lease, upload_sha256 FROM service_jobs WHERE id = ?", (job_id,))
         if state is None or state[0] != RUNNING or state[1] != lease:
             raise Lost(job_id)
         data = tx.value("SELECT data FROM service_uploads WHERE job_id = ?", (job_id,))
-    if data is None:
-        raise Lost(job_id)
-    return bytes(data)
+    return (None if data is None else bytes(data)), state[2]
 
 
 def snapshot(db, now=None):
@@ -454,7 +462,8 @@ def finish(db, job_id, lease, status, exit_code=None, reason=None, record=None, 
                        "summary = ?, finished_at = ?, next_seq = ? WHERE id = ?",
                        (state, status, exit_code, reason, None if valid is None else int(valid), summary, now,
                         job["next_seq"], job_id))
-            if job["kind"] == "development":
+            if job["kind"] == "development":         # its upload let go (its file: uploadstore's sweep)
+                tx.execute("UPDATE service_jobs SET upload_held = 0 WHERE id = ?", (job_id,))
                 tx.execute("DELETE FROM service_uploads WHERE job_id = ?", (job_id,))
             job.update(state=state, status=status, exit_code=exit_code, reason=reason, valid=valid, summary=summary,
                        finished_at=now)
@@ -503,7 +512,9 @@ def cancel(db, job_id, team=None, now=None):
             base = _say(tx, job, "* Cancelled before it started", now)
             tx.execute("UPDATE service_jobs SET state = ?, status = 'killed', reason = 'cancelled', finished_at = ?, "
                        "next_seq = ? WHERE id = ?", (CANCELLED, now, base, job_id))
-            tx.execute("DELETE FROM service_uploads WHERE job_id = ?", (job_id,))
+            if job["kind"] == "development":
+                tx.execute("UPDATE service_jobs SET upload_held = 0 WHERE id = ?", (job_id,))
+                tx.execute("DELETE FROM service_uploads WHERE job_id = ?", (job_id,))
             job.update(state=CANCELLED, status="killed", reason="cancelled")
         else:
             tx.execute("UPDATE service_jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))

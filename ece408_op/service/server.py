@@ -291,6 +291,8 @@ def _serve(options, db, sock, uvicorn, gpu_indices, device_name):
     settings = options.settings
     if settings.build_dir is None:
         settings.build_dir = str(Path(options.state_dir or default_state_dir()) / "builds")
+    if settings.upload_dir is None:
+        settings.upload_dir = str(Path(options.state_dir or default_state_dir()) / "uploads")
     host_name = socket.gethostname()
     slots = local_slots(options.workers, gpu_indices()) if options.slurm is None else []
     local_name = f"{host_name}/local"

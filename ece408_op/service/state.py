@@ -10,6 +10,7 @@ import anyio
 
 from . import jobs
 from . import upload as uploads
+from . import uploadstore
 from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
 from .db import Unavailable
 from .jobs import Refused
@@ -36,6 +37,12 @@ class Settings:
     upload_seconds: float = 120.0                # an upload's body arrives within this, or 408
     upload_reads: int = 16                       # bodies read at once on the whole server
     upload_checks: int = 2                       # uploads checked (unpacked, hashed) at once
+    upload_bytes_in_flight: int = uploadstore.IN_FLIGHT_MIB << 20   # uploads received and checked at once
+    team_upload_quota: int = uploadstore.TEAM_QUOTA_MIB << 20       # a team's waiting development uploads
+    upload_quota: int = uploadstore.QUOTA_MIB << 20                 # everyone's waiting development uploads
+    ranked_upload_quota: int = uploadstore.RANKED_QUOTA_MIB << 20   # ranked uploads waiting and kept
+    keep_ranked_uploads: float = uploadstore.RANKED_KEEP_DAYS * 86400   # seconds a ranked upload is kept
+    upload_dir: str = None                       # where uploads are kept (serve: <state folder>/uploads)
     build_dir: str = None                        # where build folders are kept (serve: <state folder>/builds)
     keep_builds: float = KEEP_DAYS * 86400       # seconds a build folder is kept (0: none kept)
     build_quota: int = QUOTA_MIB << 20           # bytes of build folders a team may have kept
@@ -64,6 +71,8 @@ class Service:
         self.downloads = Streams(per_team=4, per_address=32, instructor=8, what="downloads")   # build folders
         self.refusals = Refusals()                # refusals that hold (a team past its hourly limit), kept
         self.uploads = Uploads(settings.upload_reads, settings.upload_checks)
+        self.in_flight = uploadstore.InFlight(settings.upload_bytes_in_flight)
+        self.upload_store = uploadstore.UploadStore(settings.upload_dir, settings) if settings.upload_dir else None
         self.builds = BuildStore.of(settings)    # the development runs' build folders, or None
 
     def started(self, hub):

@@ -22,6 +22,7 @@ each file created by this code, never by tarfile's extract.
 """
 import gzip
 import io
+import os
 import stat
 import tarfile
 import zlib
@@ -36,7 +37,7 @@ from ..base.terms import (CONFIG_NAME, JOB_KINDS, MAX_FILE_BYTES, MAX_SUBMISSION
                           MAX_UPLOAD, MILESTONE_FILES, read_team_files, walk_folder)
 
 __all__ = ["Checked", "Entry", "IgnoreError", "MAX_UPLOAD", "Packed", "UploadError", "add_entry", "caps", "check",
-           "config_text", "inflate", "name_left_out", "pack_development", "pack_folder", "pack_ranked", "preview",
+           "check_file", "config_text", "inflate", "name_left_out", "pack_development", "pack_folder", "pack_ranked", "preview",
            "size_text", "unpack"]
 
 
@@ -208,11 +209,14 @@ def _read(path, name, limit):
 # ---------------------------------------------------------------------------- checking (server, worker)
 
 def inflate(data, cap):
-    """The gzip stream ``data`` decompressed, at most ``cap`` bytes; UploadError otherwise."""
-    if data[:2] != b"\x1f\x8b":
+    """The gzip stream ``data`` (bytes, or a binary file read 1 MiB at a time: an upload kept on
+    disk is never whole in memory as sent) decompressed, at most ``cap`` bytes; UploadError otherwise."""
+    source = io.BytesIO(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    piece = source.read(1 << 20)
+    if piece[:2] != b"\x1f\x8b":
         raise UploadError("the upload is not a gzip-compressed tar (python -m ece408_op submit --server packs one)")
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out, size, piece = [], 0, data
+    out, size = [], 0
     try:
         while not inflater.eof:
             chunk = inflater.decompress(piece, 1 << 20)          # at most 1 MiB a call: memory stays bounded
@@ -223,12 +227,14 @@ def inflate(data, cap):
                                   "folder larger than the service takes")
             out.append(chunk)
             if not chunk and not piece:
-                break
+                piece = source.read(1 << 20)
+                if not piece:
+                    break
     except zlib.error as exc:
         raise UploadError(f"the upload is not valid gzip ({exc})") from None
     if not inflater.eof:
         raise UploadError("the upload ends before its gzip stream does (cut short?)")
-    if inflater.unused_data:
+    if inflater.unused_data or piece or source.read(1):
         raise UploadError("the upload has data after its gzip stream")
     return b"".join(out)
 
@@ -236,15 +242,26 @@ def inflate(data, cap):
 def check(data, kind, milestone=None, max_upload=MAX_UPLOAD):
     """The entries of the upload ``data`` of a ``kind`` run (see the module docstring): a
     Checked, or UploadError (one line) before anything is written anywhere."""
-    if len(data) > max_upload:
-        raise UploadError(f"the upload is {size_text(len(data))}; this service takes at most {size_text(max_upload)}")
+    return _check(io.BytesIO(data), len(data), kind, milestone, max_upload)
+
+
+def check_file(path, kind, milestone=None, max_upload=MAX_UPLOAD):
+    """``check`` of the upload kept in the file at ``path`` (the server's: received to disk), read
+    as it is inflated."""
+    with open(path, "rb") as f:
+        return _check(f, os.fstat(f.fileno()).st_size, kind, milestone, max_upload)
+
+
+def _check(source, size, kind, milestone, max_upload):
+    if size > max_upload:
+        raise UploadError(f"the upload is {size_text(size)}; this service takes at most {size_text(max_upload)}")
     if kind not in JOB_KINDS:
         raise UploadError(f"the job's kind is {printable(str(kind), 20)}, not ranked or development")
     if kind == "ranked" and milestone not in MILESTONE_FILES:
         raise UploadError(f"a ranked job names a milestone ({', '.join(MILESTONE_FILES)}), not "
                           f"{printable(str(milestone), 20)}")
     max_bytes, max_entries = caps(kind)
-    checked = read(inflate(data, raw_cap(max_bytes, max_entries)), max_bytes, max_entries)
+    checked = read(inflate(source, raw_cap(max_bytes, max_entries)), max_bytes, max_entries)
     _check_contents(checked, kind, milestone)
     return checked
 

@@ -1,8 +1,6 @@
 """A team's jobs: queue an upload, list them, show one, its transcript, follow it live (SSE),
 download a development run's build folder, cancel it. A team reaches its own jobs only (another
 team's id answers 404, as no job does); the instructor reaches every job."""
-import hashlib
-
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.background import BackgroundTask
@@ -11,13 +9,14 @@ from sse_starlette import EventSourceResponse
 from .. import buildstore, capacity, devices, jobs, limits
 from .. import upload as uploads
 from ..auth import team, team_or_instructor
-from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, kind_param, read_body
+from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, kind_param
 from ..jobs import Refused, public
 from ..live import follow, with_place
 from ..logs import log
 from ...base.terms import DEFAULT_SIZE, JOB_KINDS
 from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, printable, value_line
 from ..state import service_of
+from ..uploadstore import declared
 
 router = APIRouter(prefix="/api/jobs")
 
@@ -37,8 +36,10 @@ async def submit(request: Request, principal=Depends(team)):
     """Cheap before expensive: the token, the parameters, the idempotency key and the team's rules
     (deadline, waiting jobs, hourly limits) are decided from the request's headers before a byte
     of its body is read, and so is, for a ranked run or one asking for a device kind, whether a
-    worker seen lately can take it (capacity.py); then the body is read (one upload per team at a
-    time, within ``upload_seconds``) and checked (a bounded number at once, limits.Uploads), and a
+    worker seen lately can take it (capacity.py), and whether the bytes of uploads in flight leave
+    room for this one (uploadstore.InFlight: 503 otherwise); then the body is written to a file as
+    it comes (one upload per team at a time, within ``upload_seconds``) and checked from it (a
+    bounded number at once, limits.Uploads), queued within the upload quotas, and a
     development run's rai_build.yml asking for a GPU is checked against the workers likewise. A
     job queued although no worker can take it now carries the line why (``warning``)."""
     service = service_of(request)
@@ -61,50 +62,69 @@ async def submit(request: Request, principal=Depends(team)):
         gpu_kind = await service.run(devices.wanted_kind, service.db, gpu_kind,
                                      settings.slurm.kinds if settings.slurm is not None else ())
     key = idempotency_key(request)
+    warning = None
     check_size(request, settings.max_upload, "upload")
     earlier = await service.refusals.admit(service, principal.name, kind, milestone, key,
                                            {"kind": kind, "milestone": milestone, "size": size, "gpu_kind": gpu_kind})
-    if earlier is not None:                  # a retry, where its upload is the same bytes: the key is bound to them
-        async with service.uploads.upload(principal.name):
-            async with service.uploads.slot("reading"):
-                body = await read_body(request, settings.max_upload, "upload", settings.upload_seconds)
-        if hashlib.sha256(body).hexdigest() != earlier.get("upload_sha256"):
-            raise Refused(409, f"this Idempotency-Key was sent with another upload (job {earlier['id']}); a new "
-                               "submission needs a key of its own")
-        return JSONResponse(await with_place(service, earlier), status_code=200)
-    warning = None
-    if kind == "ranked" or gpu_kind is not None:
+    store = service.upload_store
+    if store is None:
+        raise Refused(503, "this server keeps no uploads (serve gives it STATE_DIR/uploads)")
+    if earlier is None and (kind == "ranked" or gpu_kind is not None):
         warning = await service.run(capacity.check, service.db, capacity.Need(
             milestone in GPU_MILESTONES, gpu_kind, asked, milestone), settings.slurm)
     async with service.uploads.upload(principal.name):
-        async with service.uploads.slot("reading"):
-            body = await read_body(request, settings.max_upload, "upload", settings.upload_seconds)
-        async with service.uploads.slot("checking"):
-            gpu, files, need = await service.run(checked_upload, body, kind, milestone, settings.max_upload)
-    if need is not None and need.gpu:
-        warning = await service.run(capacity.check, service.db, capacity.Need(
-            True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm)
-    job = await service.run(jobs.submit, service.db, settings.rules, principal.name, kind, milestone, size, gpu,
-                            body, files, key, gpu_kind=gpu_kind, notes=[f"* Warning: {warning}"] if warning else ())
+        room = service.in_flight.take(declared(request, settings.max_upload))   # before a byte of the body
+        incoming = None
+        try:
+            async with service.uploads.slot("reading"):
+                incoming, upload_bytes, sha256 = await store.receive(request, settings.max_upload,
+                                                                     settings.upload_seconds)
+            if earlier is not None:          # a retry, where its upload is the same bytes: the key is bound to them
+                if sha256 != earlier.get("upload_sha256"):
+                    raise Refused(409, f"this Idempotency-Key was sent with another upload (job {earlier['id']}); "
+                                       "a new submission needs a key of its own")
+                return JSONResponse(await with_place(service, earlier), status_code=200)
+            async with service.uploads.slot("checking"):
+                gpu, files, need = await service.run(checked_upload, incoming, kind, milestone, settings.max_upload)
+            if need is not None and need.gpu:
+                warning = await service.run(capacity.check, service.db, capacity.Need(
+                    True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm)
+            async with store.lock:          # the store's sweep held off while the file is placed and committed
+                job = await service.run(queue_upload, service, principal.name, kind, milestone, size, gpu, incoming,
+                                        (upload_bytes, sha256), files, key, gpu_kind, warning)
+        finally:
+            service.in_flight.give(room)
+            if incoming is not None:
+                incoming.unlink(missing_ok=True)
     if job.get("repeated"):
         return JSONResponse(await with_place(service, job), status_code=200)
     if warning:
         log("job.unserved", job=job["id"], team=principal.name, why=warning)
     log("job.queued", job=job["id"], team=principal.name, kind=kind, milestone=milestone, size=size,
-        bytes=len(body))
+        bytes=upload_bytes)
     service.hub.queue_changed()
     service.hub.wake_claim(gpu_needed=gpu, kind=gpu_kind)
     return JSONResponse({**await with_place(service, job), **({"warning": warning} if warning else {})},
                         status_code=201)
 
 
-def checked_upload(body, kind, milestone, max_upload):
+def queue_upload(service, team, kind, milestone, size, gpu, incoming, upload, files, key, gpu_kind, warning):
+    """``jobs.submit`` of the checked upload file ``incoming`` ((bytes, SHA-256) ``upload``): the
+    quotas checked and the file put in place inside its transaction (the caller holds the store's
+    lock)."""
+    store = service.upload_store
+    return jobs.submit(service.db, service.settings.rules, team, kind, milestone, size, gpu, upload, files, key,
+                       gpu_kind=gpu_kind, notes=[f"* Warning: {warning}"] if warning else (),
+                       quota=store.check_quota, place=lambda: store.place(incoming, upload[1]))
+
+
+def checked_upload(path, kind, milestone, max_upload):
     """(whether the job needs a GPU, its files [{name, size, sha256}], for a development run what
     its rai_build.yml asks (a capacity.Need: its GPUs and the line that asks for them), else None)
     of an upload that passes the archive check (and, for a development run, whose rai_build.yml
     passes grading's reader); Refused or UploadError (400) otherwise. Only the file list outlives
     the call."""
-    checked = uploads.check(body, kind, milestone, max_upload)
+    checked = uploads.check_file(path, kind, milestone, max_upload)
     if kind == "ranked":
         return milestone in GPU_MILESTONES, checked.files(), None
     text = uploads.config_text(checked)

@@ -9,7 +9,7 @@ import re
 import time
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
 
 from .. import buildstore, jobs
 from ..auth import worker
@@ -85,8 +85,14 @@ async def claim(request: Request, principal=Depends(worker)):
 @router.get("/jobs/{job_id}/upload")
 async def job_upload(request: Request, job_id: str):
     service = service_of(request)
-    data = await service.run(jobs.upload, service.db, check_job_id(job_id), lease_of(request))
-    return Response(data, media_type="application/gzip")
+    data, sha256 = await service.run(jobs.upload, service.db, check_job_id(job_id), lease_of(request))
+    if data is not None:                       # a BLOB of a database from before uploads were files
+        return Response(data, media_type="application/gzip")
+    store = service.upload_store
+    path = store.path(sha256) if store is not None else None
+    if path is None or not path.is_file():
+        raise Refused(410, f"the upload of job {job_id} is no longer kept on this server")
+    return FileResponse(path, media_type="application/gzip")
 
 
 @router.post("/jobs/{job_id}/chunks")
