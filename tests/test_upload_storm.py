@@ -11,7 +11,7 @@ import pytest
 from hostilekit import module_service, postgres_server  # noqa: F401  postgres_server: a fixture
 from uploadstorm import report, storm
 
-pytestmark = [pytest.mark.service, pytest.mark.slow]
+pytestmark = [pytest.mark.service, pytest.mark.slow, pytest.mark.serial]   # a p99 bound: alone
 
 UPLOADS, MIB = 40, 6.0
 MEMORY_MIB = 128                         # the server's peak resident memory may grow by this
