@@ -240,3 +240,40 @@ def test_csv_cells_never_start_a_formula(tmp_path):
     teams = [row[1] for row in rows[1:]]
     assert teams == ["'=HYPERLINK(\"http://evil\",\"click\")", "'+1+1", "'-2", "'@SUM(A1)", "\\x09x", "plain"]
     assert rows[1][6] == "'=cmd|' /C calc'!A0"
+
+
+# ---------------------------------------------------------------------------- the migrations' lock
+
+def hold_migration_lock(url):
+    """Another connection holding what a migration takes: PostgreSQL's advisory lock of the
+    records' migrations, SQLite's write lock on the file. Closing it releases the lock."""
+    if url.startswith("postgresql://"):
+        import psycopg
+        conn = psycopg.connect(url, autocommit=True)
+        conn.execute("SELECT pg_advisory_lock(%s)", (store_module.LOCK_KEY,))
+        return conn
+    import sqlite3
+    conn = sqlite3.connect(url, isolation_level=None, check_same_thread=False)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def test_a_connection_to_a_current_schema_does_not_wait_for_the_migrations_lock(db_url):
+    """Every connection took the migrations' lock to find nothing to do: a service's pool opening a
+    dozen at once under a burst opened them one at a time (the soak, 2026-12-02). A schema already
+    current is read without it; one behind still migrates under it (test_schema_is_migrated_on_first_use)."""
+    import threading
+    open_store(db_url).close()                                          # migrated
+    holder = hold_migration_lock(db_url)
+    opened = []
+    try:
+        opener = threading.Thread(target=lambda: opened.append(open_store(db_url)), daemon=True)
+        opener.start()
+        opener.join(10)
+        assert opened, "opening a store waited for the migrations' lock that another connection holds"
+        assert opened[0].schema_version() == len(store_module.MIGRATIONS)
+    finally:
+        holder.close()
+        opener.join(30)
+        for store in opened:
+            store.close()

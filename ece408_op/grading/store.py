@@ -4,7 +4,8 @@
 PostgreSQL through psycopg (the ``grade`` extra), anything else is a SQLite file path
 (default ``<user data folder>/ece408_op/submissions.db``). Both hold the same schema, created
 or migrated on first use (``MIGRATIONS``, one transaction each, under a lock so that many
-tasks starting together migrate once).
+tasks starting together migrate once; a schema already current is read without the lock, so that
+connections opened at once, a pool's under a burst, do not wait for one another).
 
 A record (``record.py``) is one row of ``runs``, inserted once under the id its writer chose; a
 write that keeps failing leaves it in a spool folder (``spool.py``), and every ``open_store``
@@ -131,6 +132,13 @@ class Store:
             raise StoreError(f"{describe(self.url)}: {_first_line(str(exc))}") from exc
 
     def _migrate(self):
+        """Bring the schema to the last migration, under the migrations' lock; a schema already there
+        (every connection but the first one ever) is read without it. The lock is PostgreSQL's
+        advisory lock, SQLite's write lock: taken at every connection, it made the service's pool
+        open its connections one at a time where a burst needed new ones (the soak, 2026-12-02: a
+        dozen backends waiting on ``pg_advisory_xact_lock`` the second the attack began)."""
+        if self._schema_current():
+            return
         with self._transaction():
             self._lock()
             self._execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
@@ -140,6 +148,20 @@ class Store:
                 for statement in statements:
                     self._execute(statement)
                 self._execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+
+    def _schema_current(self):
+        """Whether the schema has every migration, read without a lock (False where it cannot be
+        read: no version table yet, or an error the locked migration then reports)."""
+        try:
+            row = self._execute("SELECT MAX(version) FROM schema_version").fetchone()
+            self._end_read()
+        except StoreError:
+            try:
+                self.conn.rollback()
+            except Exception:                   # noqa: BLE001  the migration says what is wrong
+                pass
+            return False
+        return row[0] is not None and row[0] >= len(MIGRATIONS)
 
     def schema_version(self):
         return self._execute("SELECT MAX(version) FROM schema_version").fetchone()[0]

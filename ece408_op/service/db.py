@@ -8,7 +8,12 @@ default 32 for PostgreSQL, 8 for SQLite). The service's schema has its own migra
 (``MIGRATIONS``) and version table (``service_schema_version``), applied once per process in one
 transaction under a lock (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: ``pg_advisory_xact_lock``).
 
-Every operation is one transaction (``Database.transaction``). A database that cannot be
+Every operation is one transaction (``Database.transaction``); a PostgreSQL read's statements run
+in autocommit (the same snapshots under READ COMMITTED, two round trips fewer). Writers lock rows,
+never the database: PostgreSQL's ``FOR UPDATE`` on the rows a write changes (a team's, a job's),
+``SKIP LOCKED`` where workers claim, so that two teams' writes proceed at once; SQLite has one
+writer at a time (``BEGIN IMMEDIATE``). No advisory lock, table lock or lock in this process is
+taken on the way to a write (the one advisory lock is the migrations'). A database that cannot be
 reached (PostgreSQL down, a connection cut, SQLite locked past its busy timeout or out of disk)
 raises ``Unavailable``: the HTTP layer answers 503 with a retry time; the transaction was rolled
 back, so nothing is half-written, and its connection is closed rather than given back to the
@@ -154,11 +159,14 @@ class Unavailable(Exception):
 class Tx:
     """One transaction's statements, written with ``?`` placeholders for both databases."""
 
-    def __init__(self, conn, postgres):
+    def __init__(self, conn, postgres, write=True):
         self.conn = conn
         self.postgres = postgres
+        self.write = write
 
     def execute(self, sql, params=()):
+        if not self.write and not sql.lstrip()[:6].upper() == "SELECT":
+            raise ValueError(f"a read transaction runs SELECTs only, not {sql.split()[0]!r}: open it with write=True")
         cur = self.conn.cursor()
         cur.execute(sql.replace("?", "%s") if self.postgres else sql, tuple(params))
         return cur
@@ -266,8 +274,8 @@ class Database:
                 self._cond.wait(left)
         if store is not None and self.postgres and time.monotonic() - since > IDLE_CHECK:
             try:
-                store.conn.execute("SELECT 1")
-                store.conn.rollback()
+                with self._read_on(store.conn) as tx:       # one round trip, no BEGIN or ROLLBACK
+                    tx.value("SELECT 1")
             except Exception:                      # noqa: BLE001  any failure: a new connection
                 _close(store)
                 store = None
@@ -322,6 +330,8 @@ class Database:
         """Whether ``store``'s connection is outside any transaction, after a rollback where it
         was not (a read left open, a failed statement): only such a connection is lent again."""
         try:
+            if self.postgres and store.conn.autocommit:
+                return False                       # a read's autocommit not undone: not lent as a writer's
             if self._idle_conn(store.conn):
                 return True
             store.conn.rollback() if self.postgres else store.conn.execute("ROLLBACK")
@@ -375,10 +385,14 @@ class Database:
 
     @contextmanager
     def _transaction_on(self, conn, write):
+        if self.postgres and not write:
+            with self._read_on(conn) as tx:
+                yield tx
+            return
         if not self.postgres:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
-            yield Tx(conn, self.postgres)
+            yield Tx(conn, self.postgres, write)
             conn.execute("COMMIT") if not self.postgres else conn.commit()
         except BaseException:
             try:
@@ -386,6 +400,23 @@ class Database:
             except Exception:                      # noqa: BLE001  the connection may be gone
                 pass
             raise
+
+    @contextmanager
+    def _read_on(self, conn):
+        """A PostgreSQL read: its statements in autocommit, each its own round trip and no more.
+        Under READ COMMITTED (PostgreSQL's default, the service's) every statement takes its own
+        snapshot inside a transaction too, so a read sees what it would have seen between BEGIN
+        and COMMIT; only those two round trips go, and they were two of a read's three (the
+        soak: a team's submission makes some twenty round trips, each a wait for the database's
+        process on a busy machine). A read cannot write (Tx refuses: nothing is committed half)."""
+        conn.autocommit = True
+        try:
+            yield Tx(conn, self.postgres, write=False)
+        finally:
+            try:
+                conn.autocommit = False
+            except Exception:                      # noqa: BLE001  a connection gone: closed, never lent to a writer
+                conn.close()
 
     def ping(self):
         """One round trip (readiness)."""

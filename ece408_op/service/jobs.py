@@ -138,6 +138,14 @@ def _say(tx, job, text, now):
 
 # ---------------------------------------------------------------------------- submitting
 
+# a team's waiting jobs, and its jobs of one kind submitted in the last hour with the oldest's time:
+# one statement (a round trip to PostgreSQL, not two), over the team's queued and recent jobs only
+RULE_COUNTS = ("SELECT COUNT(CASE WHEN state = ? THEN 1 END), "
+               "COUNT(CASE WHEN kind = ? AND submitted_at > ? THEN 1 END), "
+               "MIN(CASE WHEN kind = ? AND submitted_at > ? THEN submitted_at END) "
+               "FROM service_jobs WHERE team = ? AND (state = ? OR submitted_at > ?)")
+
+
 def _rules(tx, rules, team, kind, milestone, now):
     """Refused where a rule says no to one more ``kind`` job of ``team`` now (see the module
     docstring); the rules read only, so that they can be asked before an upload is read."""
@@ -146,13 +154,12 @@ def _rules(tx, rules, team, kind, milestone, now):
         if row is not None and now > row[0]:
             raise Refused(403, f"the {milestone} deadline was {row[1]}; ranked {milestone} runs are closed "
                                "(development runs are still accepted)")
-    waiting = tx.value("SELECT COUNT(*) FROM service_jobs WHERE team = ? AND state = ?", (team, QUEUED))
+    hour = now - 3600
+    waiting, count, oldest = tx.one(RULE_COUNTS, (QUEUED, kind, hour, kind, hour, team, QUEUED, hour))
     if waiting >= rules.max_waiting:
         raise Refused(429, f"team {team} has {waiting} jobs waiting, the most a team may have; wait for one "
                            "to start, or cancel one (jobs list, jobs cancel ID)", retry_after=30)
     limit = rules.ranked_per_hour if kind == "ranked" else rules.development_per_hour
-    count, oldest = tx.one("SELECT COUNT(*), MIN(submitted_at) FROM service_jobs WHERE team = ? AND kind = ? "
-                           "AND submitted_at > ?", (team, kind, now - 3600))
     if count >= limit:
         wait = oldest + 3600 - now
         raise Refused(429, f"team {team} has submitted {count} {kind} runs in the last hour, the limit; "
@@ -209,20 +216,22 @@ def submit(db, rules, team, kind, milestone, size, gpu, upload, files, key=None,
         _rules(tx, rules, team, kind, milestone, now)
         if quota is not None:
             quota(tx, team, kind, upload_bytes)
-        tx.execute(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}, upload_held) "
-                   f"VALUES ({', '.join('?' * len(JOB_COLUMNS))}, 1)",
-                   (job_id, team, kind, milestone, size, int(gpu), QUEUED, now, None, None, None, rules.job_timeout,
-                    0, None, None, 0, None, None, None, None, None, job_id if kind == "ranked" else None, 0,
-                    upload_bytes, upload_sha256, json.dumps(files), key, gpu_kind))
-        if place is not None:
-            place()
         what = f"ranked {milestone}, {size} images" if kind == "ranked" else "development run of rai_build.yml"
         what += f", on {gpu_kind}" if gpu_kind else ""
-        seq = _say(tx, {"id": job_id, "next_seq": 0}, f"* Job {job_id} queued at {when(now)}: {what}, team {team}", now)
-        for note in notes:
-            seq = _say(tx, {"id": job_id, "next_seq": seq}, note, now)
-        tx.execute("UPDATE service_jobs SET next_seq = ? WHERE id = ?", (seq, job_id))
-        return job_dict(tx.one(_select("id = ?"), (job_id,)))
+        lines = [f"* Job {job_id} queued at {when(now)}: {what}, team {team}", *notes]
+        # the row as inserted is the job returned (its next chunk number counted beforehand): no
+        # UPDATE and SELECT after it, two round trips to PostgreSQL fewer a submission
+        row = (job_id, team, kind, milestone, size, int(gpu), QUEUED, float(now), None, None, None,
+               float(rules.job_timeout),
+               0, None, None, 0, None, None, None, None, None, job_id if kind == "ranked" else None, len(lines),
+               upload_bytes, upload_sha256, json.dumps(files), key, gpu_kind)
+        tx.execute(f"INSERT INTO service_jobs ({', '.join(JOB_COLUMNS)}, upload_held) "
+                   f"VALUES ({', '.join('?' * len(JOB_COLUMNS))}, 1)", row)
+        if place is not None:
+            place()                          # the upload's file, in place inside this transaction
+        for seq, line in enumerate(lines):
+            _say(tx, {"id": job_id, "next_seq": seq}, line, now)
+        return job_dict(row)
 
 
 # ---------------------------------------------------------------------------- reading
