@@ -2,6 +2,8 @@
 database) with its local workers, or with --slurm one Slurm job per queued job. Secrets never on
 the command line: the database URL in $ECE408_DB, the instructor's token in its file (made on the
 first start) or $ECE408_INSTRUCTOR_TOKEN. ``--detach`` and ``--stop``: ``cli/background.py``."""
+import os
+
 from .argtypes import count, positive, whole
 from .errors import ArgumentParser, run
 
@@ -11,6 +13,19 @@ def days(text):
 
 
 days.__name__ = "number of days, 0 or more"
+TABLE_ENV = "ECE408_FAILURE_TABLE"
+
+
+def failure_table(parser):
+    """$ECE408_FAILURE_TABLE: the addresses the failure limiter holds, smaller than its default (the
+    service's budget) only so that tests can fill it; None where unset."""
+    text = os.environ.get(TABLE_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return whole(text)
+    except ValueError:
+        parser.error(f"${TABLE_ENV} must be a positive whole number of addresses, not {text!r}")
 
 
 def command(argv):
@@ -118,7 +133,7 @@ def command(argv):
     rules = Rules(ranked_per_hour=args.ranked_per_hour, development_per_hour=args.development_per_hour,
                   max_waiting=args.max_waiting, job_timeout=args.job_timeout, lease=args.lease)
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
-                        max_failures_total=args.max_failures_total,
+                        max_failures_total=args.max_failures_total, failure_table=failure_table(parser),
                         keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20),
                         streams_per_address=args.streams_per_address, names=args.names)
     slurm = None

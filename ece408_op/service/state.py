@@ -27,6 +27,8 @@ class Settings:
     max_failures: int = 20                       # failed token checks per address and window
     max_failures_total: int = None               # ... of all addresses together (None: 10 x max_failures)
     failure_window: float = 60.0
+    failure_table: int = None                    # addresses the failure limiter holds (None: max_failures_total;
+                                                 # smaller only in tests: $ECE408_FAILURE_TABLE)
     claim_wait: float = 25.0                     # seconds a worker's claim waits for a job
     reap_every: float = 5.0
     local_workers: tuple = ()                    # names of this server's own workers (serve --workers)
@@ -50,7 +52,8 @@ class Service:
         self.db = db
         self.settings = settings
         self.tokens = Tokens(db, settings.names)
-        self.failures = FailureLimiter(settings.max_failures, settings.failure_window, settings.max_failures_total)
+        self.failures = FailureLimiter(settings.max_failures, settings.failure_window, settings.max_failures_total,
+                                       settings.failure_table)
         self.hub = None                           # live.Hub, made by the application's lifespan
         self.loop = None
         self.draining = False
