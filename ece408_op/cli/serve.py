@@ -4,7 +4,7 @@ the command line: the database URL in $ECE408_DB, the instructor's token in its 
 first start) or $ECE408_INSTRUCTOR_TOKEN. ``--detach`` and ``--stop``: ``cli/background.py``."""
 import os
 
-from .argtypes import count, positive, whole
+from .argtypes import byte_size, count, positive, whole
 from .errors import ArgumentParser, run
 
 
@@ -31,7 +31,7 @@ def failure_table(parser):
 def command(argv):
     from ..grading.sandbox import ENGINES
     from ..service.guard import HEADER_SECONDS
-    from ..service.buildstore import KEEP_DAYS, QUOTA_MIB
+    from ..service.buildstore import KEEP_DAYS, QUOTA_MIB, TOTAL, bytes_text
     from ..service.state import Settings
     from ..service.jobs import Rules
     from ..service.paths import default_db, default_state_dir
@@ -80,6 +80,10 @@ def command(argv):
     parser.add_argument("--build-quota", type=positive, default=QUOTA_MIB, metavar="MIB",
                         help=f"MiB of build folders kept per team; past it its oldest are deleted (default "
                              f"{QUOTA_MIB})")
+    parser.add_argument("--build-folders-total", type=byte_size, default=TOTAL, metavar="BYTES",
+                        help=f"bytes of build folders kept for all teams together (500M, 20G...); past it the "
+                             f"oldest are deleted, whoever's they are, and a larger archive is refused (default "
+                             f"{bytes_text(TOTAL)})")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
                         help="failed token checks an address (IPv6: a /64) may make per minute (default 20)")
     parser.add_argument("--max-failures-total", type=count, metavar="N",
@@ -135,6 +139,7 @@ def command(argv):
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
                         max_failures_total=args.max_failures_total, failure_table=failure_table(parser),
                         keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20),
+                        build_total=args.build_folders_total,
                         streams_per_address=args.streams_per_address, names=args.names)
     slurm = None
     if args.slurm:

@@ -10,7 +10,7 @@ import anyio
 
 from . import jobs
 from . import upload as uploads
-from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
+from .buildstore import KEEP_DAYS, QUOTA_MIB, TOTAL as BUILD_TOTAL, BuildStore
 from .db import Unavailable
 from .jobs import Refused
 from .limits import STREAMS_PER_ADDRESS, Refusals, Streams, Uploads
@@ -41,6 +41,7 @@ class Settings:
     build_dir: str = None                        # where build folders are kept (serve: <state folder>/builds)
     keep_builds: float = KEEP_DAYS * 86400       # seconds a build folder is kept (0: none kept)
     build_quota: int = QUOTA_MIB << 20           # bytes of build folders a team may have kept
+    build_total: int = BUILD_TOTAL               # bytes of build folders all teams together may have kept
     streams_per_address: int = STREAMS_PER_ADDRESS   # live streams from one client address (0: no cap)
     names: str = "unicode"                       # the rule of team names (identity.RULES; serve --names)
 
