@@ -162,10 +162,10 @@ class BuildStore:
                    data_bytes=checked.total, created_at=now, expires_at=now + self.keep, deleted_at=None,
                    deleted_why=None)
         with db.transaction() as tx:               # the job's row held: a worker without the lease never
-            self._lock(tx)
             job = tx.one("SELECT team, state, lease FROM service_jobs WHERE id = ?" + tx.lock_suffix(), (job_id,))
             if job is None or job[1] != "running" or job[2] != lease:
                 raise Lost(job_id)                 # touches the kept file, whose name its bytes share
+            self._lock(tx)                         # then the store's bounds (the job's row first, always)
             try:
                 os.replace(incoming, final)        # a failure after this leaves a file no row names: swept
             except OSError as exc:
@@ -327,8 +327,8 @@ def _check_file(path):
 async def response(service, job, principal, address):
     """The download of ``job``'s build folder (the job already checked as ``principal``'s), or
     Refused with why there is none: 404 (none kept), 410 (deleted: expired, past the team's quota or
-    the service's total),
-    429 (the asker's downloads at once: ``service.downloads``'s caps, per team and address)."""
+    the service's total), 429 (the asker's downloads at once: ``service.downloads``'s caps, per team
+    and address)."""
     row = await service.run(lookup, service.db, job["id"])
     job_id = job["id"]
     if row is None:
