@@ -20,6 +20,7 @@ import zlib
 import httpx
 import pytest
 
+from ece408_op.service.buildstore import bytes_text
 from servicekit import Service, job_id_of, started_postgres
 from teams import team_project
 
@@ -487,6 +488,69 @@ def test_a_teams_oldest_build_folders_go_past_its_quota(tmp_path, request, datab
             assert "to keep the team's build folders within its quota" in browser.get(f"/jobs/{first}").text
     finally:
         svc.close()
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_the_services_oldest_build_folders_go_past_its_total(tmp_path, request, database):
+    """serve --build-folders-total: three kept, then a restart with a total that holds two (the
+    reaper deletes the oldest), another team's new one (the service's oldest goes, another
+    team's), each gone job saying so in jobs download and on its page; then a total smaller than
+    one archive: refused (413) in the transcript's line, nothing kept."""
+    env = {"ECE408_DB": request.getfixturevalue("postgres").url} if database == "postgresql" else {}
+    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-folders-total", "10M"],
+                  env=env).start()
+    builds = svc.root / "state" / "ece408_op" / "service" / "builds"
+    try:
+        tokens = svc.add_teams("nu", "xi")
+        owner = {}
+        for i, team in enumerate(("nu", "xi", "nu")):
+            owner[submit_build(svc, tmp_path / f"{team}{i}", tokens[team])[1]] = team
+        first, second, third = owner
+        sizes = {p.name.split("-")[0]: p.stat().st_size for p in builds.glob("*.tar.gz")}
+        assert sorted(sizes) == sorted(owner)
+        total = sizes[second] + sizes[third] + max(sizes.values()) // 2       # two fit, three do not
+        svc.stop()
+        svc.args = ["--engine", "bubblewrap", "--build-folders-total", str(total)]
+        svc.start()
+        svc.wait_for_log(f"build.over_total job={first}", timeout=60)        # the reaper: the oldest, nu's
+        assert sorted(p.name.split("-")[0] for p in builds.glob("*.tar.gz")) == sorted([second, third])
+        fourth = submit_build(svc, tmp_path / "nu3", tokens["nu"])[1]         # nu's new one: xi's goes
+        owner[fourth] = "nu"
+        assert sorted(p.name.split("-")[0] for p in builds.glob("*.tar.gz")) == sorted([third, fourth])
+        for job_id in (first, second):
+            out = svc.cli("jobs", "download", job_id, token=tokens[owner[job_id]], cwd=tmp_path)
+            assert out.returncode == 2 and re.fullmatch(
+                rf"error: the build folder of job {job_id} was deleted on \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC, "
+                rf"(\d+ min )?\d+ s after it was kept, to keep this service's build folders within "
+                rf"{re.escape(bytes_text(total))} \(all teams' together: the oldest go first\)\n", out.stderr), \
+                out.stderr
+            with login(svc.url, tokens[owner[job_id]]) as browser:
+                page = browser.get(f"/jobs/{job_id}").text
+                assert "to keep this service&#39;s build folders within" in page or \
+                    "to keep this service's build folders within" in page, page
+        for job_id in (third, fourth):
+            down = svc.cli("jobs", "download", job_id, "-o", tmp_path / job_id, token=tokens[owner[job_id]])
+            assert down.returncode == 0 and tree(tmp_path / job_id)[0] == expected_honest(), down.stderr
+        assert not list(tmp_path.glob("build-*"))
+        svc.stop()
+        svc.args = ["--engine", "bubblewrap", "--build-folders-total", "100"]
+        svc.start()
+        out, job_id = submit_build(svc, tmp_path / "xi4", tokens["xi"])
+        assert "\n* The build folder is not kept: HTTP 413: the build folder's archive is " in out.stdout and \
+            "larger than 100 bytes, the most this service keeps of all build folders together (serve " \
+            "--build-folders-total 100)\n" in out.stdout, out.stdout[-2000:]
+        svc.wait_for_log(f"build.over_total job={fourth}", timeout=60)
+        assert list(builds.glob("*.tar.gz")) == []
+    finally:
+        svc.close()
+
+
+def test_a_bad_build_folders_total_is_one_line(tmp_path):
+    out = Service(tmp_path / "svc", workers=0).cli("serve", "--build-folders-total", "lots")
+    assert out.returncode == 2 and out.stderr.splitlines()[-1] == (
+        "ece408_op serve: error: argument --build-folders-total: invalid size in bytes (1048576, 500M, 20G) "
+        "value: 'lots'"), out.stderr
 
 
 @pytest.mark.timeout(600)

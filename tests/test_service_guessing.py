@@ -4,6 +4,7 @@ limiter's table bounded without letting a limited address go free; a repeated lo
 addresses it stands for. A real server is sprayed from 200 loopback addresses."""
 import io
 import secrets
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,7 +13,7 @@ import pytest
 
 from ece408_op.service import logs
 from ece408_op.service.tokens import FailureLimiter, address_key
-from servicekit import Service
+from servicekit import Service, python_command, service_env, service_on
 
 
 def _guess():
@@ -59,6 +60,42 @@ def test_a_spray_of_addresses_neither_grows_the_table_nor_frees_a_limited_addres
     assert limiter.wait("198.51.100.7")[1] == "address"                # still limited
 
 
+def test_the_table_holds_its_bound_whatever_its_callers_do():
+    limiter = FailureLimiter(max_failures=5, window=60, max_total=100)
+    for _ in range(5):
+        limiter.fail("198.51.100.7")
+    for i in range(100_000):                                          # failures recorded without asking first
+        limiter.fail(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+        limiter.fail("198.51.100.7")
+    assert len(limiter) <= limiter.max_addresses == 100, len(limiter)
+    assert len(limiter._total) <= 100 and all(len(t) <= 5 for t in limiter._failures.values())
+    assert limiter.wait("198.51.100.7")[1] == "address"                # still limited
+
+
+def test_a_full_table_gives_up_rows_under_their_limit_never_a_limited_one():
+    limiter = FailureLimiter(max_failures=3, window=60, max_total=100_000, max_addresses=8)
+    limited = [f"198.51.100.{i}" for i in range(1, 6)]
+    for address in limited:
+        for _ in range(3):
+            limiter.fail(address)
+    for i in range(1000):                                             # more addresses than the table holds
+        address = f"10.0.{i // 250}.{i % 250}"
+        if not limiter.wait(address)[0]:
+            limiter.fail(address)
+        assert len(limiter) <= 8
+    assert all(limiter.wait(a)[1] == "address" for a in limited)      # none went free
+    assert limiter.evicted >= 990 and limiter.unplaced == 0
+    for address in ("192.0.2.1", "192.0.2.2", "192.0.2.3"):           # every row a limited address now
+        for _ in range(3):
+            limiter.fail(address)
+    assert len(limiter) == 8 and all(limiter.wait(a)[1] == "address" for a in limited + ["192.0.2.3"])
+    for _ in range(10):                                               # the next address: no row to take
+        limiter.fail("203.0.113.9")
+    assert limiter.unplaced == 10 and limiter.wait("203.0.113.9") == (0.0, None)
+    assert len(limiter._total) == 5 * 3 + 1000 + 9 + 10                # counted toward the service's budget
+    assert all(limiter.wait(a)[1] == "address" for a in limited)
+
+
 def test_a_repeated_line_names_the_addresses_it_stands_for(monkeypatch):
     repeats = logs.Repeats()
     for i in range(logs.Repeats.LINES):
@@ -102,3 +139,39 @@ def test_guesses_from_200_addresses_get_no_more_checks_than_the_budget(tmp_path)
         assert wrong.status_code == 429 and "many addresses" in wrong.json()["error"], wrong.text
     finally:
         service.close()
+
+
+@pytest.mark.service
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_spray_past_a_small_table_frees_no_limited_address(tmp_path, database):
+    """A real server whose table holds 8 addresses ($ECE408_FAILURE_TABLE, tests only): one address
+    limited, then 40 others sprayed from loopback; the limited one stays refused, the spray's
+    addresses are checked (the service's budget is far off), an honest token passes from the
+    limited address, and the log says the table was full."""
+    with service_on(database, tmp_path, workers=0, env={"ECE408_FAILURE_TABLE": "8"},
+                    args=["--max-failures", "3", "--max-failures-total", "1000"]) as service:
+        good = service.add_teams("honest")["honest"]
+
+        def get(address, token):
+            transport = httpx.HTTPTransport(local_address=address)
+            with httpx.Client(transport=transport, base_url=service.url, timeout=30) as client:
+                return client.get("/api/jobs", headers={"Authorization": f"Bearer {token}"})
+
+        assert [get("127.0.0.2", _guess()).status_code for _ in range(3)] == [401] * 3
+        refused = get("127.0.0.2", _guess())
+        assert refused.status_code == 429 and "from this address" in refused.json()["error"], refused.text
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda i: get(f"127.0.3.{1 + i}", _guess()).status_code, range(40)))
+        assert codes == [401] * 40, codes
+        still = get("127.0.0.2", _guess())
+        assert still.status_code == 429 and "from this address" in still.json()["error"], still.text
+        assert get("127.0.0.2", good).status_code == 200
+        assert "auth.failure_table_full" in service.log() and "bound=8" in service.log(), service.log()[-3000:]
+
+
+def test_a_bad_failure_table_size_is_one_line(tmp_path):
+    out = subprocess.run([*python_command(), "-m", "ece408_op", "serve", "--workers", "0"], capture_output=True,
+                         text=True, env=service_env(tmp_path, {"ECE408_FAILURE_TABLE": "many"}), timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+        "ece408_op serve: error: $ECE408_FAILURE_TABLE must be a positive whole number of addresses, not 'many'"), \
+        out.stderr

@@ -2,7 +2,9 @@
 database) with its local workers, or with --slurm one Slurm job per queued job. Secrets never on
 the command line: the database URL in $ECE408_DB, the instructor's token in its file (made on the
 first start) or $ECE408_INSTRUCTOR_TOKEN. ``--detach`` and ``--stop``: ``cli/background.py``."""
-from .argtypes import count, positive, whole
+import os
+
+from .argtypes import byte_size, count, positive, whole
 from .errors import ArgumentParser, run
 
 
@@ -11,6 +13,19 @@ def days(text):
 
 
 days.__name__ = "number of days, 0 or more"
+TABLE_ENV = "ECE408_FAILURE_TABLE"
+
+
+def failure_table(parser):
+    """$ECE408_FAILURE_TABLE: the addresses the failure limiter holds, smaller than its default (the
+    service's budget) only so that tests can fill it; None where unset."""
+    text = os.environ.get(TABLE_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return whole(text)
+    except ValueError:
+        parser.error(f"${TABLE_ENV} must be a positive whole number of addresses, not {text!r}")
 
 
 def slurm_kind(text):
@@ -25,7 +40,7 @@ def slurm_kind(text):
 def command(argv):
     from ..grading.sandbox import ENGINES
     from ..service.guard import HEADER_SECONDS
-    from ..service.buildstore import KEEP_DAYS, QUOTA_MIB
+    from ..service.buildstore import KEEP_DAYS, QUOTA_MIB, TOTAL, bytes_text
     from ..service.state import Settings
     from ..service.jobs import Rules
     from ..service.paths import default_db, default_state_dir
@@ -91,6 +106,10 @@ def command(argv):
     parser.add_argument("--keep-ranked-uploads", type=positive, default=RANKED_KEEP_DAYS, metavar="DAYS",
                         help=f"days a ranked run's upload is kept (a team's last {RANKED_KEEP_LAST} longer; default "
                              f"{RANKED_KEEP_DAYS:g}), under STATE_DIR/uploads")
+    parser.add_argument("--build-folders-total", type=byte_size, default=TOTAL, metavar="BYTES",
+                        help=f"bytes of build folders kept for all teams together (500M, 20G...); past it the "
+                             f"oldest are deleted, whoever's they are, and a larger archive is refused (default "
+                             f"{bytes_text(TOTAL)})")
     parser.add_argument("--max-failures", type=count, default=20, metavar="N",
                         help="failed token checks an address (IPv6: a /64) may make per minute (default 20)")
     parser.add_argument("--max-failures-total", type=count, metavar="N",
@@ -155,8 +174,9 @@ def command(argv):
     rules = Rules(ranked_per_hour=args.ranked_per_hour, development_per_hour=args.development_per_hour,
                   max_waiting=args.max_waiting, job_timeout=args.job_timeout, lease=args.lease)
     settings = Settings(rules=rules, max_upload=int(args.max_upload * 2**20), max_failures=args.max_failures,
-                        max_failures_total=args.max_failures_total,
+                        max_failures_total=args.max_failures_total, failure_table=failure_table(parser),
                         keep_builds=args.keep_builds * 86400, build_quota=int(args.build_quota * 2**20),
+                        build_total=args.build_folders_total,
                         streams_per_address=args.streams_per_address, names=args.names,
                         upload_bytes_in_flight=int(args.upload_bytes_in_flight * 2**20),
                         team_upload_quota=int(args.team_upload_quota * 2**20),

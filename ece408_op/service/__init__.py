@@ -30,7 +30,8 @@ One module per job:
     buildfolder.py  a development run's /build as the service keeps it: packed by the worker (bounded),
                  checked by the server and by ``jobs download``, unpacked (all or nothing)
     buildstore.py   the server's build folders: received under the job's lease, kept on disk for
-                 ``--keep-builds`` days within a team's quota, served to its team, deleted
+                 ``--keep-builds`` days within a team's quota and the service's total,
+                 served to its team, deleted
     server.py    ``serve``: uvicorn, local workers, the lease reaper, a clean SIGTERM
     slurm.py     ``serve --slurm``: one sbatch per queued job, each a ``worker --once``
     worker.py    ``worker``: claim, unpack, run one job in a child process, stream, report

@@ -11,7 +11,7 @@ import anyio
 from . import jobs
 from . import upload as uploads
 from . import uploadstore
-from .buildstore import KEEP_DAYS, QUOTA_MIB, BuildStore
+from .buildstore import KEEP_DAYS, QUOTA_MIB, TOTAL as BUILD_TOTAL, BuildStore
 from .db import Unavailable
 from .jobs import Refused
 from .limits import STREAMS_PER_ADDRESS, Refusals, Streams, Uploads
@@ -28,6 +28,8 @@ class Settings:
     max_failures: int = 20                       # failed token checks per address and window
     max_failures_total: int = None               # ... of all addresses together (None: 10 x max_failures)
     failure_window: float = 60.0
+    failure_table: int = None                    # addresses the failure limiter holds (None: max_failures_total;
+                                                 # smaller only in tests: $ECE408_FAILURE_TABLE)
     claim_wait: float = 25.0                     # seconds a worker's claim waits for a job
     reap_every: float = 5.0
     local_workers: tuple = ()                    # names of this server's own workers (serve --workers)
@@ -46,6 +48,7 @@ class Settings:
     build_dir: str = None                        # where build folders are kept (serve: <state folder>/builds)
     keep_builds: float = KEEP_DAYS * 86400       # seconds a build folder is kept (0: none kept)
     build_quota: int = QUOTA_MIB << 20           # bytes of build folders a team may have kept
+    build_total: int = BUILD_TOTAL               # bytes of build folders all teams together may have kept
     streams_per_address: int = STREAMS_PER_ADDRESS   # live streams from one client address (0: no cap)
     names: str = "unicode"                       # the rule of team names (identity.RULES; serve --names)
 
@@ -57,7 +60,8 @@ class Service:
         self.db = db
         self.settings = settings
         self.tokens = Tokens(db, settings.names)
-        self.failures = FailureLimiter(settings.max_failures, settings.failure_window, settings.max_failures_total)
+        self.failures = FailureLimiter(settings.max_failures, settings.failure_window, settings.max_failures_total,
+                                       settings.failure_table)
         self.hub = None                           # live.Hub, made by the application's lifespan
         self.loop = None
         self.draining = False

@@ -17,12 +17,13 @@ import ipaddress
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from ..base.terms import parse_token
 from . import clock, identity
 from .jobs import Refused
+from .logs import log
 from .grading_door import csv_cell, printable, team_name
 
 PREFIX = "ece408"
@@ -318,16 +319,25 @@ class FailureLimiter:
     ``window`` old; and for the whole service: past ``max_total`` failures within the window from
     all addresses together, every further failure is refused until the oldest is ``window`` old, so
     that a guesser with many addresses gets no more checks than ``max_total`` a window. (A valid
-    token passes either way: auth.check_token.) What is kept is bounded by that: a failure refused
-    is not recorded, so the table holds at most ``max_total`` failures of the window."""
+    token passes either way: auth.check_token.)
 
-    def __init__(self, max_failures=20, window=60.0, max_total=None):
+    What is kept is bounded whatever the callers do: a failure past a limit is not recorded (an
+    address keeps at most ``max_failures`` times, the service at most ``max_total``), and the table
+    holds at most ``max_addresses`` addresses (default ``max_total``: the service's budget never
+    needs more). A new address finding the table full takes the row of one whose window has passed,
+    else of the least recently failed address that is under its limit; a limited address is never
+    dropped, so spraying addresses frees none. Where every row is a limited address, the new one's
+    failure counts toward the service's budget only (``unplaced``), said by a warning."""
+
+    def __init__(self, max_failures=20, window=60.0, max_total=None, max_addresses=None):
         self.max_failures = max_failures
         self.window = window
         self.max_total = max_total if max_total is not None else 10 * max_failures
-        self._failures = {}
+        self.max_addresses = max(1, max_addresses if max_addresses is not None else self.max_total)
+        self._failures = OrderedDict()           # key -> deque of its failures' times, least recently failed first
         self._total = deque()
         self._lock = threading.Lock()
+        self.evicted = self.unplaced = 0         # rows given to a new address; failures given no row
 
     def _recent(self, key, now):
         times = self._failures.get(key)
@@ -361,11 +371,41 @@ class FailureLimiter:
         now = time.monotonic()
         key = address_key(address)
         with self._lock:
+            given_up = self.evicted + self.unplaced
+            total = self._total_recent(now)
+            if len(total) < self.max_total:
+                total.append(now)
             times = self._recent(key, now)
-            if times is None:
+            if times is not None:
+                self._failures.move_to_end(key)
+            elif self._room(now):
                 times = self._failures[key] = deque()
-            times.append(now)
-            self._total_recent(now).append(now)
-            if len(self._failures) > 2 * self.max_total:        # only where fail() was called past wait()
-                for stale in [k for k in self._failures if k != key]:
-                    self._recent(stale, now)
+            else:
+                self.unplaced += 1
+            if times is not None and len(times) < self.max_failures:
+                times.append(now)
+            full = self.evicted + self.unplaced > given_up
+        if full:                                 # a spray of addresses: the log's cap keeps this short
+            log("auth.failure_table_full", level="warning", addresses=len(self), bound=self.max_addresses,
+                rows_given_up=self.evicted, counted_for_service_only=self.unplaced)
+
+    def _room(self, now):
+        """Whether a new address can have a row: the table under its bound once the rows whose
+        window has passed are dropped, or a row under its limit given up (the least recently
+        failed first). Never a limited address's row."""
+        if len(self._failures) < self.max_addresses:
+            return True
+        for key in list(self._failures):
+            self._recent(key, now)
+        if len(self._failures) < self.max_addresses:
+            return True
+        for key, times in self._failures.items():
+            if len(times) < self.max_failures:
+                del self._failures[key]
+                self.evicted += 1
+                return True
+        return False
+
+    def __len__(self):
+        """The addresses the table holds now."""
+        return len(self._failures)

@@ -61,17 +61,19 @@ async def job_page(request: Request, job_id: str, viewer=Depends(member)):
         "job.html", viewer, job=job, place=place_text(view) if job["state"] == QUEUED else None,
         transcript=as_text("".join(t for _, t in chunks)), after=chunks[-1][0] if chunks else -1, record=record,
         layers=standings.layers_of(record.models) if record else [], ended=job["state"] in ENDED,
-        files=files_of(job["files"]), build=build_view(kept), now=f"{clock.now():.3f}",
+        files=files_of(job["files"]), build=build_view(kept, service), now=f"{clock.now():.3f}",
         step=service.hub.steps.get(job["id"]) if job["state"] == RUNNING else None)
 
 
-def build_view(row):
+def build_view(row, service):
     """What the page says of the job's build folder: None (none kept), else its counts, size and
-    expiry, and whether it is still there."""
+    expiry, and whether it is still there (where not: when it went, after how long, and why)."""
     if row is None:
         return None
-    return {**buildstore.shown(row), "gone": row["deleted_at"] is not None or row["expires_at"] < clock.now(),
-            "mib": f"{row['data_bytes'] / 2**20:.1f}", "why": row["deleted_why"], "deleted_at": row["deleted_at"]}
+    gone = row["deleted_at"] is not None
+    return {**buildstore.shown(row), "gone": gone or row["expires_at"] < clock.now(),
+            "mib": f"{row['data_bytes'] / 2**20:.1f}", "why": row["deleted_why"], "deleted_at": row["deleted_at"],
+            "after": buildstore.deleted_after(row) if gone else None, "total": buildstore.total_text(service)}
 
 
 @router.get("/jobs/{job_id}/build")
@@ -123,7 +125,7 @@ async def job_events(request: Request, job_id: str, viewer=Depends(member_stream
                 yield {"event": "place", "data": json.dumps("")}
                 yield {"event": "ended", "data": json.dumps({
                     "ended": utc(ended["finished_at"]) if ended["finished_at"] else "",
-                    "build": site.fragment("build.html", job=ended, build=build_view(kept))})}
+                    "build": site.fragment("build.html", job=ended, build=build_view(kept, service))})}
                 yield {"event": "verdict", "data": json.dumps(html)}
                 yield {"event": "end", "data": json.dumps(ended["state"])}
                 return
