@@ -15,7 +15,7 @@ from servicekit import Service, service_on
 
 from ece408_op.service import tokens as tokens_module
 from ece408_op.service.db import Database
-from ece408_op.service.jobs import Refused
+from ece408_op.service.refused import Refused
 
 # (the team in the class, the name then refused, what the one line must say besides the team's name)
 FOUND = {

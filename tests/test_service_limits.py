@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from ece408_op.service.jobs import Refused
+from ece408_op.service.refused import Refused
 from ece408_op.service.limits import STREAMS_PER_SESSION, STREAMS_PER_TEAM, Refusals, Streams
 from ece408_op.service.tokens import Principal
 

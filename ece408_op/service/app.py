@@ -3,7 +3,7 @@ and the class's pages (pages/), assembled on one application with what they shar
 
 ``make_app(service)`` puts the Service (state.py) on ``app.state.service``, starts the live hub,
 the lease reaper and the build folders' reaper with the application (``lifespan``) and maps the
-service's exceptions to its one-line JSON errors: a refusal (jobs.Refused) to its status, the database away to 503 with
+service's exceptions to its one-line JSON errors: a refusal (refused.Refused) to its status, the database away to 503 with
 ``Retry-After``, a lease no longer held to 409, a bad upload to 400. Database work runs in
 threads (``anyio.to_thread``), each transaction on a connection borrowed from a bounded pool
 (db.py)."""
@@ -19,7 +19,8 @@ from . import upload as uploads
 from .api import ROUTERS
 from .db import Unavailable
 from .http import DOWN_RETRY, AccessLog, EarlyRefusals, NoNul, ResponseHeaders, error
-from .jobs import QUEUED, Lost, Refused
+from .jobs import QUEUED, Lost
+from .refused import Refused
 from .live import Hub
 from .logs import flush_repeats, log
 

@@ -10,7 +10,8 @@ import math
 
 from fastapi import Request
 
-from .jobs import Refused, duration
+from .jobs import duration
+from .refused import Refused
 from .logs import log
 from .http import address, bearer_token
 from .state import service_of

@@ -43,7 +43,8 @@ from starlette.responses import StreamingResponse
 from . import buildfolder, clock, limits
 from ..base.archive import size_text
 from .db import Unavailable
-from .jobs import DONE, ENDED, Lost, Refused, duration, when
+from .jobs import DONE, ENDED, Lost, duration, when
+from .refused import Refused
 from .logs import log
 
 KEEP_DAYS = 7.0

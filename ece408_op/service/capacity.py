@@ -36,7 +36,8 @@ marks every queued job that no worker seen can take (``missing``).
 from dataclasses import dataclass, field
 
 from . import choices, clock, devices
-from .jobs import KINDS_SEEN, WORKER_SEEN, Refused, seen as seen_worker, when
+from .jobs import KINDS_SEEN, WORKER_SEEN, seen as seen_worker, when
+from .refused import Refused
 from .grading_door import kind_of, printable
 
 WINDOW = f"{WORKER_SEEN / 60:g} min"

@@ -11,7 +11,8 @@ refused in one line listing them, unless the instructor accepts unknown names (t
 keeps the name as typed, and only a worker reporting exactly that kind takes it)."""
 
 from . import choices, clock
-from .jobs import KINDS_SEEN, Refused
+from .jobs import KINDS_SEEN
+from .refused import Refused
 from .grading_door import KindError, kind_of, matching_kinds, printable, resolve_kind
 
 

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from ..base.terms import redact_tokens
 from . import upload as uploads
-from .jobs import Refused
+from .refused import Refused
 from .logs import log
 from .grading_door import printable
 

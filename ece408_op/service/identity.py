@@ -37,7 +37,7 @@ import re
 import unicodedata
 
 from ..base.extras import install_hint
-from .jobs import Refused
+from .refused import Refused
 
 PROFILE = "UsernameCasePreserved"
 RULES = ("unicode", "ascii")

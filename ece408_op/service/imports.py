@@ -24,7 +24,7 @@ import time
 
 from ..base.terms import parse_token
 from .http import encodable
-from .jobs import Refused
+from .refused import Refused
 from . import clock, identity
 from .tokens import Tokens, csv_cell, given_name, name_key, secret_hash, stored_form
 

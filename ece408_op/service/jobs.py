@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 
 from . import clock
 from .grading_door import insert_statement, kind_of, record_summary
+from .refused import Refused
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 ENDED = (DONE, FAILED, CANCELLED)
@@ -56,16 +57,6 @@ MAX_CHUNKS = 1000                          # chunks in one post
 MAX_SEQ = 2 ** 31 - 1                      # chunk numbers fit PostgreSQL's INTEGER column
 WORKER_SEEN = 120.0                        # a worker that asked for work this recently counts as present
 KINDS_SEEN = 7 * 86400.0                   # the device kinds a team may ask for: those of workers seen this recently
-
-
-class Refused(Exception):
-    """A request the rules refuse: HTTP ``status``, one line, and where it helps a wait time."""
-
-    def __init__(self, status, message, retry_after=None, holds=None):
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-        self.holds = holds                   # seconds it holds whatever happens meanwhile (None: it may not)
 
 
 class Lost(Exception):

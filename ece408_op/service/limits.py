@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from . import jobs
-from .jobs import Refused
+from .refused import Refused
 
 STREAMS_PER_TEAM = 16
 STREAMS_PER_SESSION = 6                     # what a browser opens to one host at most

@@ -10,7 +10,8 @@ import time
 
 from . import clock
 from .grading_door import printable
-from .jobs import RUNNING, Refused, public
+from .jobs import RUNNING, public
+from .refused import Refused
 
 STEP_LIMIT = 200                         # characters of a step as kept and shown
 

@@ -11,7 +11,7 @@ import asyncio
 import time
 
 from . import choices, overview, standings
-from .jobs import Refused
+from .refused import Refused
 from .grading_door import KindError, RankingError, ranking_report
 
 

@@ -13,7 +13,7 @@ from . import upload as uploads
 from . import uploadstore
 from .buildstore import KEEP_DAYS, QUOTA_MIB, TOTAL as BUILD_TOTAL, BuildStore
 from .db import Unavailable
-from .jobs import Refused
+from .refused import Refused
 from .limits import STREAMS_PER_ADDRESS, Refusals, Streams, Uploads
 from .logs import log
 from .rankings import Rankings

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..base.terms import parse_token
 from . import clock, identity
-from .jobs import Refused
+from .refused import Refused
 from .logs import log
 from .grading_door import csv_cell, printable, team_name
 

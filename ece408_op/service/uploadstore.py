@@ -40,7 +40,8 @@ from pathlib import Path
 from ..base.archive import size_text
 from .http import body_chunks
 from . import clock
-from .jobs import ENDED, QUEUED, RUNNING, Refused
+from .jobs import ENDED, QUEUED, RUNNING
+from .refused import Refused
 
 IN_FLIGHT_MIB = 256                 # bytes of uploads received and checked at once, whole server
 TEAM_QUOTA_MIB = 160                # a team's queued and running development uploads

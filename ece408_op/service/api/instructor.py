@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request
 from .. import choices, devices, imports, jobs
 from ..auth import instructor
 from ..http import parse_deadline, read_json, text_field
-from ..jobs import Refused
+from ..refused import Refused
 from ..logs import log
 from ..grading_door import MILESTONES
 from ..state import service_of

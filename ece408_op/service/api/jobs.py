@@ -10,7 +10,8 @@ from .. import buildstore, capacity, devices, jobs, limits
 from .. import upload as uploads
 from ..auth import team, team_or_instructor
 from ..http import address, after_param, check_job_id, check_size, idempotency_key, int_param, kind_param
-from ..jobs import Refused, public
+from ..jobs import public
+from ..refused import Refused
 from ..live import follow, with_place
 from ..logs import log
 from ...base.terms import DEFAULT_SIZE, JOB_KINDS

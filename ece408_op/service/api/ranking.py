@@ -7,7 +7,7 @@ from fastapi.responses import Response
 from .. import clock, devices, jobs
 from ..auth import team_or_instructor
 from ..http import int_param, kind_param
-from ..jobs import Refused
+from ..refused import Refused
 from ..grading_door import MILESTONES
 from ..state import service_of
 

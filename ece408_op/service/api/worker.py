@@ -14,7 +14,8 @@ from fastapi.responses import FileResponse, Response
 from .. import buildstore, jobs
 from ..auth import worker
 from ..http import check_job_id, encodable, read_json
-from ..jobs import Lost, Refused
+from ..jobs import Lost
+from ..refused import Refused
 from ..logs import log
 from ..progress import step_of
 from ..grading_door import Record, kind_of, printable

@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 
 from .. import choices, clock, devices, jobs, overview, standings
 from ..http import kind_param, parse_deadline, text_field
-from ..jobs import Refused
+from ..refused import Refused
 from ..logs import log
 from ..grading_door import MILESTONES, KindError, Table, listed_kinds, printable, resolve_kind
 from ..state import service_of

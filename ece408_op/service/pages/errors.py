@@ -1,5 +1,5 @@
 """The error page, and the routers of pages whose errors are that page: a refusal
-(jobs.Refused: 400, 403, 404, 413, 429) and a database fault (503) answer as a page whose header
+(refused.Refused: 400, 403, 404, 413, 429) and a database fault (503) answer as a page whose header
 shows who is logged in; a missing session sends the browser to the login form."""
 from fastapi import APIRouter
 from fastapi.routing import APIRoute
@@ -8,7 +8,7 @@ from starlette.responses import RedirectResponse
 from ...base.terms import redact_tokens
 from ..db import Unavailable
 from ..http import DOWN_RETRY
-from ..jobs import Refused
+from ..refused import Refused
 from ..state import service_of
 from .site import HEADERS, LoginNeeded, site_of
 

@@ -15,7 +15,8 @@ from starlette.responses import PlainTextResponse, RedirectResponse
 from .. import buildstore, clock, jobs, limits, overview, standings
 from ..filters import as_text, place_text, utc
 from ..http import JOB_ID, address, after_param
-from ..jobs import ENDED, QUEUED, RUNNING, Refused
+from ..jobs import ENDED, QUEUED, RUNNING
+from ..refused import Refused
 from ..live import follow, with_place
 from ..grading_door import printable
 from ..state import service_of

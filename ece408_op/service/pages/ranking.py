@@ -15,7 +15,7 @@ from starlette.background import BackgroundTask
 from .. import limits, sessions, standings
 from ..db import Unavailable
 from ..http import DOWN_RETRY, address, kind_param
-from ..jobs import Refused
+from ..refused import Refused
 from ..grading_door import KindError, resolve_kind
 from ..state import service_of
 from .errors import page_router

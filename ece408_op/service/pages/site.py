@@ -14,7 +14,7 @@ from starlette.responses import HTMLResponse
 from .. import sessions
 from ..filters import ago, as_text, secs, utc
 from ..http import read_body
-from ..jobs import Refused
+from ..refused import Refused
 from ..grading_door import MILESTONES, printable, shown
 from ..state import service_of
 from ..tokens import Principal

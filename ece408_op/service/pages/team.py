@@ -8,7 +8,8 @@ from fastapi import Depends, Request
 from starlette.responses import RedirectResponse, Response
 
 from .. import overview, plots, standings
-from ..jobs import ENDED, Refused
+from ..jobs import ENDED
+from ..refused import Refused
 from ..logs import log
 from ..grading_door import printable, valid
 from ..state import service_of
