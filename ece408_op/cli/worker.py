@@ -41,7 +41,8 @@ def command(argv):
     server = check_url(server)
     kind = None
     if args.kind is not None:
-        from ..service.grading_door import kind_of, printable
+        from ..service.grading_door import kind_of
+        from ..base.names import printable
         kind = kind_of(args.kind)
         if kind is None or printable(kind, 100) != kind:
             parser.error("--kind is a device kind's name: printable, 1 to 100 characters")

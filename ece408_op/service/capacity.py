@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from . import choices, clock, devices
 from .jobs import KINDS_SEEN, WORKER_SEEN, seen as seen_worker, when
 from .refused import Refused
-from .grading_door import kind_of, printable
+from .grading_door import kind_of
+from ..base.names import printable
 
 WINDOW = f"{WORKER_SEEN / 60:g} min"
 

@@ -13,7 +13,8 @@ keeps the name as typed, and only a worker reporting exactly that kind takes it)
 from . import choices, clock
 from .jobs import KINDS_SEEN
 from .refused import Refused
-from .grading_door import KindError, kind_of, matching_kinds, printable, resolve_kind
+from .grading_door import KindError, kind_of, matching_kinds, resolve_kind
+from ..base.names import printable
 
 
 def worker_kinds(db, since=KINDS_SEEN, now=None):

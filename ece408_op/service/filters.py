@@ -6,7 +6,7 @@ import time
 
 from . import clock
 from .jobs import duration
-from .grading_door import printable, shown
+from ..base.names import printable, shown
 
 # characters a transcript may carry that a page must show as escapes: C0 but tab and newline, DEL, C1,
 # soft hyphen, zero-width and bidirectional marks, line/paragraph separators, BOM, surrogates

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..base.terms import CONFIG_NAME
 from ..grading.config import ConfigError, load_config, value_line
-from ..base.names import printable, shown, team_name
+from ..base.names import shown
 from ..grading.kinds import (KindError, kind_of, listed as listed_kinds, matching as matching_kinds,
                              resolve as resolve_kind)
 from ..grading.ranking import (RankingError, Table, board as make_board, csv_cell, format_board, format_csv,
@@ -26,11 +26,11 @@ from ..grading.store import COLUMNS as RECORD_COLUMNS, POSTGRES_PREFIXES, Record
 __all__ = ["ConfigError", "ENGINES", "GPU_MILESTONES", "MILESTONES", "Options",
            "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "Transcript",
            "cpu_name", "data_dir", "describe", "insert_statement", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
-           "printable", "ranking_report", "resolve_url", "run_development",
-           "stop_on_signals", "submit", "team_name", "check_build_config", "record_summary",
+           "ranking_report", "resolve_url", "run_development",
+           "stop_on_signals", "submit", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does
            "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board",
-           "mark_ties", "only", "shown", "valid",
+           "mark_ties", "only", "valid",
            # device kinds (grading/kinds.py): the ranking's tables, the kind a job asks for
            "KindError", "kind_of", "listed_kinds", "matching_kinds", "resolve_kind",
            # the line of rai_build.yml a refusal names (capacity.py)

@@ -13,7 +13,7 @@ from ..base.terms import redact_tokens
 from . import upload as uploads
 from .refused import Refused
 from .logs import log
-from .grading_door import printable
+from ..base.names import printable
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 DOWN_RETRY = 5                                   # seconds a client waits while the database is down

@@ -9,7 +9,7 @@ with every control character written as an escape (``\\x1b``), and kept in memor
 import time
 
 from . import clock
-from .grading_door import printable
+from ..base.names import printable
 from .jobs import RUNNING, public
 from .refused import Refused
 

@@ -69,7 +69,8 @@ class SlurmKind:
 def parse_kind(text):
     """A ``--slurm-kind`` value, ``KIND=partition:P,gres:G,constraint:C`` (at least one of the
     three, each at most once), as a SlurmKind; ValueError with one line saying what is wrong."""
-    from .grading_door import kind_of, printable
+    from .grading_door import kind_of
+    from ..base.names import printable
     name, sep, request = str(text).partition("=")
     kind = kind_of(name)
     form = "KIND=partition:P,gres:G,constraint:C (at least one of the three)"

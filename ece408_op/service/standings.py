@@ -21,8 +21,8 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .grading_door import (RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, mark_ties, only,
-                           printable, shown)
+from ..base.names import printable, shown
+from .grading_door import RECORD_COLUMNS, Record, csv_cell, format_board, format_csv, make_board, mark_ties, only
 
 LIGHT = ", ".join("'' AS transcript" if c == "transcript" else c for c in RECORD_COLUMNS)
 

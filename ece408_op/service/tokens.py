@@ -24,7 +24,8 @@ from ..base.terms import parse_token
 from . import clock, identity
 from .refused import Refused
 from .logs import log
-from .grading_door import csv_cell, printable, team_name
+from .grading_door import csv_cell
+from ..base.names import printable, team_name
 
 PREFIX = "ece408"
 KINDS = ("team", "worker", "instructor")

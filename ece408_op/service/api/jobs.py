@@ -15,7 +15,8 @@ from ..refused import Refused
 from ..live import follow, with_place
 from ..logs import log
 from ...base.terms import DEFAULT_SIZE, JOB_KINDS
-from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, printable, value_line
+from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, value_line
+from ...base.names import printable
 from ..state import service_of
 from ..uploadstore import declared
 

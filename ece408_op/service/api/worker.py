@@ -18,7 +18,8 @@ from ..jobs import Lost
 from ..refused import Refused
 from ..logs import log
 from ..progress import step_of
-from ..grading_door import Record, kind_of, printable
+from ..grading_door import Record, kind_of
+from ...base.names import printable
 from ..state import service_of
 
 STATUSES = ("ok", "failed", "timeout", "killed", "error")

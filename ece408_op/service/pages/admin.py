@@ -15,7 +15,8 @@ from .. import choices, clock, devices, jobs, overview, standings
 from ..http import kind_param, parse_deadline, text_field
 from ..refused import Refused
 from ..logs import log
-from ..grading_door import MILESTONES, KindError, Table, listed_kinds, printable, resolve_kind
+from ..grading_door import MILESTONES, KindError, Table, listed_kinds, resolve_kind
+from ...base.names import printable
 from ..state import service_of
 from .errors import page_router
 from .job import cancel, own_job

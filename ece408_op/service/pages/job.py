@@ -18,7 +18,7 @@ from ..http import JOB_ID, address, after_param
 from ..jobs import ENDED, QUEUED, RUNNING
 from ..refused import Refused
 from ..live import follow, with_place
-from ..grading_door import printable
+from ...base.names import printable
 from ..state import service_of
 from .errors import page_router
 from .site import files_of, member, member_stream, read_form, site_of

@@ -15,7 +15,8 @@ from .. import sessions
 from ..filters import ago, as_text, secs, utc
 from ..http import read_body
 from ..refused import Refused
-from ..grading_door import MILESTONES, printable, shown
+from ..grading_door import MILESTONES
+from ...base.names import printable, shown
 from ..state import service_of
 from ..tokens import Principal
 

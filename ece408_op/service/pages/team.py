@@ -11,7 +11,8 @@ from .. import overview, plots, standings
 from ..jobs import ENDED
 from ..refused import Refused
 from ..logs import log
-from ..grading_door import printable, valid
+from ..grading_door import valid
+from ...base.names import printable
 from ..state import service_of
 from .errors import page_router
 from .site import board_params, files_of, member, member_stream, site_of
