@@ -31,6 +31,7 @@ and never in the database; how many bytes of them may be in flight; how long eac
   INCOMING_AGE old).
 """
 import asyncio
+import contextlib
 import hashlib
 import os
 import secrets
@@ -96,15 +97,16 @@ class UploadStore:
         self.ranked_quota = settings.ranked_upload_quota
         self.keep_ranked = settings.keep_ranked_uploads
         self.keep_last = RANKED_KEEP_LAST
-        self._lock = None                   # a file placed and its job committed, or files deleted: not both
+        self._lock = None                   # files placed and their jobs committed, or files deleted: not both
 
     @property
     def lock(self):
-        """The asyncio.Lock (of the running loop) held around a placement's transaction and around
-        ``sweep``: awaited, not waited for in a thread, so that submissions queued on it hold
+        """The SharedLock (of the running loop): ``shared()`` around each placement's transaction (any
+        number at once: a team waiting for its own row holds back no other team), ``exclusive()``
+        around ``sweep``. Awaited, not waited for in a thread, so that submissions waiting on it hold
         none of the threads the other routes' database calls run in."""
         if self._lock is None:
-            self._lock = asyncio.Lock()
+            self._lock = SharedLock()
         return self._lock
 
     def path(self, sha256):
@@ -247,6 +249,45 @@ class UploadStore:
         return len(sizes), sum(sizes)
 
 
+class SharedLock:
+    """Many holders of ``shared()`` at once, or one of ``exclusive()``; a waiting exclusive holder
+    lets no new shared one in (the sweep, every 30 s, is never starved by a stream of submissions)."""
+
+    def __init__(self):
+        self._cond = asyncio.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def shared(self):
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self):
+        async with self._cond:
+            self._waiting += 1
+            try:
+                await self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 def _files(folder, depth=1):
     try:
         entries = list(folder.iterdir())
@@ -276,7 +317,7 @@ async def reaper(service):
     while True:
         try:
             gone = await service.run(store.reap, service.db)
-            async with store.lock:
+            async with store.lock.exclusive():
                 deleted = await service.run(store.sweep, service.db)
             if gone or deleted:
                 log("upload.reaped", let_go=len(gone), files_deleted=len(deleted))

@@ -91,7 +91,7 @@ async def submit(request: Request, principal=Depends(team)):
             if need is not None and need.gpu:
                 warning = await service.run(capacity.check, service.db, capacity.Need(
                     True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm)
-            async with store.lock:          # the store's sweep held off while the file is placed and committed
+            async with store.lock.shared():  # the store's sweep held off while the file is placed and committed
                 job = await service.run(queue_upload, service, principal.name, kind, milestone, size, gpu, incoming,
                                         (upload_bytes, sha256), files, key, gpu_kind, warning)
         finally:
