@@ -86,6 +86,15 @@ def pytest_configure(config):
         config._ece408_basetemp = config.option.basetemp
 
 
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` (pytest.ini) marks the tests that need a GPU, wherever their folder: those of a
+    ``test_gpu_*.py`` file and those using the ``gpu`` fixture (``cuda`` and ``gpu_alone`` use it), so that
+    ``-m gpu`` picks them on a GPU machine and ``-m "not gpu"`` leaves them out where none is."""
+    for item in items:
+        if item.path.name.startswith("test_gpu_") or "gpu" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """This run's own temporary folder goes when every test passed (kept to look into otherwise),
     with any tmpfs a test left mounted in it."""

@@ -26,6 +26,7 @@ one waits: it is run on the merged tree, and again on any later one. Its rules:
   a bare ``test_x.py`` to its new name, ``from test_x import`` and ``import test_x`` to its new
   module, and the globs of ``GLOBS``. A word naming an old module that is left after that (prose
   naming ``test_x`` without ``.py``) is listed at the end, for a hand to reword.
+- The run that moves files puts the layout's paragraph (``LAYOUT``) into docs/tests.md, once.
 - Running it again changes nothing: no ``tests/test_*.py`` is left to move and no old name to rewrite.
 """
 import argparse
@@ -156,9 +157,10 @@ MOVES = {
     "test_layers.py": "package/test_layering.py",
     "test_install.py": "package/test_install.py",
     "test_readme.py": "package/test_readme.py",
-    # suite/: the test suite's own rules (tiers, time limit)
+    # suite/: the test suite's own rules (tiers, time limit, the gpu marker)
     "test_tiers.py": "suite/test_tiers.py",
     "test_time_limit.py": "suite/test_time_limit.py",
+    "test_markers.py": "suite/test_markers.py",
 }
 
 # A file MOVES does not know, by its name: (pattern, wing, new name from the match or None to keep it).
@@ -183,6 +185,25 @@ GLOBS = [("tests/test_hostile_*.py", "tests/service/test_attack_*.py"),
          ("test_hostile_*.py", "test_attack_*.py"),
          ("test_hostile2_*.py", "test_attack_*.py"),
          ("`test_attack_*.py`, `test_attack_*.py`", "`test_attack_*.py`")]   # the two rounds named together
+# The layout's paragraph, put into docs/tests.md (before DOC_BEFORE) by the run that makes the layout.
+DOC, DOC_BEFORE = "docs/tests.md", "## System components"
+LAYOUT = """**The layout.** The tests mirror the package: `tests/<wing>/` for each wing of `ece408_op/`
+(`conv/`, `kernels/`, `data/`, `team/`, `pytorch/` for `torch/`, `mx/`, `grading/`, `selftest/`,
+`service/`, `client/`, `cli/`) and two for the whole: `package/` (the layering, the install, the README
+and the links) and `suite/` (the suite's own rules: the tiers, the time limit, the `gpu` marker). Each file is named for
+what it checks (`tests/service/test_attack_*.py`: the hostile class's attacks on a real service). The
+GPU tests sit beside the code they test, named `test_gpu_*.py` (`tests/*/test_gpu_*.py`), and skip
+without a GPU. What the tests share stays in `tests/`: `conftest.py` (the fixtures, the hooks and the
+helpers imported `from conftest`), `tiers.py`, the helper modules (`teams.py`, `servicekit.py`,
+`services.py`, `pagekit.py`, `hostilekit.py`, `laptop.py`, `loadworker.py`, `submissions.py`,
+`gpu_sources.py`) and the fixture files in `data/` (`kernel_choices.json`, `h100/`). A base name is
+used once over all the folders: pytest imports a test file by its base name, and `tests/conftest.py`
+puts every wing's folder on `sys.path`, so that a test imports another's module (`from
+test_numpy_layer import _random`) whatever folder it is in. `tools/relayout_tests.py` made this
+layout; a new file left at `tests/test_*.py` is placed by its name's prefix or its imports when it is
+run again.
+
+"""
 TEXT_SUFFIXES = {".md", ".py", ".sh", ".ini", ".cfg", ".toml", ".txt", ".yml", ".yaml", ".in"}
 
 
@@ -321,6 +342,12 @@ def main(argv=None):
             changed.append(path.relative_to(ROOT))
             if not args.dry_run:
                 path.write_text(new_text)
+    doc = ROOT / DOC
+    if moves and doc.is_file() and "**The layout.**" not in doc.read_text() and DOC_BEFORE in doc.read_text():
+        if not args.dry_run:
+            doc.write_text(doc.read_text().replace(DOC_BEFORE, LAYOUT + DOC_BEFORE, 1))
+        if Path(DOC) not in changed:
+            changed.append(Path(DOC))
     for name in changed:
         print(f"  rewrote {name}")
     left = [] if args.dry_run else list(leftovers(renames))
