@@ -9,7 +9,9 @@ import pytest
 
 from conftest import ROOT
 
-FILES = ["tests/test_gpu_fused.py", "tests/test_conv.py", "tests/test_properties.py"]
+FILES = ["tests/test_gpu_fused.py",
+         "tests/test_conv.py",
+         "tests/test_properties.py"]
 
 
 def collected(*args):
@@ -24,7 +26,7 @@ def test_gpu_picks_the_gpu_files_tests_and_only_them():
     files, out = collected("-m", "gpu")
     assert files == {"test_gpu_fused.py"}, out
     files, out = collected("-m", "not gpu")
-    assert files == {"test_conv.py", "test_properties.py"}, out      # test_properties' gpu is a hypothesis argument
+    assert files == {"test_conv.py", "test_properties.py"}, out      # tests/test_properties.py's gpu: hypothesis's
 
 
 @pytest.mark.slow                                   # a child pytest: 10 s on the loaded machine

@@ -187,21 +187,20 @@ GLOBS = [("tests/test_hostile_*.py", "tests/service/test_attack_*.py"),
          ("`test_attack_*.py`, `test_attack_*.py`", "`test_attack_*.py`")]   # the two rounds named together
 # The layout's paragraph, put into docs/tests.md (before DOC_BEFORE) by the run that makes the layout.
 DOC, DOC_BEFORE = "docs/tests.md", "## System components"
-LAYOUT = """**The layout.** The tests mirror the package: `tests/<wing>/` for each wing of `ece408_op/`
-(`conv/`, `kernels/`, `data/`, `team/`, `pytorch/` for `torch/`, `mx/`, `grading/`, `selftest/`,
-`service/`, `client/`, `cli/`) and two for the whole: `package/` (the layering, the install, the README
-and the links) and `suite/` (the suite's own rules: the tiers, the time limit, the `gpu` marker). Each file is named for
-what it checks (`tests/service/test_attack_*.py`: the hostile class's attacks on a real service). The
-GPU tests sit beside the code they test, named `test_gpu_*.py` (`tests/*/test_gpu_*.py`), and skip
-without a GPU. What the tests share stays in `tests/`: `conftest.py` (the fixtures, the hooks and the
-helpers imported `from conftest`), `tiers.py`, the helper modules (`teams.py`, `servicekit.py`,
+LAYOUT = """**The layout.** The tests mirror the package: `tests/<wing>/` for each wing of `ece408_op/` (`conv/`,
+`kernels/`, `data/`, `team/`, `pytorch/` for `torch/`, `mx/`, `grading/`, `selftest/`, `service/`,
+`client/`, `cli/`) and two for the whole: `package/` (the layering, the install, the README and the
+links) and `suite/` (the suite's own rules: the tiers, the time limit, the `gpu` marker). Each file is
+named for what it checks (`tests/service/test_attack_*.py`: the hostile class's attacks on a real
+service). The GPU tests sit beside the code they test, named `test_gpu_*.py` (`tests/*/test_gpu_*.py`),
+and skip without a GPU. What the tests share stays in `tests/`: `conftest.py` (the fixtures, the hooks
+and the helpers imported `from conftest`), `tiers.py`, the helper modules (`teams.py`, `servicekit.py`,
 `services.py`, `pagekit.py`, `hostilekit.py`, `laptop.py`, `loadworker.py`, `submissions.py`,
-`gpu_sources.py`) and the fixture files in `data/` (`kernel_choices.json`, `h100/`). A base name is
-used once over all the folders: pytest imports a test file by its base name, and `tests/conftest.py`
-puts every wing's folder on `sys.path`, so that a test imports another's module (`from
-test_numpy_layer import _random`) whatever folder it is in. `tools/relayout_tests.py` made this
-layout; a new file left at `tests/test_*.py` is placed by its name's prefix or its imports when it is
-run again.
+`gpu_sources.py`) and the fixture files in `data/` (`kernel_choices.json`, `h100/`). A base name is used
+once over all the folders: pytest imports a test file by its base name, and `tests/conftest.py` puts
+every wing's folder on `sys.path`, so that a test imports another's module (`from test_numpy_layer
+import _random`) whatever folder it is in. `tools/relayout_tests.py` made this layout; a new file left
+at `tests/test_*.py` is placed by its name's prefix or its imports when it is run again.
 
 """
 TEXT_SUFFIXES = {".md", ".py", ".sh", ".ini", ".cfg", ".toml", ".txt", ".yml", ".yaml", ".in"}
