@@ -178,13 +178,14 @@ PREFIXES = [
 WINGS = ["conv", "kernels", "data", "team", "torch", "mx", "bench", "grading", "selftest", "service",
          "client", "cli"]
 FOLDERS = {"torch": "pytorch"}              # a wing's folder under tests/ where it is not the wing's name
-# Globs in the text, each rewritten as a whole (the longest first).
+# Globs in the text, each rewritten as a whole (the longest first). The second round's names carry two
+# words after test_attack_ (auth_guessing, uploads_slots, ...), the first round's one (uploads, streams).
 GLOBS = [("tests/test_hostile_*.py", "tests/service/test_attack_*.py"),
-         ("tests/test_hostile2_*.py", "tests/service/test_attack_*.py"),
+         ("tests/test_hostile2_*.py", "tests/service/test_attack_*_*.py"),
          ("tests/test_gpu_*.py", "tests/*/test_gpu_*.py"),
          ("test_hostile_*.py", "test_attack_*.py"),
-         ("test_hostile2_*.py", "test_attack_*.py"),
-         ("`test_attack_*.py`, `test_attack_*.py`", "`test_attack_*.py`")]   # the two rounds named together
+         ("test_hostile2_*.py", "test_attack_*_*.py"),
+         ("`test_attack_*.py`, `test_attack_*_*.py`", "`test_attack_*.py`")]   # the two rounds named together
 # The layout's paragraph, put into docs/tests.md (before DOC_BEFORE) by the run that makes the layout.
 DOC, DOC_BEFORE = "docs/tests.md", "## System components"
 LAYOUT = """**The layout.** The tests mirror the package: `tests/<wing>/` for each wing of `ece408_op/` (`conv/`,
