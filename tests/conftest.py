@@ -14,6 +14,22 @@ import tiers
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
+
+def _wings_on_path():
+    """The tests mirror the package, one folder a wing (tests/conv/, tests/service/, ...: docs/tests.md).
+    pytest imports each test file by its base name (no ``__init__.py``), putting only its own folder on
+    ``sys.path``; a test imports another file's module by that name (``from test_numpy_layer import
+    _random``) and the shared helpers of this folder by theirs (``from teams import ...``, ``from conftest
+    import ROOT``). This folder and every wing's on ``sys.path``, so that both import from any folder,
+    whatever files a run selects (tools/relayout_tests.py keeps the base names unique)."""
+    here = ROOT / "tests"
+    for folder in [here, *sorted(p for p in here.iterdir() if p.is_dir() and any(p.glob("test_*.py")))]:
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+
+
+_wings_on_path()
+
 # The tests choose their kernels explicitly or take the table/fallback order: no autotuning (timing
 # and module builds) unless a test turns it on (tests/test_autotune.py, tests/test_gpu_hotpath.py).
 # Compiled modules stay in one folder even where a test moves $XDG_CACHE_HOME.
@@ -68,6 +84,15 @@ def pytest_configure(config):
         import tempfile
         config.option.basetemp = tempfile.mkdtemp(prefix="pytest-ece408-")
         config._ece408_basetemp = config.option.basetemp
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` (pytest.ini) marks the tests that need a GPU, wherever their folder: those of a
+    ``test_gpu_*.py`` file and those using the ``gpu`` fixture (``cuda`` and ``gpu_alone`` use it), so that
+    ``-m gpu`` picks them on a GPU machine and ``-m "not gpu"`` leaves them out where none is."""
+    for item in items:
+        if item.path.name.startswith("test_gpu_") or "gpu" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
 
 
 def pytest_sessionfinish(session, exitstatus):

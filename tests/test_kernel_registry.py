@@ -17,7 +17,7 @@ from ece408_op.kernels import autotune, choice
 from ece408_op.kernels.versions import registry
 from conftest import ROOT
 
-EXPECTED = json.loads((Path(__file__).parent / "data" / "kernel_choices.json").read_text())
+EXPECTED = json.loads((ROOT / "tests" / "data" / "kernel_choices.json").read_text())
 S = kernels.ConvShape
 COURSE = S(1, 28, 28, 50, 5)
 

@@ -16,12 +16,11 @@ import random
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import python_command
+from conftest import ROOT, python_command
 from servicekit import Service, postgres_connections, sqlite_connections, started_postgres
 from teams import PLAIN, team_project
 
@@ -169,7 +168,7 @@ def test_300_teams_in_60_s_with_200_live_streams(tmp_path, database):
         tokens = svc.add_teams(*names)
         upload = pack_ranked(team_project(tmp_path / "team", cpu=PLAIN), "m2")[0]
         runs = tmp_path / "runs.txt"
-        worker = subprocess.Popen([*python_command(), str(Path(__file__).with_name("loadworker.py")), svc.url,
+        worker = subprocess.Popen([*python_command(), str(ROOT / "tests" / "loadworker.py"), svc.url,
                                    str(SLOTS), str(LINES), str(INTERVAL), str(runs)],
                                   env={**svc.env, "ECE408_TOKEN": svc.worker_token("synthetic")})
         load = Load(svc.url, tokens, upload)

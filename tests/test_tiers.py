@@ -5,11 +5,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+from conftest import ROOT
+
+TIERS_FOLDER = ROOT / "tests"           # where tiers.py is, whichever folder holds this file
 
 CONFTEST = """
 import tiers
@@ -47,7 +48,7 @@ def run_pytest(folder, *args, ini="fast_tier_test_s = 0.1\nfast_tier_margin = 3\
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    service: service\n" + ini)
     (folder / "conftest.py").write_text(CONFTEST)
     (folder / "test_synthetic.py").write_text(TESTS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TIERS_FOLDER), os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=folder,
                           capture_output=True, text=True, env=env, timeout=120)
