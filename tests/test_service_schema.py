@@ -87,8 +87,8 @@ def test_the_schema_lists_every_route_with_the_services_error_shape(svc):
 def test_the_ranking_as_json_is_json_before_the_first_record(svc):
     """The fuzz's first find: ``format=json`` answered the text line "No records yet" as JSON."""
     token = svc.add_teams("early")["early"]
-    answer = httpx.get(f"{svc.url}/api/ranking", params={"format": "json"}, headers={"Authorization": f"Bearer {token}"},
-                       timeout=30)
+    answer = httpx.get(f"{svc.url}/api/ranking", params={"format": "json"},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/json")
     data = answer.json()
     assert data["tables"] == [] and data["devices"] == [] and data["note"].startswith("No records yet")

@@ -18,7 +18,8 @@ from ..logs import log
 from ...base.terms import DEFAULT_SIZE, JOB_KINDS
 from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, printable, value_line
 from ..state import service_of
-from .models import (EVENT, MILESTONE, TOKEN, EventStream, Gzip, Job, Jobs, binary_body, header, query, refusals, text_answer)
+from .models import (EVENT, MILESTONE, TOKEN, EventStream, Gzip, Job, Jobs, binary_body, header, query, refusals,
+                     text_answer)
 
 ONE = dict(response_model=Job, response_model_exclude_unset=True, responses=refusals(400, 404, *TOKEN))
 CANCEL = {**ONE, "responses": refusals(400, 404, 409, *TOKEN)}            # 409: the job has already ended

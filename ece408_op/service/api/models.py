@@ -130,15 +130,16 @@ class Kinds(Answer):
     grading_kinds: dict[str, Optional[Text]]
     unknown_gpus: Literal["refused", "accepted"]
     unserved_jobs: Literal["refused", "accepted"]
-    worker_kinds: list[Any]
+    worker_kinds: list[Text]
     run_kinds: dict[str, list[Text]]
 
 
 # ---------------------------------------------------------------------------- the instructor's
 class TeamAdded(Answer):
+    """A new team and its token (shown once), or an existing one left as it is (skip_existing)."""
     name: Text
     token: Optional[Text] = None
-    skipped: Optional[Text] = None
+    skipped: Optional[Literal[True]] = None
 
 
 class TeamsAdded(Answer):
@@ -170,13 +171,13 @@ class Uncounteds(Answer):
 
 
 class ImportCheck(Answer):
-    names: list[Text]
-    existing: dict[str, Any]
+    names: list[Text] = Field(description="the roster's names as stored")
+    existing: list[list[Any]] = Field(description="[row, [its active tokens' ids]] of each name that is a team")
 
 
 class Imported(Answer):
     created: Whole
-    already: Any
+    already: Whole = Field(description="rows whose team exists with the row's token (left as they are)")
     seconds: Number
 
 
@@ -284,7 +285,8 @@ class FinishBody(Body):
 
 def json_body(model, required=True):
     """``openapi_extra`` of a route whose JSON body is ``model`` (read by the route, not by FastAPI)."""
-    return {"requestBody": {"required": required, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
 
 
 def binary_body(media_type="application/gzip", what="the tar.gz"):
@@ -316,7 +318,7 @@ def text_answer(media_type="text/plain", description="text", schema=None):
 
 EVENT = {"type": "object", "required": ["data"], "description": "one server-sent event; its data is JSON text",
          "properties": {"event": {"enum": ["queued", "line", "notice", "progress", "end", "gone"]},
-                        "id": {"type": "string", "description": "a line's chunk number (Last-Event-ID resumes after it)"},
+                        "id": {"type": "string", "description": "a line's chunk number (Last-Event-ID resumes)"},
                         "data": {"type": "string"}}}
 
 

@@ -26,7 +26,8 @@ LEASED = {"parameters": [LEASE]}                 # a route under the job's lease
 
 STATUSES = ("ok", "failed", "timeout", "killed", "error")
 
-router = APIRouter(prefix="/api/worker", dependencies=[Depends(worker)], responses=refusals(400, 404, 408, 409, 413, *TOKEN))
+router = APIRouter(prefix="/api/worker", dependencies=[Depends(worker)],
+                   responses=refusals(400, 404, 408, 409, 413, *TOKEN))
 
 
 def end_lines(job, record):
