@@ -30,7 +30,7 @@ else:
               response_schema_conformance]
 
 pytestmark = pytest.mark.service
-EXAMPLES = 15                                       # per operation and token: the fuzz's bound (its time)
+EXAMPLES = 10                                       # per operation and token: the fuzz's bound (its time)
 REFUSED_EXAMPLES = 3                                # where the token's kind is refused (403) before any input
 API_ROUTE = re.compile(r"\b(GET|POST|PUT)\s+(/[^\s,\[?]+)")
 
