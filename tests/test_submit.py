@@ -419,6 +419,8 @@ def test_ranking_command_table_csv_json(tmp_path):
 def test_ranking_of_an_empty_database(tmp_path):
     out = cli("ranking", "--db", tmp_path / "new.db")
     assert out.returncode == 0 and out.stdout.startswith("No records yet")
+    out = cli("ranking", "--db", tmp_path / "new.db", "--json")          # JSON asked for: JSON, the line inside
+    assert out.returncode == 0 and json.loads(out.stdout)["note"].startswith("No records yet"), out.stdout
 
 
 def test_team_names_and_devices_print_escaped(tmp_path):

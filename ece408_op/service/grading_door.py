@@ -11,7 +11,7 @@ from ..base.names import shown
 from ..grading.kinds import (KindError, kind_of, listed as listed_kinds, matching as matching_kinds,
                              resolve as resolve_kind)
 from ..grading.ranking import (RankingError, Table, board as make_board, csv_cell, format_board, format_csv,
-                               mark_ties, only, ranking_report, valid)
+                               mark_ties, no_records, only, ranking_report, valid)
 from ..grading.development import run_development
 from ..grading.inputs import data_dir, model_dirs
 from ..grading.machine import cpu_name, gpu_name, gpu_query
@@ -26,7 +26,7 @@ from ..grading.store import COLUMNS as RECORD_COLUMNS, POSTGRES_PREFIXES, Record
 __all__ = ["ConfigError", "ENGINES", "GPU_MILESTONES", "MILESTONES", "Options",
            "POSTGRES_PREFIXES", "Record", "Stopped", "StoreError", "SubmitError", "SubmitRequest", "Transcript",
            "cpu_name", "data_dir", "describe", "insert_statement", "device_name", "gpu_indices", "gpu_name", "gpu_query", "killed_line", "model_dirs", "open_store",
-           "ranking_report", "resolve_url", "run_development",
+           "no_records", "ranking_report", "resolve_url", "run_development",
            "stop_on_signals", "submit", "check_build_config", "record_summary",
            # the pages (standings.py): the ranking's own steps, so that a page ranks as `ranking` does
            "RECORD_COLUMNS", "RankingError", "Table", "csv_cell", "format_board", "format_csv", "make_board",

@@ -12,7 +12,7 @@ import time
 
 from . import choices, overview, standings
 from .refused import Refused
-from .grading_door import KindError, RankingError, ranking_report
+from .grading_door import KindError, RankingError, no_records, ranking_report
 
 
 class Rankings:
@@ -146,7 +146,7 @@ class Rankings:
         if milestone is None or size is None:
             found = await self.boards()
             if not found:
-                return "No records yet: run 'python -m ece408_op submit --submit m2' first."
+                return no_records(fmt)
             milestone, size = milestone or found[0][0], size or found[0][1]
         _, found = await self.board(milestone, size)
         return standings.report(found, fmt, team, await self.key_pseudonyms(found), device)

@@ -33,6 +33,12 @@
 
 Tokens travel only in ``Authorization: Bearer``; an error is JSON ``{"error": "one line"}``
 (``Retry-After`` where waiting helps: 429, and 503 while the database is down).
+
+The schema of all of it is served at ``/openapi.json`` (no token needed; ``openapi.py``): each
+route's answer is its ``response_model`` (``models.py``), checked by FastAPI as it goes out; its
+body, parameters and headers are declared there for the schema but read and checked by the route
+(bounded bodies, the service's 400 lines). A new route declares its answer's model and its refusals
+(``models.refusals``) like the others; tests/test_service_schema.py fuzzes every one.
 """
 from . import health, instructor, jobs, ranking, worker
 

@@ -4,16 +4,17 @@ from fastapi import APIRouter, Depends, Request
 from ..auth import any_token
 from ..http import DOWN_RETRY, error
 from ..state import service_of
+from .models import TOKEN, Health, Ready, WhoAmI, refusals
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get("/health", response_model=Health)
 async def health(request: Request):
     return {"status": "ok", "draining": service_of(request).draining}
 
 
-@router.get("/ready")
+@router.get("/ready", response_model=Ready, responses=refusals(503))
 async def ready(request: Request):
     service = service_of(request)
     await service.run(service.db.ping)
@@ -22,6 +23,6 @@ async def ready(request: Request):
     return {"status": "ready"}
 
 
-@router.get("/api/whoami")
+@router.get("/api/whoami", response_model=WhoAmI, responses=refusals(*TOKEN))
 async def whoami(principal=Depends(any_token)):
     return {"kind": principal.kind, "name": principal.name}

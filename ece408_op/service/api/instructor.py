@@ -10,12 +10,17 @@ from ..refused import Refused
 from ..logs import log
 from ..grading_door import MILESTONES
 from ..state import service_of
+from . import models as m
+from .models import TOKEN, json_body, refusals
 
-router = APIRouter(prefix="/api/admin", dependencies=[Depends(instructor)])
+router = APIRouter(prefix="/api/admin", dependencies=[Depends(instructor)], responses=refusals(*TOKEN))
+BODY = refusals(400, 408, 413)                           # what a route reading a JSON body may refuse
+TEAMS = refusals(400, 408, 409, 413)                     # ... and one adding teams (409: one exists already)
 MAX_ADD = 1000                       # names of one teams add (its tokens travel in the answer alone)
 
 
-@router.post("/teams")
+@router.post("/teams", response_model=m.TeamsAdded, response_model_exclude_unset=True, responses=TEAMS,
+             openapi_extra=json_body(m.Names))
 async def add_teams(request: Request):
     """A few teams, their tokens made here and shown once in the answer (``teams add``; a roster
     goes through ``/teams/import``, whose tokens the client makes and keeps first)."""
@@ -34,7 +39,7 @@ async def add_teams(request: Request):
     return {"teams": added}
 
 
-@router.post("/teams/import/check")
+@router.post("/teams/import/check", response_model=m.ImportCheck, responses=TEAMS, openapi_extra=json_body(m.Roster))
 async def check_import(request: Request):
     """A roster's names as stored and which teams exist (their active tokens' ids): imports.py."""
     service = service_of(request)
@@ -42,7 +47,7 @@ async def check_import(request: Request):
     return await service.run(imports.check, service.db, names, lines, service.settings.names)
 
 
-@router.post("/teams/import")
+@router.post("/teams/import", response_model=m.Imported, responses=TEAMS, openapi_extra=json_body(m.Roster))
 async def import_teams(request: Request):
     """A roster's new teams with the tokens the client made, all or nothing: imports.py."""
     service = service_of(request)
@@ -54,19 +59,19 @@ async def import_teams(request: Request):
     return done
 
 
-@router.get("/teams")
+@router.get("/teams", response_model=m.Teams)
 async def list_teams(request: Request):
     service = service_of(request)
     return {"teams": await service.run(service.tokens.list_teams)}
 
 
-@router.get("/uncounted")
+@router.get("/uncounted", response_model=m.Uncounteds)
 async def list_uncounted(request: Request):
     service = service_of(request)
     return {"uncounted": await service.run(jobs.uncounted, service.db)}
 
 
-def by_name(path, method, event, key, answer, ends_streams=False):
+def by_name(path, method, event, key, answer, model, ends_streams=False):
     """``POST path``: reads ``{"name": ...}``, calls the Tokens method ``method`` with it, logs
     ``event`` (the name under ``key``) and answers the name and ``answer(what the method returned)``;
     ``ends_streams``: the team's live streams end at once (its old token no longer holds)."""
@@ -78,15 +83,18 @@ def by_name(path, method, event, key, answer, ends_streams=False):
             service.streams.end_team(name, f"the team's token was {event.split('.')[-1]}")
         log(event, **{key: name})
         return {"name": name, **answer(result)}
-    router.add_api_route(path, route, methods=["POST"], name=method)
+    router.add_api_route(path, route, methods=["POST"], name=method, response_model=model,
+                         responses={**TEAMS, **refusals(404)}, openapi_extra=json_body(m.Name))
 
 
-by_name("/teams/revoke", "revoke_team", "team.revoked", "team", lambda _: {"active": False}, ends_streams=True)
-by_name("/teams/rotate", "rotate_team", "team.rotated", "team", lambda token: {"token": token}, ends_streams=True)
-by_name("/workers", "worker_token", "worker.token", "worker", lambda token: {"token": token})
+by_name("/teams/revoke", "revoke_team", "team.revoked", "team", lambda _: {"active": False}, m.Revoked,
+        ends_streams=True)
+by_name("/teams/rotate", "rotate_team", "team.rotated", "team", lambda token: {"token": token}, m.NewToken,
+        ends_streams=True)
+by_name("/workers", "worker_token", "worker.token", "worker", lambda token: {"token": token}, m.NewToken)
 
 
-@router.put("/deadlines")
+@router.put("/deadlines", response_model=m.DeadlineSet, responses=BODY, openapi_extra=json_body(m.DeadlineBody))
 async def set_deadline(request: Request):
     service = service_of(request)
     data = await read_json(request)
@@ -99,7 +107,7 @@ async def set_deadline(request: Request):
     return {"milestone": milestone, "deadline": at, "shown": shown}
 
 
-@router.put("/settings")
+@router.put("/settings", response_model=m.Kinds, responses=BODY, openapi_extra=json_body(m.SettingsBody))
 async def put_settings(request: Request):
     """``{"grading_kinds": {milestone: a kind's name, or null to clear}, "unknown_gpus": "refused" |
     "accepted", "unserved_jobs": "refused" | "accepted"}``, any of them; answers the settings as

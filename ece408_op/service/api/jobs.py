@@ -19,6 +19,24 @@ from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_
 from ...base.names import printable
 from ..state import service_of
 from ..uploadstore import declared
+from .models import (EVENT, MILESTONE, TOKEN, EventStream, Gzip, Job, Jobs, binary_body, header, query, refusals,
+                     text_answer)
+
+ONE = dict(response_model=Job, response_model_exclude_unset=True, responses=refusals(400, 404, *TOKEN))
+CANCEL = {**ONE, "responses": refusals(400, 404, 409, *TOKEN)}            # 409: the job has already ended
+SUBMIT = {**binary_body(what="the upload: a tar.gz of the team's files (the client packs it)"), "parameters": [
+    query("kind", {"type": "string", "enum": ["development", "ranked"], "default": "development"}, "the run's kind"),
+    query("milestone", MILESTONE, "a ranked run's milestone (needed there)"),
+    query("size", {"type": "integer", "minimum": 1, "maximum": 10000}, "a ranked run's size (default 100)"),
+    query("gpu", {"type": "string", "maxLength": 200}, "the device kind it runs on (its name or its start)"),
+    header("Idempotency-Key", {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$"},
+           "one per submission: a retry with the same key and bytes answers the job it made")],
+    "responses": {"200": {"description": "a retry: the job this key made", "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/Job"}}}}}}
+LISTING = {"parameters": [query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}, "jobs"),
+                          query("team", {"type": "string"}, "the instructor: one team's jobs")]}
+EVENTS = {"parameters": [query("after", {"type": "integer", "minimum": -1}, "the chunk it resumes after"),
+                         header("Last-Event-ID", {"type": "integer", "minimum": -1}, "as after")]}
 
 router = APIRouter(prefix="/api/jobs")
 
@@ -33,7 +51,8 @@ async def own_job(request: Request, job_id: str, principal=Depends(team_or_instr
     return job
 
 
-@router.post("")
+@router.post("", status_code=201, response_model=Job, response_model_exclude_unset=True,
+             responses=refusals(400, 408, 409, 413, 507, *TOKEN), openapi_extra=SUBMIT)
 async def submit(request: Request, principal=Depends(team)):
     """Cheap before expensive: the token, the parameters, the idempotency key and the team's rules
     (deadline, waiting jobs, hourly limits) are decided from the request's headers before a byte
@@ -139,7 +158,8 @@ def checked_upload(path, kind, milestone, max_upload):
     return gpu, checked.files(), capacity.Need(gpu, gpu_line=line, gpu_count=config.gpu_count)
 
 
-@router.get("")
+@router.get("", response_model=Jobs, response_model_exclude_unset=True, responses=refusals(400, *TOKEN),
+            openapi_extra=LISTING)
 async def list_jobs(request: Request, principal=Depends(team_or_instructor)):
     service = service_of(request)
     limit = int_param(request.query_params, "limit", 1, 1000, 50)
@@ -148,24 +168,26 @@ async def list_jobs(request: Request, principal=Depends(team_or_instructor)):
     return {"jobs": [jobs.summary(j) for j in found]}
 
 
-@router.get("/{job_id}")
+@router.get("/{job_id}", **ONE)
 async def show_job(request: Request, job=Depends(own_job)):
     return await with_place(service_of(request), job)
 
 
-@router.get("/{job_id}/transcript")
+@router.get("/{job_id}/transcript", response_class=PlainTextResponse, responses={
+    **refusals(404, *TOKEN), **text_answer(description="the transcript so far")})
 async def show_transcript(request: Request, job=Depends(own_job)):
     service = service_of(request)
     return PlainTextResponse(await service.run(jobs.transcript, service.db, job["id"]))
 
 
-@router.get("/{job_id}/build")
+@router.get("/{job_id}/build", response_class=Gzip, responses={**refusals(400, 404, 410, *TOKEN), **text_answer(
+    "application/gzip", "the build folder, a tar.gz")})
 async def download_build(request: Request, job=Depends(own_job), principal=Depends(team_or_instructor)):
     """The development run's build folder as its worker sent it (a tar.gz), while it is kept."""
     return await buildstore.response(service_of(request), job, principal, address(request))
 
 
-@router.post("/{job_id}/cancel")
+@router.post("/{job_id}/cancel", **CANCEL)
 async def cancel_job(request: Request, job_id: str, principal=Depends(team_or_instructor)):
     job = await service_of(request).cancel(check_job_id(job_id), principal)
     if job is None:
@@ -173,7 +195,8 @@ async def cancel_job(request: Request, job_id: str, principal=Depends(team_or_in
     return public(job)
 
 
-@router.get("/{job_id}/events")
+@router.get("/{job_id}/events", response_class=EventStream, responses={**refusals(400, 404, *TOKEN), **text_answer(
+    "text/event-stream", "server-sent events: queued, line, notice, progress, end, gone", EVENT)}, openapi_extra=EVENTS)
 async def events(request: Request, job_id: str, principal=Depends(team_or_instructor)):
     """The job's transcript, live. Cheap before expensive: the stream caps (in memory) before the
     job is looked up, so that a team past its cap costs the database nothing."""

@@ -10,11 +10,20 @@ from ..http import int_param, kind_param
 from ..refused import Refused
 from ..grading_door import MILESTONES
 from ..state import service_of
+from .models import MILESTONE, TOKEN, Deadlines, Kinds, query, refusals
+
+RANKING = {"parameters": [
+    query("milestone", MILESTONE, "one milestone's table (default: every milestone's)"),
+    query("size", {"type": "integer", "minimum": 1, "maximum": 10000}, "the run size (default: every size)"),
+    query("format", {"type": "string", "enum": ["table", "csv", "json"], "default": "table"}, "how it is written"),
+    query("device", {"type": "string", "maxLength": 200}, "one device kind's table (its name or its start)")],
+    "responses": {"200": {"description": "the ranking: text (table, csv) or JSON (format=json)", "content": {
+        "text/plain": {"schema": {"type": "string"}}, "application/json": {"schema": {}}}}}}
 
 router = APIRouter(prefix="/api")
 
 
-@router.get("/ranking")
+@router.get("/ranking", responses=refusals(400, *TOKEN), openapi_extra=RANKING)
 async def ranking(request: Request, principal=Depends(team_or_instructor)):
     params = request.query_params
     milestone = params.get("milestone")
@@ -29,13 +38,14 @@ async def ranking(request: Request, principal=Depends(team_or_instructor)):
     return Response(body + "\n", media_type="application/json" if fmt == "json" else "text/plain")
 
 
-@router.get("/deadlines", dependencies=[Depends(team_or_instructor)])
+@router.get("/deadlines", dependencies=[Depends(team_or_instructor)], response_model=Deadlines,
+            responses=refusals(*TOKEN))
 async def show_deadlines(request: Request):
     service = service_of(request)
     return {"deadlines": await service.run(jobs.deadlines, service.db), "now": clock.now()}
 
 
-@router.get("/kinds", dependencies=[Depends(team_or_instructor)])
+@router.get("/kinds", dependencies=[Depends(team_or_instructor)], response_model=Kinds, responses=refusals(*TOKEN))
 async def show_kinds(request: Request):
     """The device kinds of the workers (seen in the last 7 days: what submit --gpu may name) and of
     the runs, the kind each milestone's grade counts, whether unknown GPU kinds are accepted, and

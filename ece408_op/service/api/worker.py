@@ -21,10 +21,15 @@ from ..progress import step_of
 from ..grading_door import Record, kind_of
 from ...base.names import printable
 from ..state import service_of
+from . import models as m
+from .models import LEASE, TOKEN, json_body, refusals
+
+LEASED = {"parameters": [LEASE]}                 # a route under the job's lease (409 where it is not held)
 
 STATUSES = ("ok", "failed", "timeout", "killed", "error")
 
-router = APIRouter(prefix="/api/worker", dependencies=[Depends(worker)])
+router = APIRouter(prefix="/api/worker", dependencies=[Depends(worker)],
+                   responses=refusals(400, 404, 408, 409, 413, *TOKEN))
 
 
 def end_lines(job, record):
@@ -42,7 +47,8 @@ def lease_of(request):
     return lease
 
 
-@router.post("/claim")
+@router.post("/claim", response_model=m.Claimed, responses={204: {"description": "no job within wait seconds"}},
+             openapi_extra=json_body(m.ClaimBody, required=False))
 async def claim(request: Request, principal=Depends(worker)):
     service = service_of(request)
     settings = service.settings
@@ -84,7 +90,9 @@ async def claim(request: Request, principal=Depends(worker)):
                 service.hub.claimers.remove(waiting)
 
 
-@router.get("/jobs/{job_id}/upload")
+@router.get("/jobs/{job_id}/upload", response_class=m.Gzip, responses={
+                **m.refusals(400, 404, 409, 410, *m.TOKEN), **m.text_answer("application/gzip", "the upload")},
+            openapi_extra=LEASED)
 async def job_upload(request: Request, job_id: str):
     service = service_of(request)
     data, sha256 = await service.run(jobs.upload, service.db, check_job_id(job_id), lease_of(request))
@@ -97,7 +105,7 @@ async def job_upload(request: Request, job_id: str):
     return FileResponse(path, media_type="application/gzip")
 
 
-@router.post("/jobs/{job_id}/chunks")
+@router.post("/jobs/{job_id}/chunks", response_model=m.Cancel, openapi_extra={**LEASED, **json_body(m.ChunksBody)})
 async def job_chunks(request: Request, job_id: str):
     service = service_of(request)
     data = await read_json(request)
@@ -117,13 +125,14 @@ async def job_chunks(request: Request, job_id: str):
     return {"cancel": cancel}
 
 
-@router.post("/jobs/{job_id}/heartbeat")
+@router.post("/jobs/{job_id}/heartbeat", response_model=m.Cancel, openapi_extra=LEASED)
 async def job_heartbeat(request: Request, job_id: str):
     service = service_of(request)
     return {"cancel": await service.run(jobs.heartbeat, service.db, check_job_id(job_id), lease_of(request))}
 
 
-@router.post("/jobs/{job_id}/release")
+@router.post("/jobs/{job_id}/release", response_model=m.Done,
+             openapi_extra={**LEASED, **json_body(m.ReleaseBody, required=False)})
 async def job_release(request: Request, job_id: str, principal=Depends(worker)):
     service = service_of(request)
     why = printable(str((await read_json(request)).get("why") or "it was stopped"), 200)
@@ -135,13 +144,14 @@ async def job_release(request: Request, job_id: str, principal=Depends(worker)):
     return {"ok": True}
 
 
-@router.post("/jobs/{job_id}/build")
+@router.post("/jobs/{job_id}/build", response_model=m.BuildKept, responses=refusals(507),
+             openapi_extra={**LEASED, **m.binary_body(what="the build folder, a tar.gz")})
 async def job_build(request: Request, job_id: str):
     """The development run's build folder (the tar.gz body), under the job's lease, before its end."""
     return await buildstore.receive(service_of(request), request, check_job_id(job_id), lease_of(request))
 
 
-@router.post("/jobs/{job_id}/finish")
+@router.post("/jobs/{job_id}/finish", response_model=m.Finished, openapi_extra={**LEASED, **json_body(m.FinishBody)})
 async def job_finish(request: Request, job_id: str):
     service = service_of(request)
     lease = lease_of(request)
