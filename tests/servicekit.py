@@ -30,6 +30,16 @@ def service_env(root, extra=None):
     return env
 
 
+def wait_until(check, timeout, what):
+    """Poll ``check()`` every 0.2 s until it is true; AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen in {timeout} s")
+
+
 class Service:
     """``python -m ece408_op serve`` in ``root`` (its log in root/serve-N.log)."""
 

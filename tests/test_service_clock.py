@@ -10,7 +10,7 @@ import pytest
 
 from ece408_op.service import clock
 from pagekit import Runs
-from servicekit import job_id_of, service_on
+from servicekit import job_id_of, service_on, wait_until
 from teams import team_project
 
 ENGINE = ["--engine", "bubblewrap"]
@@ -70,15 +70,6 @@ def test_install_test_offset_needs_its_variable():
 
 
 # ---------------------------------------------------------------------------- a real serve and worker
-
-def wait_until(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen in {timeout} s")
-
 
 def job_of(svc, team):
     found = []

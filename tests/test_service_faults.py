@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from servicekit import Service, job_id_of, log_lines_are_structured, started_postgres
+from servicekit import Service, job_id_of, log_lines_are_structured, started_postgres, wait_until
 from teams import PLAIN, team_project
 
 pytestmark = [pytest.mark.service, pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")]
@@ -40,15 +40,6 @@ def kill_postgres(server):
 def running_marker(marker):
     """Whether a process whose command line holds ``marker`` runs on this machine."""
     return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
-
-
-def wait_until(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen in {timeout} s")
 
 
 # ---------------------------------------------------------------------------- the server

@@ -113,34 +113,23 @@ def spread(models, statistic=STATISTIC):
     before the repeats: its total stands alone, n=1). ``statistic="mean"``: the means and their
     standard errors (records timed under the earlier rule)."""
     if statistic == "mean":
-        return _mean_spread(models)
-    middles, errors, counts = [], [], []
+        figure = statistics.fmean
+        error = lambda ts: statistics.stdev(ts) / math.sqrt(len(ts)) if len(ts) > 1 else None    # noqa: E731
+    else:
+        figure = statistics.median
+        error = lambda ts: median_error(ts) if len(ts) >= MIN_REPEATS else None                 # noqa: E731
+    figures, errors, counts = [], [], []
     for m in models or []:
         totals = _numbers(m.get("repeats")) if isinstance(m, dict) else None
         if totals is None:
             return None
-        middles.append(statistics.median(totals))
-        errors.append(median_error(totals) if len(totals) >= MIN_REPEATS else None)
+        figures.append(figure(totals))
+        errors.append(error(totals))
         counts.append(len(totals))
-    if not middles:
+    if not figures:
         return None
     known = None not in errors
-    return sum(middles), (math.sqrt(sum(e * e for e in errors)) if known else None), counts
-
-
-def _mean_spread(models):
-    means, errors, counts = [], [], []
-    for m in models or []:
-        totals = _numbers(m.get("repeats")) if isinstance(m, dict) else None
-        if totals is None:
-            return None
-        means.append(statistics.fmean(totals))
-        errors.append(statistics.stdev(totals) / math.sqrt(len(totals)) if len(totals) > 1 else None)
-        counts.append(len(totals))
-    if not means:
-        return None
-    known = None not in errors
-    return sum(means), (math.sqrt(sum(e * e for e in errors)) if known else None), counts
+    return sum(figures), (math.sqrt(sum(e * e for e in errors)) if known else None), counts
 
 
 def within_noise(a, b, se_a, se_b):
