@@ -70,7 +70,8 @@ class Class:
 
     def __init__(self, tmp_path, rules=None, names=("alpha", "beta")):
         from fastapi.testclient import TestClient
-        self.service = Service(Database(str(tmp_path / "service.db")), Settings(rules=rules or Rules()))
+        self.service = Service(Database(str(tmp_path / "service.db")),
+                               Settings(rules=rules or Rules(), upload_dir=str(tmp_path / "uploads")))
         self.tokens = {t["name"]: t["token"] for t in self.service.tokens.add_teams(list(names))}
         self.worker = self.service.tokens.worker_token("test-worker")
         self.instructor = new_token()[2]
@@ -709,7 +710,7 @@ def test_the_pages_on_postgresql(tmp_path):
     try:
         k = Class.__new__(Class)
         from fastapi.testclient import TestClient
-        k.service = Service(Database(server.url), Settings())
+        k.service = Service(Database(server.url), Settings(upload_dir=str(tmp_path / "uploads")))
         k.tokens = {t["name"]: t["token"] for t in k.service.tokens.add_teams(["alpha", "beta"])}
         k.worker = k.service.tokens.worker_token("w")
         k.instructor = new_token()[2]

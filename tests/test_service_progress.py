@@ -74,7 +74,7 @@ def test_a_ranked_m2_shows_each_model_and_its_fresh_runs(tmp_path, service):
     assert steps.index("model ece408-low (2 of 2): MXNet's reference run (the Correctness to equal)") > \
         steps.index("model ece408-high (1 of 2): MXNet's reference run (the Correctness to equal)")
     assert len(re.findall(r"^Op Time: \d+\.\d{6}$", out.stdout, re.M)) == 2 and "step" not in out.stdout
-    assert re.search(r"^\* Ended .* UTC: done, ok \(elapsed \d+ s\)$", out.stderr, re.M), out.stderr
+    assert re.search(r"^\* Ended .* UTC: done, ok \(elapsed (\d+ min )?\d+ s\)$", out.stderr, re.M), out.stderr
 
 
 @pytest.mark.service                                # a real server
