@@ -26,14 +26,15 @@ def test_the_rule_never_stops_before_the_minimum():
     assert repeats.MIN_REPEATS == 3
     for n in range(repeats.MIN_REPEATS):
         assert repeats.stop_reason([0.05] * n, timed_s=1e6, wall_s=1e6) is None      # not even past the caps
-    assert repeats.stop_reason([0.05] * 3) == "bound"                                # identical: no error
+    assert repeats.stop_reason([0.05] * 3, timed_s=repeats.MIN_TIMED_S) == "bound"   # identical: no error
+    assert repeats.stop_reason([0.05] * 3, timed_s=repeats.MIN_TIMED_S - 0.01) is None   # not before 2 s of work
 
 
 def test_the_rule_stops_under_the_bound_and_goes_on_above_it():
     noisy = [0.04, 0.06, 0.05]                                        # RSE 11.5%
     assert repeats.relative_error(noisy) > repeats.TARGET_RSE and repeats.stop_reason(noisy) is None
     steady = [0.050, 0.0501, 0.0499, 0.0502]                          # RSE 0.2%
-    assert repeats.relative_error(steady) < repeats.TARGET_RSE and repeats.stop_reason(steady) == "bound"
+    assert repeats.relative_error(steady) < repeats.TARGET_RSE and repeats.stop_reason(steady, timed_s=repeats.MIN_TIMED_S) == "bound"
     just_over = [1.0, 1.0 + 2 * math.sqrt(3) * 0.0101]                # two samples: never read
     assert repeats.stop_reason(just_over) is None
 
@@ -57,7 +58,7 @@ def test_an_interrupted_repeat_moves_neither_the_figure_nor_the_bound():
     spiked = quiet[:97] + [0.1, 0.1, 0.1]
     assert statistics_median(spiked) == pytest.approx(statistics_median(quiet), rel=0.002)
     assert sum(spiked) / 100 > 1.25 * sum(quiet) / 100
-    assert repeats.relative_error(spiked) < repeats.TARGET_RSE and repeats.stop_reason(spiked) == "bound"
+    assert repeats.relative_error(spiked) < repeats.TARGET_RSE and repeats.stop_reason(spiked, timed_s=repeats.MIN_TIMED_S) == "bound"
     se = repeats.median_error(quiet)
     assert 0.4 * 1.25e-5 < se < 2.5 * 1.25e-5            # about 1.25 sigma / sqrt(n) for a normal sample
     assert repeats.median_error([0.05, 0.05]) == math.inf and repeats.median_error([0.05] * 3) == 0.0
@@ -144,7 +145,7 @@ def test_the_default_rule_times_at_least_the_minimum(tmp_path):
     team = team_project(tmp_path / "team", cpu=PLAIN)
     timing, layers = _two_layers(team)
     assert repeats.MIN_REPEATS <= len(timing["totals"]) <= repeats.MAX_REPEATS
-    assert timing["stopped"] in ("bound", "cap", "wall", "max")
+    assert timing["stopped"] in ("bound", "cap", "wall", "max", "limit")
     assert timing["stopped"] != "bound" or repeats.relative_error(timing["totals"]) < repeats.TARGET_RSE
 
 

@@ -204,7 +204,7 @@ def test_ranked_m2_of_a_team_made_by_init(tmp_path, expected_100):
         assert repeats.MIN_REPEATS <= len(model["repeats"]) <= repeats.MAX_REPEATS
         assert layer["repeats"] == model["repeats"]
         assert model["op_time"] == pytest.approx(statistics.median(model["repeats"]))
-        assert model["stopped"] in ("bound", "cap", "wall", "max")
+        assert model["stopped"] in ("bound", "cap", "wall", "max", "limit")
         if model["stopped"] == "bound":
             assert repeats.relative_error(model["repeats"]) < repeats.TARGET_RSE
         elif model["stopped"] == "cap":
