@@ -5,7 +5,7 @@ already imported, else as soon as it is (``mx/hook.py``), in either import order
 never imports MXNet itself, so the NumPy layer (``conv``), the PyCUDA layer (``kernels``)
 and the data layer (``data``) work where MXNet is missing or unusable (NumPy 2).
 
-Wings, each importing only those before it in this list (docs/architecture.md; tests/test_layers.py
+Wings, each importing only those before it in this list (docs/architecture.md; tests/package/test_layering.py
 checks it):
 
     errors.py, course.py, console.py, base/   the leaves: errors, the course's facts, the transcript

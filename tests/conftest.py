@@ -31,7 +31,7 @@ def _wings_on_path():
 _wings_on_path()
 
 # The tests choose their kernels explicitly or take the table/fallback order: no autotuning (timing
-# and module builds) unless a test turns it on (tests/test_autotune.py, tests/test_gpu_hotpath.py).
+# and module builds) unless a test turns it on (tests/kernels/test_autotuner.py, tests/kernels/test_gpu_call_path.py).
 # Compiled modules stay in one folder even where a test moves $XDG_CACHE_HOME.
 os.environ.setdefault("ECE408_AUTOTUNE", "0")
 if not os.environ.get("ECE408_CUBIN_CACHE"):
@@ -56,7 +56,7 @@ def pytest_addoption(parser):
 
 # Files that share what there is one of on a machine: one worker under xdist takes them all, one at a time
 # (two one-node Slurm clusters of one hostname are not tried).
-ONE_AT_A_TIME = {"test_grade.py": "slurm", "test_service_slurm.py": "slurm"}
+ONE_AT_A_TIME = {"test_grade_class.py": "slurm", "test_slurm_dispatch.py": "slurm"}
 
 
 @pytest.hookimpl(optionalhook=True)                 # a hook of pytest-xdist's: none without it

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU machine's run of tests/test_gpu_build_profile.py: serve with one local worker (host engine
+# The GPU machine's run of tests/service/test_gpu_build_profile.py: serve with one local worker (host engine
 # there: no bubblewrap), a development run that profiles a small CUDA program with ncu into /build,
 # jobs download, ncu --import of the downloaded report. What it writes comes back under $OUT (at most
 # 8 files): machine.txt, pytest.txt, and the test's transcript.txt, download.txt, listing.txt,
@@ -20,6 +20,6 @@ mkdir -p "$GPU_OUT"
     grep -h RmProfilingAdminOnly /proc/driver/nvidia/params
 } > "$GPU_OUT/machine.txt" 2>&1
 cat "$GPU_OUT/machine.txt"
-PYTHONUNBUFFERED=1 cudapy -m pytest tests/test_gpu_build_profile.py -q -s -rs -p no:cacheprovider 2>&1 \
+PYTHONUNBUFFERED=1 cudapy -m pytest tests/service/test_gpu_build_profile.py -q -s -rs -p no:cacheprovider 2>&1 \
     | tee "$GPU_OUT/pytest.txt"
 exit "${PIPESTATUS[0]}"

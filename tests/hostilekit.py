@@ -1,4 +1,4 @@
-"""What the hostile-class suite (tests/test_hostile_*.py, tests/test_service_soak.py) attacks the
+"""What the hostile-class suite (tests/service/test_attack_*.py, tests/service/test_deadline_night_soak.py) attacks the
 submission service with: a real ``serve`` on SQLite or PostgreSQL, tar archives written entry by
 entry (any name, type, order and PAX header), the worker protocol spoken by hand (any lease, any
 sequence number, any order), raw sockets (many at once, from other loopback addresses, headers

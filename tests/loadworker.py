@@ -1,4 +1,4 @@
-"""A synthetic worker for the load test (tests/test_service_load.py): it speaks the service's
+"""A synthetic worker for the load test (tests/service/test_load_300_teams.py): it speaks the service's
 worker protocol as ``worker`` does (claim with a lease, numbered transcript chunks posted in order,
 what piles up during a post going in the next, the end with a record), but runs no milestone:
 each job streams LINES lines, one every INTERVAL seconds, each stamped with the time it was

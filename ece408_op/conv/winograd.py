@@ -6,7 +6,7 @@ are plain loops compiled by Numba (``winograd_loops.py``); the 36 products in be
 
 Why opt-in (``ECE408_CPU_KERNEL=fast``, ``cpu_kernel="fast"``): its rounding error follows each 6x6
 input tile's magnitude, not each output's own 3x3 window, so it can exceed the elementwise float32
-bound the direct path keeps (a zero window inside a tile of large values; tests/test_numba.py shows
+bound the direct path keeps (a zero window inside a tile of large values; tests/conv/test_numba_kernels.py shows
 it), while staying within a small fraction of it on ordinary data. It does 36 products per 16 outputs
 where the direct sum does 144 (4x fewer multiply-adds), plus the transforms (memory-bound passes).
 """

@@ -38,7 +38,7 @@ The schema of all of it is served at ``/openapi.json`` (no token needed; ``opena
 route's answer is its ``response_model`` (``models.py``), checked by FastAPI as it goes out; its
 body, parameters and headers are declared there for the schema but read and checked by the route
 (bounded bodies, the service's 400 lines). A new route declares its answer's model and its refusals
-(``models.refusals``) like the others; tests/test_service_schema.py fuzzes every one.
+(``models.refusals``) like the others; tests/service/test_api_schema.py fuzzes every one.
 """
 from . import health, instructor, jobs, ranking, worker
 
