@@ -137,19 +137,27 @@ class Uploads:
         self.sizes = {"reading": reads, "checking": checks}
         self.wait = wait
         self.semaphores = {}                    # made on the running loop
-        self.teams = set()
+        self.teams = {}                      # team -> the marker of its upload in flight
 
     @asynccontextmanager
     async def upload(self, team):
-        """The one upload of ``team`` in flight; Refused (429) where it has one already."""
+        """The one upload of ``team`` in flight; Refused (429) where it has one already. Yields a
+        function that gives the team's slot back before the block ends (once the upload is received
+        and checked: its job's transaction may wait on the database, and a retry of it must not be
+        refused as an upload in flight)."""
         if team in self.teams:
             raise Refused(429, "your team's previous upload is still being received and checked; send the next "
                                "when it is answered", retry_after=5)
-        self.teams.add(team)
+        mine = object()
+        self.teams[team] = mine
+
+        def give_back():
+            if self.teams.get(team) is mine:
+                del self.teams[team]
         try:
-            yield
+            yield give_back
         finally:
-            self.teams.discard(team)
+            give_back()
 
     @asynccontextmanager
     async def slot(self, which):

@@ -93,7 +93,7 @@ async def submit(request: Request, principal=Depends(team)):
     if earlier is None and (kind == "ranked" or gpu_kind is not None):
         warning = await service.run(capacity.check, service.db, capacity.Need(
             milestone in GPU_MILESTONES, gpu_kind, asked, milestone), settings.slurm)
-    async with service.uploads.upload(principal.name):
+    async with service.uploads.upload(principal.name) as team_slot_back:
         room = service.in_flight.take(declared(request, settings.max_upload))   # before a byte of the body
         incoming = None
         try:
@@ -110,6 +110,7 @@ async def submit(request: Request, principal=Depends(team)):
             if need is not None and need.gpu:
                 warning = await service.run(capacity.check, service.db, capacity.Need(
                     True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm)
+            team_slot_back()                 # received and checked: a retry while the database is slow is no second upload
             async with store.lock.shared():  # the store's sweep held off while the file is placed and committed
                 job = await service.run(queue_upload, service, principal.name, kind, milestone, size, gpu, incoming,
                                         (upload_bytes, sha256), files, key, gpu_kind, warning)

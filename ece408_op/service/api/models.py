@@ -76,7 +76,8 @@ class JobView(Answer):
     """A job as the API shows it (jobs.PUBLIC), with a queued job's place and a running one's step."""
     id: Text
     team: Text
-    kind: Literal["development", "ranked"]
+    kind: Text = Field(description="development or ranked (a job written into the database by other means "
+                                   "is shown as it is: the worker ends it in error)")
     milestone: Optional[Text]
     size: Optional[Whole]
     gpu: Flag
