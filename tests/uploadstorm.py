@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hostilekit import CONFIG, percentile, proc_kib, reset_peak, timed  # noqa: E402
+from hostilekit import CONFIG, percentile, proc_kib, reset_peak  # noqa: E402
 from servicekit import Service, started_postgres  # noqa: E402
 
 QUIET_REQUESTS = 60
@@ -84,13 +84,20 @@ def database_bytes(svc):
     return sum(os.path.getsize(svc.sqlite_path + s) for s in ("", "-wal") if os.path.exists(svc.sqlite_path + s))
 
 
-def storm(svc, uploads, mib, deadline=900.0):
-    """Run the storm against the started ``svc``; its figures (a dict)."""
+def storm(svc, uploads, mib, deadline=900.0, clients_nice=0):
+    """Run the storm against the started ``svc``; its figures (a dict). ``clients_nice``: the storm's
+    upload threads niced by this much (standing in for clients on machines of their own)."""
     bodies = Bodies(int(mib * 2**20))
     names = [f"storm{i}-{secrets.token_hex(3)}" for i in range(uploads)]
     tokens = svc.add_teams(*names, f"honest-{secrets.token_hex(3)}")
     honest = tokens.pop(next(n for n in tokens if n.startswith("honest-")))
-    quiet = [timed("GET", svc.url, "/api/jobs", token=honest, timeout=30)[1] for _ in range(QUIET_REQUESTS)]
+    with httpx.Client(base_url=svc.url, timeout=30, headers={"Authorization": f"Bearer {honest}"}) as http:
+        quiet = []                                # as the bystander asks below: one kept-alive connection
+        for _ in range(QUIET_REQUESTS):
+            started = time.monotonic()
+            http.get("/api/jobs").raise_for_status()
+            quiet.append(time.monotonic() - started)
+            time.sleep(0.05)
     pid = svc.proc.pid
     quiet_served = served_ms(svc)
     cpu_before = cpu_seconds(pid)
@@ -102,6 +109,8 @@ def storm(svc, uploads, mib, deadline=900.0):
     start = threading.Barrier(len(names) + 1)
 
     def team(name, token):
+        if clients_nice:
+            os.nice(clients_nice)                 # this thread only (Linux): the laptops' CPU is not the server's
         tail = bodies.tail(name)
         length = len(bodies.prefix) + len(tail)
         start.wait()
@@ -139,8 +148,11 @@ def storm(svc, uploads, mib, deadline=900.0):
         ending.touch()
         watcher.wait(90)
         during = [tuple(x) for x in json.loads(out.read_text())]
-    peak = proc_kib(pid, "VmHWM")
-    cpu = cpu_seconds(pid) - cpu_before
+    checkers = children(pid)                     # the upload checks' processes (service/checker.py)
+    server_peak = proc_kib(pid, "VmHWM")
+    checkers_peak = sum(proc_kib(c, "VmHWM") for c in checkers)
+    peak = server_peak + checkers_peak           # (peaks summed: a bound on the two at once)
+    cpu = cpu_seconds(pid) - cpu_before + sum(cpu_seconds(c) for c in checkers)
     storm_served = served_ms(svc)[len(quiet_served):]
     seconds = [s for code, s in during if code == 200]
     statuses = {}
@@ -148,14 +160,15 @@ def storm(svc, uploads, mib, deadline=900.0):
         statuses[status] = statuses.get(status, 0) + 1
     return {"uploads": uploads, "mib": mib, "sent_bytes": uploads * bodies.size, "statuses": statuses,
             "retried_503": len(refused), "seconds": took, "rss_before_mib": rss_before / 1024,
-            "peak_rss_mib": peak / 1024, "db_growth_mib": (database_bytes(svc) - db_before) / 2**20,
+            "peak_rss_mib": peak / 1024, "server_peak_rss_mib": server_peak / 1024,
+            "checkers_peak_rss_mib": checkers_peak / 1024, "db_growth_mib": (database_bytes(svc) - db_before) / 2**20,
             "upload_folder_mib": folder_bytes(svc.root / "state" / "ece408_op" / "service" / "uploads") / 2**20,
             "quiet_p50": percentile(quiet, 50), "quiet_p99": percentile(quiet, 99),
             "storm_p50": percentile(seconds, 50), "storm_p99": percentile(seconds, 99),
             "storm_requests": len(during), "storm_failed": sum(1 for code, _ in during if code != 200),
             "served_quiet_p50": percentile(quiet_served, 50), "served_quiet_p99": percentile(quiet_served, 99),
             "served_storm_p50": percentile(storm_served, 50), "served_storm_p99": percentile(storm_served, 99),
-            "server_cpu_seconds": cpu}
+            "server_cpu_seconds": cpu, "checking_processes": len(checkers), "clients_nice": clients_nice}
 
 
 def served_ms(svc):
@@ -163,6 +176,19 @@ def served_ms(svc):
     (the time inside the server, from the request's arrival: the client's adds its own waits)."""
     return [float(m.group(1)) / 1000 for m in re.finditer(r"method=GET path=/api/jobs status=200 ms=([0-9.]+)",
                                                           svc.log())]
+
+
+def children(pid):
+    """The processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
 
 
 def cpu_seconds(pid):
@@ -175,23 +201,31 @@ def report(figures, database):
     f = figures
     return (f"{database}: {f['uploads']} uploads of {f['mib']:g} MiB in {f['seconds']:.0f} s, answers {f['statuses']} "
             f"({f['retried_503']} 503s retried); server RSS {f['rss_before_mib']:.0f} MiB before, peak "
-            f"{f['peak_rss_mib']:.0f} MiB; database grew {f['db_growth_mib']:.1f} MiB; upload folder "
+            f"{f['peak_rss_mib']:.0f} MiB (itself {f['server_peak_rss_mib']:.0f}, its checking processes "
+            f"{f['checkers_peak_rss_mib']:.0f}); database grew {f['db_growth_mib']:.1f} MiB; upload folder "
             f"{f['upload_folder_mib']:.0f} MiB; honest GET /api/jobs quiet p50 {f['quiet_p50'] * 1000:.0f} ms, p99 "
             f"{f['quiet_p99'] * 1000:.0f} ms; under the storm p50 {f['storm_p50'] * 1000:.0f} ms, p99 "
             f"{f['storm_p99'] * 1000:.0f} ms ({f['storm_requests']} requests, {f['storm_failed']} not 200); inside the "
             f"server p50 {f['served_quiet_p50'] * 1000:.0f} / p99 {f['served_quiet_p99'] * 1000:.0f} ms quiet, "
             f"{f['served_storm_p50'] * 1000:.0f} / {f['served_storm_p99'] * 1000:.0f} ms under the storm; server CPU "
-            f"{f['server_cpu_seconds']:.0f} s; load average {os.getloadavg()[0]:.1f}")
+            f"{f['server_cpu_seconds']:.0f} s (with its {f['checking_processes']} checking processes); storm clients niced "
+            f"{f['clients_nice']}; load average {os.getloadavg()[0]:.1f}")
 
 
 def bystander(url, out, ending):
     """The honest team, a process of its own (not behind the storm's threads in this one): GET
     /api/jobs in a loop until the file ``ending`` exists; [(status, seconds)] written to ``out``."""
     token, during = os.environ["BYSTANDER_TOKEN"], []
-    while not os.path.exists(ending):
-        during.append(timed("GET", url, "/api/jobs", token=token, timeout=30))
-        Path(out).with_suffix(".ready").touch()
-        time.sleep(0.05)
+    with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
+        while not os.path.exists(ending):       # one kept-alive connection, as the project's client keeps it
+            started = time.monotonic()
+            try:
+                status = http.get("/api/jobs").status_code
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+            during.append((status, time.monotonic() - started))
+            Path(out).with_suffix(".ready").touch()
+            time.sleep(0.05)
     Path(out).write_text(json.dumps(during))
 
 
@@ -204,6 +238,9 @@ def main(argv=None):
     parser.add_argument("--uploads", type=int, default=200)
     parser.add_argument("--mib", type=float, default=15.9)
     parser.add_argument("--args", default="", help="more serve arguments, space-separated")
+    parser.add_argument("--clients-nice", type=int, default=0,
+                        help="nice the storm's upload threads (standing in for clients with CPUs of their own)")
+    parser.add_argument("--json", help="append the figures to this file (a JSON line)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="uploadstorm-") as root:
         root = Path(root)
@@ -212,7 +249,13 @@ def main(argv=None):
         svc = Service(root / "svc", workers=0, args=args.args.split(), env=env).start()
         svc.db_url = pg.url if pg else None
         try:
-            print(report(storm(svc, args.uploads, args.mib), args.database), flush=True)
+            figures = storm(svc, args.uploads, args.mib, clients_nice=args.clients_nice)
+            print(report(figures, args.database), flush=True)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps({"database": args.database, "date": time.strftime("%Y-%m-%d %H:%M"),
+                                        "serve_args": args.args,
+                                        "load_after": os.getloadavg()[0], **figures}) + "\n")
         finally:
             svc.close()
             if pg is not None:

@@ -13,6 +13,13 @@ def days(text):
 
 
 days.__name__ = "number of days, 0 or more"
+
+
+def rate(text):
+    return 0.0 if float(text) == 0 else positive(text)
+
+
+rate.__name__ = "number of MiB a second, 0 or more"
 TABLE_ENV = "ECE408_FAILURE_TABLE"
 
 
@@ -48,7 +55,7 @@ def command(argv):
     from ..service.upload import MAX_UPLOAD
     from ..service.limits import STREAMS_PER_ADDRESS
     from ..service.uploadstore import (IN_FLIGHT_MIB, QUOTA_MIB as UPLOAD_QUOTA_MIB, RANKED_KEEP_DAYS,
-                                       RANKED_KEEP_LAST, RANKED_QUOTA_MIB, TEAM_QUOTA_MIB)
+                                       RANKED_KEEP_LAST, RANKED_QUOTA_MIB, RATE_MIB, TEAM_QUOTA_MIB)
     rules = Rules()
     parser = ArgumentParser(prog="ece408_op serve",
                             description="The class's submission service: teams submit with 'submit --server', jobs "
@@ -94,6 +101,10 @@ def command(argv):
     parser.add_argument("--upload-bytes-in-flight", type=positive, default=IN_FLIGHT_MIB, metavar="MIB",
                         help=f"MiB of uploads received and checked at once on the whole server; past it an upload "
                              f"is answered 503 with Retry-After before its body is read (default {IN_FLIGHT_MIB})")
+    parser.add_argument("--upload-rate", type=rate, default=RATE_MIB, metavar="MIB",
+                        help=f"MiB a second at which all uploads together are received; a faster storm of uploads "
+                             f"waits (TCP holds its clients) so that the other requests keep their cores (default "
+                             f"{RATE_MIB:g}; 0: no bound)")
     parser.add_argument("--team-upload-quota", type=positive, default=TEAM_QUOTA_MIB, metavar="MIB",
                         help=f"MiB of development uploads a team may have waiting or running (default "
                              f"{TEAM_QUOTA_MIB})")
@@ -179,6 +190,7 @@ def command(argv):
                         build_total=args.build_folders_total,
                         streams_per_address=args.streams_per_address, names=args.names,
                         upload_bytes_in_flight=int(args.upload_bytes_in_flight * 2**20),
+                        upload_rate=int(args.upload_rate * 2**20),
                         team_upload_quota=int(args.team_upload_quota * 2**20),
                         upload_quota=int(args.upload_quota * 2**20),
                         ranked_upload_quota=int(args.ranked_upload_quota * 2**20),

@@ -72,6 +72,7 @@ def make_app(service):
         finally:
             for task in service.tasks:
                 task.cancel()
+            service.checker.close()
             service.db.close_all()
 
     app = FastAPI(title="ece408_op submission service", lifespan=lifespan, docs_url=None, redoc_url=None,

@@ -12,3 +12,6 @@ class Refused(Exception):
         self.status = status
         self.retry_after = retry_after
         self.holds = holds                   # seconds it holds whatever happens meanwhile (None: it may not)
+
+    def __reduce__(self):                    # whole across a process (a check's refusal: checker.py)
+        return type(self), (self.status, str(self), self.retry_after, self.holds)

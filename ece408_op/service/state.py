@@ -11,6 +11,7 @@ import anyio
 from . import jobs
 from . import upload as uploads
 from . import uploadstore
+from .checker import Checker
 from .buildstore import KEEP_DAYS, QUOTA_MIB, TOTAL as BUILD_TOTAL, BuildStore
 from .db import Unavailable
 from .refused import Refused
@@ -40,6 +41,7 @@ class Settings:
     upload_reads: int = 16                       # bodies read at once on the whole server
     upload_checks: int = 2                       # uploads checked (unpacked, hashed) at once
     upload_bytes_in_flight: int = uploadstore.IN_FLIGHT_MIB << 20   # uploads received and checked at once
+    upload_rate: int = uploadstore.RATE_MIB << 20  # bytes a second of all uploads received (0: no bound)
     team_upload_quota: int = uploadstore.TEAM_QUOTA_MIB << 20       # a team's waiting development uploads
     upload_quota: int = uploadstore.QUOTA_MIB << 20                 # everyone's waiting development uploads
     ranked_upload_quota: int = uploadstore.RANKED_QUOTA_MIB << 20   # ranked uploads waiting and kept
@@ -75,6 +77,7 @@ class Service:
         self.downloads = Streams(per_team=4, per_address=32, instructor=8, what="downloads")   # build folders
         self.refusals = Refusals()                # refusals that hold (a team past its hourly limit), kept
         self.uploads = Uploads(settings.upload_reads, settings.upload_checks)
+        self.checker = Checker(settings.upload_checks)   # the uploads' checks, in processes of their own
         self.in_flight = uploadstore.InFlight(settings.upload_bytes_in_flight)
         self.upload_store = uploadstore.UploadStore(settings.upload_dir, settings) if settings.upload_dir else None
         self.builds = BuildStore.of(settings)    # the development runs' build folders, or None

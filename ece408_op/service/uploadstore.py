@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -54,6 +55,8 @@ INCOMING_AGE = 3600.0               # an incoming file this old belongs to no up
 REAP_EVERY = 30.0                   # seconds between two passes of the reaper
 RETRY = 5                           # seconds a refused upload waits before it is sent again
 WRITE_BATCH = 1 << 20
+RATE_MIB = 64                       # MiB a second all uploads together are received at (0: as they come)
+BURST = 0.25                        # seconds of RATE that may arrive at once before the pace holds them
 ENDED_SQL = ", ".join(f"'{s}'" for s in ENDED)
 
 
@@ -81,6 +84,24 @@ class InFlight:
         self.held -= size
 
 
+class Pace:
+    """The bytes of all uploads together received at ``rate`` bytes a second at most (0: no bound), in
+    order of arrival: a batch past the pace waits (its connection's reading paused, the client held by
+    TCP's window) so that receiving never takes the cores the other requests' answers need."""
+
+    def __init__(self, rate=RATE_MIB << 20):
+        self.rate = float(rate)
+        self.next = 0.0
+
+    async def take(self, size):
+        if self.rate <= 0:
+            return
+        now = time.monotonic()
+        self.next = max(now - BURST, self.next) + size / self.rate
+        if self.next > now:
+            await asyncio.sleep(self.next - now)
+
+
 def declared(request, cap):
     """The bytes an upload is counted as before it is read: its Content-Length, else ``cap``."""
     text = request.headers.get("content-length")
@@ -98,6 +119,7 @@ class UploadStore:
         self.keep_ranked = settings.keep_ranked_uploads
         self.keep_last = RANKED_KEEP_LAST
         self._lock = None                   # files placed and their jobs committed, or files deleted: not both
+        self.pace = Pace(settings.upload_rate)
 
     @property
     def lock(self):
@@ -137,6 +159,7 @@ class UploadStore:
                 held += len(chunk)
                 if held >= WRITE_BATCH:         # hashed and written off the event loop (a disk's stall too)
                     await loop.run_in_executor(None, write, b"".join(pending))
+                    await self.pace.take(held)
                     pending, held = [], 0
             await loop.run_in_executor(None, write, b"".join(pending))
             out.close()

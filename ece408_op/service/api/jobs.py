@@ -15,8 +15,9 @@ from ..refused import Refused
 from ..live import follow, with_place
 from ..logs import log
 from ...base.terms import DEFAULT_SIZE, JOB_KINDS
-from ..grading_door import ConfigError, GPU_MILESTONES, MILESTONES, check_build_config, value_line
+from ..grading_door import GPU_MILESTONES, MILESTONES
 from ...base.names import printable
+from ..checker import check_upload
 from ..state import service_of
 from ..uploadstore import declared
 from .models import (EVENT, MILESTONE, TOKEN, EventStream, Gzip, Job, Jobs, binary_body, header, query, refusals,
@@ -106,10 +107,11 @@ async def submit(request: Request, principal=Depends(team)):
                                        "a new submission needs a key of its own")
                 return JSONResponse(await with_place(service, earlier), status_code=200)
             async with service.uploads.slot("checking"):
-                gpu, files, need = await service.run(checked_upload, incoming, kind, milestone, settings.max_upload)
-            if need is not None and need.gpu:
+                gpu, files, asks = await service.checker.run(check_upload, incoming, kind, milestone,
+                                                             settings.max_upload)
+            if asks is not None:             # a development run's rai_build.yml asking for GPUs: (its line, how many)
                 warning = await service.run(capacity.check, service.db, capacity.Need(
-                    True, gpu_kind, asked, gpu_line=need.gpu_line, gpu_count=need.gpu_count), settings.slurm)
+                    True, gpu_kind, asked, gpu_line=asks[0], gpu_count=asks[1]), settings.slurm)
             team_slot_back()                 # received and checked: a retry while the database is slow is no second upload
             async with store.lock.shared():  # the store's sweep held off while the file is placed and committed
                 job = await service.run(queue_upload, service, principal.name, kind, milestone, size, gpu, incoming,
@@ -138,25 +140,6 @@ def queue_upload(service, team, kind, milestone, size, gpu, incoming, upload, fi
     return jobs.submit(service.db, service.settings.rules, team, kind, milestone, size, gpu, upload, files, key,
                        gpu_kind=gpu_kind, notes=[f"* Warning: {warning}"] if warning else (),
                        quota=store.check_quota, place=lambda: store.place(incoming, upload[1]))
-
-
-def checked_upload(path, kind, milestone, max_upload):
-    """(whether the job needs a GPU, its files [{name, size, sha256}], for a development run what
-    its rai_build.yml asks (a capacity.Need: its GPUs and the line that asks for them), else None)
-    of an upload that passes the archive check (and, for a development run, whose rai_build.yml
-    passes grading's reader); Refused or UploadError (400) otherwise. Only the file list outlives
-    the call."""
-    checked = uploads.check_file(path, kind, milestone, max_upload)
-    if kind == "ranked":
-        return milestone in GPU_MILESTONES, checked.files(), None
-    text = uploads.config_text(checked)
-    try:
-        config = check_build_config(text)
-    except ConfigError as exc:
-        raise Refused(400, "; ".join(f"rai_build.yml: {p}" for p in exc.problems)) from None
-    gpu = config.gpu_count > 0
-    line = value_line(text, "resources.gpu.count") if gpu else None
-    return gpu, checked.files(), capacity.Need(gpu, gpu_line=line, gpu_count=config.gpu_count)
 
 
 @router.get("", response_model=Jobs, response_model_exclude_unset=True, responses=refusals(400, *TOKEN),
