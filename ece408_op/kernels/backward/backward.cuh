@@ -1,0 +1,100 @@
+// backward.cuh: what the backward kernels (data.cu: dx, weight.cu: dw and the bias) share: the element
+// type, the layer's sizes as a kernel argument, run-time division, and the shared-memory tiled GEMM both
+// fast versions are built on.
+//
+// The layer is the forward's (ece408_op/kernels/versions/common.cuh): x N x C x H x W, weights M x C/G x
+// KH x KW, dy N x M x HO x WO, stride SH x SW, zero padding PH x PW, dilation DH x DW, G groups; NCHW data.
+// Sums are float32 whatever the data's type; dx and the bias gradient are written in the data's type,
+// dw into float32 (the caller casts).
+#pragma once
+
+#ifndef ELEM
+#define ELEM 0             // the data's type: 0 float32, 1 float16, 2 bfloat16
+#endif
+
+#if ELEM == 0
+typedef float elem_t;
+__device__ __forceinline__ float to_float(elem_t v) { return v; }
+__device__ __forceinline__ elem_t from_float(float v) { return v; }
+#else
+typedef unsigned short elem_t;        // a half kept as its 16 bits (NVRTC ships no cuda_fp16.h)
+__device__ __forceinline__ float to_float(elem_t h)
+{
+#if ELEM == 2
+    return __uint_as_float((unsigned)h << 16);
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#endif
+}
+__device__ __forceinline__ elem_t from_float(float v)
+{
+    elem_t h;
+#if ELEM == 2
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+#else
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+#endif
+    return h;
+}
+#endif
+
+// n / d for 0 <= n < 2^31 (m 0: d a power of two), the divisor's (m, s) from the host (version.py: fast_div).
+struct FastDiv {
+    unsigned m;
+    int s;
+};
+__device__ __forceinline__ int udiv(int n, FastDiv d)
+{
+    return (int)(d.m ? __umulhi((unsigned)n, d.m) >> d.s : (unsigned)n >> d.s);
+}
+
+// The layer's sizes, packed by the launcher in this order (kernels/backward/__init__.py: DIMS_FIELDS).
+struct BwdDims {
+    int N, C, H, W, M, KH, KW, SH, SW, PH, PW, DH, DW, G, HO, WO, CG, MG, KK, SPLIT, CHUNK;
+    FastDiv div_W, div_H, div_WO, div_HO, div_MG, div_KW, div_KK, div_SH, div_SW;
+};
+
+// ------------------------------------------------------------------ the tiled GEMM
+// C (BM x BN, float32 in registers) += A (BM x K) B (K x BN) over k in [k_begin, k_end), A and B gathered
+// from the layer by the kernel's ``Op`` (its ``load``: this thread's 4 elements of A and 4 of B for one
+// BK-deep step; its ``stage``: where they go in shared memory). Two shared stages: the next step's
+// global loads are in flight while the current one is multiplied (one barrier a step).
+// Thread (tx, ty) = (tid % 16, tid / 16) computes rows 4 tx .. 4 tx + 3 and columns 4 ty .. 4 ty + 3 (float4
+// reads of shared memory: 2 per 16 FMAs, so the FMA pipe, not shared memory, is the limit).
+#define BM 64
+#define BN 64
+#define BK 16
+#define THREADS 256
+#define PADDED 68          // a shared row: BM (= BN) + 4 floats, 16-byte aligned rows
+
+template <class Op>
+__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[4][4])
+{
+    __shared__ __align__(16) float As[2][BK][PADDED];
+    __shared__ __align__(16) float Bs[2][BK][PADDED];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    float ra[4], rb[4];
+    op.load(k_begin, k_end, ra, rb);
+    op.stage(As[0], Bs[0], ra, rb);
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+        const bool more = k0 + BK < k_end;
+        if (more) op.load(k0 + BK, k_end, ra, rb);
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const float4 a = *reinterpret_cast<const float4*>(&As[buf][kk][4 * tx]);
+            const float4 b = *reinterpret_cast<const float4*>(&Bs[buf][kk][4 * ty]);
+            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        if (more) op.stage(As[buf ^ 1], Bs[buf ^ 1], ra, rb);
+        __syncthreads();
+        buf ^= 1;
+    }
+}

@@ -1,0 +1,112 @@
+// data.cu: the data gradient dx of a convolution (its transposed convolution: dy through the flipped
+// weights), two versions:
+//
+//   bwd_data_plain   one thread per dx element: the sum over the filters of its group and the window
+//                    positions whose output position exists (h + PH - p DH = ho SH, 0 <= ho < HO); easy to
+//                    read, every operand from global memory (through the caches)
+//   bwd_data_gemm    implicit GEMM per group: dx (N H W x C/G) = A (N H W x M/G KH KW) B, A[(n,h,w)][(p,q,m)]
+//                    = dy[n][m][(h + PH - p DH) / SH][(w + PW - q DW) / SW] where that divides and exists
+//                    (else 0), B[(p,q,m)][c] = w[m][c][p][q]; 64 x 64 tiles in shared memory, 4 x 4 per
+//                    thread (backward.cuh: tile_gemm), sums in float32, dx in the data's type
+//
+// Sizes at run time (BwdDims); the element type a #define (ELEM). Build it alone:
+//     nvcc -arch=sm_90 -cubin ece408_op/kernels/backward/data.cu
+#include "backward.cuh"
+
+extern "C" __global__ void bwd_data_plain(elem_t* __restrict__ dx, const elem_t* __restrict__ dy,
+                                          const elem_t* __restrict__ w, const BwdDims d)
+{
+    const long long total = (long long)d.N * d.C * d.H * d.W;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int col = (int)(i % d.W);
+    long long t = i / d.W;
+    const int row = (int)(t % d.H); t /= d.H;
+    const int c = (int)(t % d.C);
+    const long long n = t / d.C;
+    const int g = c / d.CG, cl = c % d.CG;
+    float acc = 0.f;
+    for (int m = g * d.MG; m < (g + 1) * d.MG; ++m)
+        for (int p = 0; p < d.KH; ++p) {
+            const int th = row + d.PH - p * d.DH;            // = ho * SH for the output row that reads it
+            if (th < 0 || th % d.SH) continue;
+            const int ho = th / d.SH;
+            if (ho >= d.HO) continue;
+            for (int q = 0; q < d.KW; ++q) {
+                const int tw = col + d.PW - q * d.DW;
+                if (tw < 0 || tw % d.SW) continue;
+                const int wo = tw / d.SW;
+                if (wo >= d.WO) continue;
+                acc += to_float(dy[((n * d.M + m) * d.HO + ho) * d.WO + wo]) *
+                       to_float(w[((m * d.CG + cl) * d.KH + p) * d.KW + q]);
+            }
+        }
+    dx[i] = from_float(acc);
+}
+
+// The gathers of bwd_data_gemm: thread t loads A's row t % 64 and B's column t % 64 at the depths
+// t / 64 + 4 i of a step (consecutive threads: consecutive positions of dy, coalesced).
+struct DataOp {
+    const elem_t* dy;
+    const elem_t* w;
+    BwdDims d;
+    int g, n, h, x, c, lane, depth;
+    bool row_ok, col_ok;
+
+    __device__ void load(int k0, int k_end, float ra[4], float rb[4]) const
+    {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int k = k0 + depth + 4 * i;
+            ra[i] = 0.f, rb[i] = 0.f;
+            if (k >= k_end) continue;
+            const int pq = udiv(k, d.div_MG), m = g * d.MG + k - pq * d.MG;
+            const int p = udiv(pq, d.div_KW), q = pq - p * d.KW;
+            if (col_ok) rb[i] = to_float(w[(m * d.CG + c) * d.KK + pq]);
+            const int th = h + d.PH - p * d.DH, tw = x + d.PW - q * d.DW;
+            if (!row_ok || th < 0 || tw < 0) continue;
+            const int ho = udiv(th, d.div_SH), wo = udiv(tw, d.div_SW);
+            if (ho * d.SH == th && wo * d.SW == tw && ho < d.HO && wo < d.WO)
+                ra[i] = to_float(dy[((n * d.M + m) * d.HO + ho) * d.WO + wo]);
+        }
+    }
+    __device__ void stage(float (*As)[PADDED], float (*Bs)[PADDED], const float ra[4], const float rb[4]) const
+    {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            As[depth + 4 * i][lane] = ra[i];
+            Bs[depth + 4 * i][lane] = rb[i];
+        }
+    }
+};
+
+// grid (N H W / 64, C/G / 64, G), 256 threads.
+extern "C" __global__ void __launch_bounds__(THREADS) bwd_data_gemm(elem_t* __restrict__ dx,
+    const elem_t* __restrict__ dy, const elem_t* __restrict__ w, const BwdDims d)
+{
+    const int rows = d.N * d.H * d.W;
+    DataOp op;
+    op.dy = dy, op.w = w, op.d = d, op.g = blockIdx.z;
+    op.lane = threadIdx.x % 64, op.depth = threadIdx.x / 64;
+    const int r = blockIdx.x * BM + op.lane;
+    op.row_ok = r < rows;
+    const int rw = udiv(r, d.div_W);
+    op.x = r - rw * d.W, op.n = udiv(rw, d.div_H), op.h = rw - op.n * d.H;
+    op.c = blockIdx.y * BN + op.lane;
+    op.col_ok = op.c < d.CG;
+    float acc[4][4] = {};
+    tile_gemm(op, 0, d.MG * d.KK, acc);
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = blockIdx.x * BM + 4 * tx + i;
+        if (row >= rows) continue;
+        const int t = udiv(row, d.div_W), col = row - t * d.W, n = udiv(t, d.div_H), h = t - n * d.H;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int c = blockIdx.y * BN + 4 * ty + j;
+            if (c < d.CG)
+                dx[((n * d.C + blockIdx.z * d.CG + c) * d.H + h) * d.W + col] = from_float(acc[i][j]);
+        }
+    }
+}
