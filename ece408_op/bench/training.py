@@ -73,7 +73,9 @@ def distinct_layers(torch, model, x):
 
 
 def layer_rows(torch, name="resnet50", batch=64, dtype="fp32", repeats=10):
-    """Per distinct layer: dx and dw of the plain and the fast versions against cuDNN's (torch.nn.grad)."""
+    """Per distinct layer: dx and dw of the versions the rule picks (kernels/backward: ``choose``) against
+    cuDNN's (torch.nn.grad), timed in turns."""
+    from ..kernels.backward import backward_call
     from ..torch.backward import cuda_gradients
     dt = _dtype(torch, dtype)
     model, x, _ = _network(torch, name, batch, dt, False)
@@ -85,14 +87,16 @@ def layer_rows(torch, name="resnet50", batch=64, dtype="fp32", repeats=10):
         dy = torch.randn_like(y)
         conv = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
         fns = {
-            "dx_fast": lambda: cuda_gradients(xt, wt, dy, versions={"data": "fast"}, wants=(1, 0, 0), **conv),
+            "dx_ours": lambda: cuda_gradients(xt, wt, dy, wants=(1, 0, 0), **conv),
             "dx_cudnn": lambda: torch.nn.grad.conv2d_input(xs, wt, dy, stride, padding, dilation, groups),
-            "dw_fast": lambda: cuda_gradients(xt, wt, dy, versions={"weight": "fast"}, wants=(0, 1, 0), **conv),
+            "dw_ours": lambda: cuda_gradients(xt, wt, dy, wants=(0, 1, 0), **conv),
             "dw_cudnn": lambda: torch.nn.grad.conv2d_weight(xt, ws, dy, stride, padding, dilation, groups)}
         times = time_interleaved(torch, list(fns.values()), repeats, warmup=2)
         row = {"x": xs, "w": ws, "stride": stride, "count": count,
                **{k: t["median_s"] for k, t in zip(fns, times)}}
-        row["dx_ratio"], row["dw_ratio"] = row["dx_fast"] / row["dx_cudnn"], row["dw_fast"] / row["dw_cudnn"]
+        row["dx_ratio"], row["dw_ratio"] = row["dx_ours"] / row["dx_cudnn"], row["dw_ours"] / row["dw_cudnn"]
+        call = backward_call(xs, ws, stride, padding, dilation, groups, str(dt).split(".")[1])
+        row["versions"] = f"{call.versions['data']}, {call.versions['weight']}"
         rows.append(row)
     return rows
 
@@ -103,12 +107,12 @@ def markdown(steps, rows):
         lines.append(f"| {s['network']} | {s['batch']} | {s['dtype']} | {'NHWC' if s['channels_last'] else 'NCHW'} | "
                      f"{s['ours_s'] * 1e3:.1f} | {s['cudnn_s'] * 1e3:.1f} | {s['ratio']:.2f} |")
     if rows:
-        lines += ["", "| x | weights | stride | count | dx ms | cuDNN dx | ratio | dw ms | cuDNN dw | ratio |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| x | weights | stride | count | versions | dx ms | cuDNN dx | ratio | dw ms | cuDNN dw | ratio |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {'x'.join(map(str, r['x']))} | {'x'.join(map(str, r['w']))} | {r['stride'][0]} | "
-                         f"{r['count']} | {r['dx_fast'] * 1e3:.3f} | {r['dx_cudnn'] * 1e3:.3f} | {r['dx_ratio']:.2f} | "
-                         f"{r['dw_fast'] * 1e3:.3f} | {r['dw_cudnn'] * 1e3:.3f} | {r['dw_ratio']:.2f} |")
+                         f"{r['count']} | {r['versions']} | {r['dx_ours'] * 1e3:.3f} | {r['dx_cudnn'] * 1e3:.3f} | "
+                         f"{r['dx_ratio']:.2f} | {r['dw_ours'] * 1e3:.3f} | {r['dw_cudnn'] * 1e3:.3f} | {r['dw_ratio']:.2f} |")
     return "\n".join(lines)
 
 

@@ -21,7 +21,8 @@ def test_every_source_is_one_the_launcher_builds():
     assert set(backward.SOURCES.values()) == set(SOURCES) and len(SOURCES) == 2
     for (gradient, version), name in backward.KERNELS.items():
         assert version in backward.VERSIONS[gradient]
-        assert re.search(rf"void (__launch_bounds__\(\w+\) )?{name}\(", backward.SOURCES["data" if gradient == "data" else "weight"].read_text())
+        source = backward.SOURCES["data" if gradient == "data" else "weight"].read_text()
+        assert re.search(rf"void (__launch_bounds__\(\w+\) )?{name}\(", source)
 
 
 @pytest.mark.slow
@@ -39,7 +40,7 @@ def test_source_compiles_for_sm90_without_spills(source, elem, tmp_path):
 def test_packed_sizes_follow_the_structs_fields():
     text = (backward.FOLDER / "backward.cuh").read_text()
     struct = re.search(r"struct BwdDims \{(.*?)\};", text, re.S).group(1)
-    ints = re.search(r"int (.*?);", struct).group(1).replace(" ", "").split(",")
+    ints = re.sub(r"\s", "", re.search(r"int (.*?);", struct, re.S).group(1)).split(",")
     divs = re.search(r"FastDiv (.*?);", struct).group(1).replace(" ", "").split(",")
     assert tuple(ints) == backward.DIMS_FIELDS
     assert tuple(d.removeprefix("div_") for d in divs) == backward.DIMS_DIVISORS
@@ -74,3 +75,19 @@ def test_layers_the_kernels_cannot_take_are_shape_errors():
         backward.layer_sizes((1, 6, 8, 8), (4, 4, 3, 3), (1, 1), (0, 0), (1, 1), 2)
     with pytest.raises(ShapeError, match="float64"):
         backward.backward_call((1, 3, 8, 8), (4, 3, 3, 3), (1, 1), (0, 0), (1, 1), 1, "float64")
+
+
+def test_each_stride_phase_takes_exactly_the_taps_that_divide():
+    # stride 2, pad 1, 3x3: even rows read the middle tap, odd rows the two outer ones
+    assert backward.taps(0, 1, 1, 2, 3) == (1, 1, 1) and backward.taps(1, 1, 1, 2, 3) == (0, 2, 2)
+    # stride 2, pad 3, dilation 2: every tap lands on odd rows; even rows' dx is 0 (no taps)
+    assert backward.taps(0, 3, 2, 2, 5)[2] == 0 and backward.taps(1, 3, 2, 2, 5) == (0, 1, 5)
+    assert backward.taps(0, 0, 1, 1, 7) == (0, 1, 7)                  # stride 1: one phase, every tap
+    sizes = backward.layer_sizes((2, 6, 9, 10), (4, 6, 3, 4), (3, 2), (1, 2), (2, 1), 1)
+    for phase in backward.phases(sizes):
+        for axis, (a, first, step, count) in {"h": (phase["PA"], phase["P0"], phase["PSTEP"], phase["PCOUNT"]),
+                                              "w": (phase["PB"], phase["Q0"], phase["QSTEP"], phase["QCOUNT"])}.items():
+            s, p, d, k = (sizes["SH"], sizes["PH"], sizes["DH"], sizes["KH"]) if axis == "h" else \
+                (sizes["SW"], sizes["PW"], sizes["DW"], sizes["KW"])
+            assert [first + step * t for t in range(count)] == [q for q in range(k) if (a + p - q * d) % s == 0]
+    assert len(backward.phases(sizes)) == 6

@@ -36,8 +36,8 @@ KERNELS = {("data", "plain"): "bwd_data_plain", ("data", "gemm"): "bwd_data_gemm
 TILE, DEPTH, THREADS = 64, 16, 256      # backward.cuh's BM = BN, BK and THREADS
 MAX_INDEX = 2**31 - 1                   # the kernels index x, dy and the weights in 32 bits
 DIMS_FIELDS = ("N", "C", "H", "W", "M", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "HO", "WO", "CG",
-               "MG", "KK", "SPLIT", "CHUNK")
-DIMS_DIVISORS = ("W", "H", "WO", "HO", "MG", "KW", "KK", "SH", "SW")
+               "MG", "KK", "SPLIT", "CHUNK", "PA", "PB", "HA", "WB", "P0", "PSTEP", "PCOUNT", "Q0", "QSTEP", "QCOUNT")
+DIMS_DIVISORS = ("W", "H", "WO", "HO", "MG", "KW", "KK", "SH", "SW", "WB", "HA", "QCOUNT")
 
 
 def layer_sizes(x_shape, w_shape, stride, padding, dilation, groups):
@@ -55,12 +55,34 @@ def layer_sizes(x_shape, w_shape, stride, padding, dilation, groups):
                 WO=wo, CG=cg, MG=m // g, KK=kh * kw)
 
 
-def pack_dims(sizes, split=1, chunk=0):
+def taps(phase, pad, dilation, stride, kernel):
+    """(first, step, count) of the window taps p whose rows of dx in ``phase`` (h = phase mod stride) read dy:
+    p dilation = phase + pad (mod stride); evenly spaced (every stride / gcd(stride, dilation))."""
+    hits = [p for p in range(kernel) if (phase + pad - p * dilation) % stride == 0]
+    if not hits:
+        return 0, 1, 0
+    return hits[0], (hits[1] - hits[0] if len(hits) > 1 else 1), len(hits)
+
+
+def phases(sizes):
+    """bwd_data_gemm's launches: one phase (PA, PB and its taps, a dict) per (h mod SH, w mod SW)."""
+    s = sizes
+    out = []
+    for a in range(min(s["SH"], s["H"])):
+        p0, pstep, pcount = taps(a, s["PH"], s["DH"], s["SH"], s["KH"])
+        for b in range(min(s["SW"], s["W"])):
+            q0, qstep, qcount = taps(b, s["PW"], s["DW"], s["SW"], s["KW"])
+            out.append(dict(PA=a, PB=b, P0=p0, PSTEP=pstep, PCOUNT=pcount, Q0=q0, QSTEP=qstep, QCOUNT=qcount))
+    return out
+
+
+def pack_dims(sizes, split=1, chunk=0, phase=None):
     """backward.cuh's BwdDims as kernel arguments (int32 fields, then a FastDiv (uint32, int32) a divisor)."""
-    values = dict(sizes, SPLIT=split, CHUNK=chunk)
+    values = dict(sizes, SPLIT=split, CHUNK=chunk, HA=-(-sizes["H"] // sizes["SH"]), WB=-(-sizes["W"] // sizes["SW"]),
+                  **(phase or dict(PA=0, PB=0, P0=0, PSTEP=1, PCOUNT=sizes["KH"], Q0=0, QSTEP=1, QCOUNT=sizes["KW"])))
     args = [np.int32(values[name]) for name in DIMS_FIELDS]
     for name in DIMS_DIVISORS:
-        mult, shift = fast_div(values[name])
+        mult, shift = fast_div(max(1, values[name]))
         args += [np.uint32(mult), np.int32(shift)]
     return tuple(args)
 
@@ -110,21 +132,27 @@ class BackwardCall:
         self.split = split_k(s, sms) if self.versions["weight"] == "splitk" else (1, 0)
         self.weight_dims = pack_dims(s, *self.split)
         cols = math.ceil(s["CG"] * s["KK"] / TILE)
-        self.grids = {
+        phase_rows = s["N"] * -(-s["H"] // s["SH"]) * -(-s["W"] // s["SW"])
+        grids = {
             ("data", "plain"): (math.ceil(s["N"] * s["C"] * s["H"] * s["W"] / THREADS), 1, 1),
-            ("data", "gemm"): (math.ceil(s["N"] * s["H"] * s["W"] / TILE), math.ceil(s["CG"] / TILE), s["G"]),
+            ("data", "gemm"): (math.ceil(phase_rows / TILE), math.ceil(s["CG"] / TILE), s["G"]),
             ("weight", "plain"): (math.ceil(s["M"] * s["CG"] * s["KK"] / THREADS), 1, 1),
             ("weight", "splitk"): (math.ceil(s["MG"] / TILE), cols, s["G"] * self.split[0]),
             ("bias", "plain"): (math.ceil(s["M"] / THREADS), 1, 1),
             ("bias", "block"): (s["M"], 1, 1)}
+        # per gradient, its launches: (packed sizes, grid); the GEMM dx one per stride phase
+        self.launches = {g: [(self.weight_dims if g == "weight" else self.dims, grids[g, v])]
+                         for g, v in self.versions.items()}
+        if self.versions["data"] == "gemm":
+            self.launches["data"] = [(pack_dims(s, phase=phase), grids["data", "gemm"]) for phase in phases(s)]
 
     def _launch(self, gradient, stream, *pointers):
-        version = self.versions[gradient]
-        dims = self.weight_dims if gradient == "weight" else self.dims
+        kernel = self.kernels[gradient]
         with self.device.active():
             previous = cudadrv.set_stream(stream)
             try:
-                self.kernels[gradient](*pointers, *dims, block=(THREADS, 1, 1), grid=self.grids[gradient, version])
+                for dims, grid in self.launches[gradient]:
+                    kernel(*pointers, *dims, block=(THREADS, 1, 1), grid=grid)
             finally:
                 cudadrv.set_stream(previous)
 

@@ -51,9 +51,12 @@ __device__ __forceinline__ int udiv(int n, FastDiv d)
 }
 
 // The layer's sizes, packed by the launcher in this order (kernels/backward/__init__.py: DIMS_FIELDS).
+// SPLIT, CHUNK: bwd_weight_splitk's split of the depth; the rest of the line: bwd_data_gemm's phase (its
+// rows h = PA + SH i, w = PB + SW j of HA x WB, its taps p = P0 + PSTEP t (PCOUNT of them), q likewise).
 struct BwdDims {
-    int N, C, H, W, M, KH, KW, SH, SW, PH, PW, DH, DW, G, HO, WO, CG, MG, KK, SPLIT, CHUNK;
-    FastDiv div_W, div_H, div_WO, div_HO, div_MG, div_KW, div_KK, div_SH, div_SW;
+    int N, C, H, W, M, KH, KW, SH, SW, PH, PW, DH, DW, G, HO, WO, CG, MG, KK, SPLIT, CHUNK,
+        PA, PB, HA, WB, P0, PSTEP, PCOUNT, Q0, QSTEP, QCOUNT;
+    FastDiv div_W, div_H, div_WO, div_HO, div_MG, div_KW, div_KK, div_SH, div_SW, div_WB, div_HA, div_QCOUNT;
 };
 
 // ------------------------------------------------------------------ the tiled GEMM

@@ -4,10 +4,14 @@
 //   bwd_data_plain   one thread per dx element: the sum over the filters of its group and the window
 //                    positions whose output position exists (h + PH - p DH = ho SH, 0 <= ho < HO); easy to
 //                    read, every operand from global memory (through the caches)
-//   bwd_data_gemm    implicit GEMM per group: dx (N H W x C/G) = A (N H W x M/G KH KW) B, A[(n,h,w)][(p,q,m)]
-//                    = dy[n][m][(h + PH - p DH) / SH][(w + PW - q DW) / SW] where that divides and exists
-//                    (else 0), B[(p,q,m)][c] = w[m][c][p][q]; 64 x 64 tiles in shared memory, 4 x 4 per
-//                    thread (backward.cuh: tile_gemm), sums in float32, dx in the data's type
+//   bwd_data_gemm    implicit GEMM per group and stride phase: dx (N H W x C/G) = A (N H W x M/G KH KW) B,
+//                    A[(n,h,w)][(p,q,m)] = dy[n][m][(h + PH - p DH) / SH][(w + PW - q DW) / SW] where that
+//                    divides and exists (else 0), B[(p,q,m)][c] = w[m][c][p][q]; 64 x 64 tiles in shared
+//                    memory, 4 x 4 per thread (backward.cuh: tile_gemm), sums in float32, dx in the data's
+//                    type. A stride of SH x SW makes SH SW phases (h mod SH, w mod SW), each launched alone
+//                    over its own rows and only the taps that divide for it (p DH = h + PH mod SH): with
+//                    every tap over every row, 3/4 of a stride-2 layer's products were zeros (its dx ran
+//                    3-4x cuDNN's, H200 ResNet-50 2026-12-02; per phase, as the stride-1 layers)
 //
 // Sizes at run time (BwdDims); the element type a #define (ELEM). Build it alone:
 //     nvcc -arch=sm_90 -cubin ece408_op/kernels/backward/data.cu
@@ -60,9 +64,9 @@ struct DataOp {
             const int k = k0 + depth + 4 * i;
             ra[i] = 0.f, rb[i] = 0.f;
             if (k >= k_end) continue;
-            const int pq = udiv(k, d.div_MG), m = g * d.MG + k - pq * d.MG;
-            const int p = udiv(pq, d.div_KW), q = pq - p * d.KW;
-            if (col_ok) rb[i] = to_float(w[(m * d.CG + c) * d.KK + pq]);
+            const int tap = udiv(k, d.div_MG), m = g * d.MG + k - tap * d.MG;
+            const int tp = udiv(tap, d.div_QCOUNT), p = d.P0 + tp * d.PSTEP, q = d.Q0 + (tap - tp * d.QCOUNT) * d.QSTEP;
+            if (col_ok) rb[i] = to_float(w[(m * d.CG + c) * d.KK + p * d.KW + q]);
             const int th = h + d.PH - p * d.DH, tw = x + d.PW - q * d.DW;
             if (!row_ok || th < 0 || tw < 0) continue;
             const int ho = udiv(th, d.div_SH), wo = udiv(tw, d.div_SW);
@@ -80,28 +84,32 @@ struct DataOp {
     }
 };
 
-// grid (N H W / 64, C/G / 64, G), 256 threads.
+// One phase's row (n, i, j) as (n, h, w); false past the phase's rows or the image.
+__device__ __forceinline__ bool phase_row(const BwdDims& d, int r, int& n, int& h, int& x)
+{
+    const int t = udiv(r, d.div_WB), j = r - t * d.WB;
+    n = udiv(t, d.div_HA);
+    h = d.PA + (t - n * d.HA) * d.SH, x = d.PB + j * d.SW;
+    return n < d.N && h < d.H && x < d.W;
+}
+
+// grid (N HA WB / 64, C/G / 64, G) for each phase, 256 threads.
 extern "C" __global__ void __launch_bounds__(THREADS) bwd_data_gemm(elem_t* __restrict__ dx,
     const elem_t* __restrict__ dy, const elem_t* __restrict__ w, const BwdDims d)
 {
-    const int rows = d.N * d.H * d.W;
     DataOp op;
     op.dy = dy, op.w = w, op.d = d, op.g = blockIdx.z;
     op.lane = threadIdx.x % 64, op.depth = threadIdx.x / 64;
-    const int r = blockIdx.x * BM + op.lane;
-    op.row_ok = r < rows;
-    const int rw = udiv(r, d.div_W);
-    op.x = r - rw * d.W, op.n = udiv(rw, d.div_H), op.h = rw - op.n * d.H;
+    op.row_ok = phase_row(d, blockIdx.x * BM + op.lane, op.n, op.h, op.x);
     op.c = blockIdx.y * BN + op.lane;
     op.col_ok = op.c < d.CG;
     float acc[4][4] = {};
-    tile_gemm(op, 0, d.MG * d.KK, acc);
+    tile_gemm(op, 0, d.MG * d.PCOUNT * d.QCOUNT, acc);
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int row = blockIdx.x * BM + 4 * tx + i;
-        if (row >= rows) continue;
-        const int t = udiv(row, d.div_W), col = row - t * d.W, n = udiv(t, d.div_H), h = t - n * d.H;
+        int n, h, col;
+        if (!phase_row(d, blockIdx.x * BM + 4 * tx + i, n, h, col)) continue;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int c = blockIdx.y * BN + 4 * ty + j;
