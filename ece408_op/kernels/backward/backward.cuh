@@ -62,25 +62,42 @@ struct BwdDims {
 // ------------------------------------------------------------------ the tiled GEMM
 // C (BM x BN, float32 in registers) += A (BM x K) B (K x BN) over k in [k_begin, k_end), A and B gathered
 // from the layer by the kernel's ``Op`` (its ``load``: this thread's 4 elements of A and 4 of B for one
-// BK-deep step; its ``stage``: where they go in shared memory). Two shared stages: the next step's
-// global loads are in flight while the current one is multiplied (one barrier a step).
-// Thread (tx, ty) = (tid % 16, tid / 16) computes rows 4 tx .. 4 tx + 3 and columns 4 ty .. 4 ty + 3 (float4
-// reads of shared memory: 2 per 16 FMAs, so the FMA pipe, not shared memory, is the limit).
+// BK-deep step, as they are in memory; its ``stage``: where they go in shared memory, through the Stage's
+// ``a(k, row)`` and ``b(k, col)``). Two shared stages: the next step's global loads are in flight while the
+// current one is multiplied (one barrier a step). A thread holds 16 sums, element e at the block's
+// (tile_row(e), tile_col(e)).
+//   float32 data: FFMA. Thread (tx, ty) = (tid % 16, tid / 16) computes rows 4 tx .. 4 tx + 3 and columns
+//                 4 ty .. 4 ty + 3 (float4 reads of shared memory: 2 per 16 FMAs, so the FMA pipe is the limit).
+//   half data:    the tensor cores (mma.sync m16n8k16, halves in, float32 sums, as cuDNN's half-precision
+//                 convolutions): 8 warps of 32 x 16 (2 x 2 tiles of 16 x 8 a warp); shared tiles row-major
+//                 with the depth contiguous, rows of BK + 8 halves (fragment reads fall on distinct banks).
 #define BM 64
 #define BN 64
 #define BK 16
 #define THREADS 256
-#define PADDED 68          // a shared row: BM (= BN) + 4 floats, 16-byte aligned rows
+#define PADDED 68          // a float32 shared row: BM (= BN) + 4 floats, 16-byte aligned rows
+#define HPITCH 24          // a half shared row: BK + 8 halves
+
+#if ELEM == 0
+struct Stage {
+    float (*A)[PADDED];
+    float (*B)[PADDED];
+    __device__ float& a(int k, int r) const { return A[k][r]; }
+    __device__ float& b(int k, int c) const { return B[k][c]; }
+};
+
+__device__ __forceinline__ int tile_row(int e) { return 4 * (threadIdx.x % 16) + e / 4; }
+__device__ __forceinline__ int tile_col(int e) { return 4 * (threadIdx.x / 16) + e % 4; }
 
 template <class Op>
-__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[4][4])
+__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[16])
 {
     __shared__ __align__(16) float As[2][BK][PADDED];
     __shared__ __align__(16) float Bs[2][BK][PADDED];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    float ra[4], rb[4];
+    elem_t ra[4], rb[4];
     op.load(k_begin, k_end, ra, rb);
-    op.stage(As[0], Bs[0], ra, rb);
+    op.stage(Stage{As[0], Bs[0]}, ra, rb);
     __syncthreads();
     int buf = 0;
     for (int k0 = k_begin; k0 < k_end; k0 += BK) {
@@ -94,10 +111,81 @@ __device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, 
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                for (int j = 0; j < 4; ++j) acc[4 * i + j] = fmaf(av[i], bv[j], acc[4 * i + j]);
         }
-        if (more) op.stage(As[buf ^ 1], Bs[buf ^ 1], ra, rb);
+        if (more) op.stage(Stage{As[buf ^ 1], Bs[buf ^ 1]}, ra, rb);
         __syncthreads();
         buf ^= 1;
     }
 }
+#else
+struct Stage {
+    elem_t (*A)[HPITCH];
+    elem_t (*B)[HPITCH];
+    __device__ elem_t& a(int k, int r) const { return A[r][k]; }
+    __device__ elem_t& b(int k, int c) const { return B[c][k]; }
+};
+
+// element e = (2 i + j) * 4 + c: the warp's 16 x 8 tile (i, j), the accumulator c of mma's layout
+__device__ __forceinline__ int tile_row(int e)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return (warp % 2) * 32 + (e / 8) * 16 + lane / 4 + (e % 4 >= 2) * 8;
+}
+__device__ __forceinline__ int tile_col(int e)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return (warp / 2) * 16 + (e / 4 % 2) * 8 + (lane % 4) * 2 + (e % 2);
+}
+
+__device__ __forceinline__ void mma_16816(float* d, const unsigned a[4], unsigned b0, unsigned b1)
+{
+#if ELEM == 2
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+#endif
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class Op>
+__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[16])
+{
+    __shared__ __align__(16) elem_t As[2][BM][HPITCH];
+    __shared__ __align__(16) elem_t Bs[2][BN][HPITCH];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int wm = (warp % 2) * 32, wn = (warp / 2) * 16;
+    elem_t ra[4], rb[4];
+    op.load(k_begin, k_end, ra, rb);
+    op.stage(Stage{As[0], Bs[0]}, ra, rb);
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+        const bool more = k0 + BK < k_end;
+        if (more) op.load(k0 + BK, k_end, ra, rb);
+        unsigned a[2][4], b[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const elem_t* row = &As[buf][wm + 16 * i + g][2 * t];
+            a[i][0] = *reinterpret_cast<const unsigned*>(row);
+            a[i][1] = *reinterpret_cast<const unsigned*>(row + 8 * HPITCH);
+            a[i][2] = *reinterpret_cast<const unsigned*>(row + 8);
+            a[i][3] = *reinterpret_cast<const unsigned*>(row + 8 * HPITCH + 8);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const elem_t* col = &Bs[buf][wn + 8 * j + g][2 * t];
+            b[j][0] = *reinterpret_cast<const unsigned*>(col);
+            b[j][1] = *reinterpret_cast<const unsigned*>(col + 8);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) mma_16816(&acc[(2 * i + j) * 4], a[i], b[j][0], b[j][1]);
+        if (more) op.stage(Stage{As[buf ^ 1], Bs[buf ^ 1]}, ra, rb);
+        __syncthreads();
+        buf ^= 1;
+    }
+}
+#endif

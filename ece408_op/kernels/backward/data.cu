@@ -57,29 +57,29 @@ struct DataOp {
     int g, n, h, x, c, lane, depth;
     bool row_ok, col_ok;
 
-    __device__ void load(int k0, int k_end, float ra[4], float rb[4]) const
+    __device__ void load(int k0, int k_end, elem_t ra[4], elem_t rb[4]) const
     {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int k = k0 + depth + 4 * i;
-            ra[i] = 0.f, rb[i] = 0.f;
+            ra[i] = 0, rb[i] = 0;
             if (k >= k_end) continue;
             const int tap = udiv(k, d.div_MG), m = g * d.MG + k - tap * d.MG;
             const int tp = udiv(tap, d.div_QCOUNT), p = d.P0 + tp * d.PSTEP, q = d.Q0 + (tap - tp * d.QCOUNT) * d.QSTEP;
-            if (col_ok) rb[i] = to_float(w[(m * d.CG + c) * d.KK + p * d.KW + q]);
+            if (col_ok) rb[i] = w[(m * d.CG + c) * d.KK + p * d.KW + q];
             const int th = h + d.PH - p * d.DH, tw = x + d.PW - q * d.DW;
             if (!row_ok || th < 0 || tw < 0) continue;
             const int ho = udiv(th, d.div_SH), wo = udiv(tw, d.div_SW);
             if (ho * d.SH == th && wo * d.SW == tw && ho < d.HO && wo < d.WO)
-                ra[i] = to_float(dy[((n * d.M + m) * d.HO + ho) * d.WO + wo]);
+                ra[i] = dy[((n * d.M + m) * d.HO + ho) * d.WO + wo];
         }
     }
-    __device__ void stage(float (*As)[PADDED], float (*Bs)[PADDED], const float ra[4], const float rb[4]) const
+    __device__ void stage(const Stage& s, const elem_t ra[4], const elem_t rb[4]) const
     {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            As[depth + 4 * i][lane] = ra[i];
-            Bs[depth + 4 * i][lane] = rb[i];
+            s.a(depth + 4 * i, lane) = ra[i];
+            s.b(depth + 4 * i, lane) = rb[i];
         }
     }
 };
@@ -103,18 +103,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) bwd_data_gemm(elem_t* __re
     op.row_ok = phase_row(d, blockIdx.x * BM + op.lane, op.n, op.h, op.x);
     op.c = blockIdx.y * BN + op.lane;
     op.col_ok = op.c < d.CG;
-    float acc[4][4] = {};
+    float acc[16] = {};
     tile_gemm(op, 0, d.MG * d.PCOUNT * d.QCOUNT, acc);
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int e = 0; e < 16; ++e) {
         int n, h, col;
-        if (!phase_row(d, blockIdx.x * BM + 4 * tx + i, n, h, col)) continue;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int c = blockIdx.y * BN + 4 * ty + j;
-            if (c < d.CG)
-                dx[((n * d.C + blockIdx.z * d.CG + c) * d.H + h) * d.W + col] = from_float(acc[i][j]);
-        }
+        const int c = blockIdx.y * BN + tile_col(e);
+        if (c < d.CG && phase_row(d, blockIdx.x * BM + tile_row(e), n, h, col))
+            dx[((n * d.C + blockIdx.z * d.CG + c) * d.H + h) * d.W + col] = from_float(acc[e]);
     }
 }

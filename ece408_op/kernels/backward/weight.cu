@@ -47,29 +47,29 @@ struct WeightOp {
     int a_row[4];              // m * HO * WO of the 4 rows (-1: past M/G)
     int b_chan[4], b_h[4], b_w[4];    // c * H * W (-1: past C/G KH KW), p DH - PH, q DW - PW of the 4 columns
 
-    __device__ void load(int k0, int k_end, float ra[4], float rb[4]) const
+    __device__ void load(int k0, int k_end, elem_t ra[4], elem_t rb[4]) const
     {
         const int k = k0 + depth;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ra[i] = 0.f, rb[i] = 0.f;
+        for (int i = 0; i < 4; ++i) ra[i] = 0, rb[i] = 0;
         if (k >= k_end) return;
         const int t = udiv(k, d.div_WO), wo = k - t * d.WO, n = udiv(t, d.div_HO), ho = t - n * d.HO;
         const int ybase = n * d.M * d.HO * d.WO + ho * d.WO + wo;
         const int xbase = n * d.C * d.H * d.W;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            if (a_row[i] >= 0) ra[i] = to_float(dy[ybase + a_row[i]]);
+            if (a_row[i] >= 0) ra[i] = dy[ybase + a_row[i]];
             const int h = ho * d.SH + b_h[i], col = wo * d.SW + b_w[i];
             if (b_chan[i] >= 0 && h >= 0 && h < d.H && col >= 0 && col < d.W)
-                rb[i] = to_float(x[xbase + b_chan[i] + h * d.W + col]);
+                rb[i] = x[xbase + b_chan[i] + h * d.W + col];
         }
     }
-    __device__ void stage(float (*As)[PADDED], float (*Bs)[PADDED], const float ra[4], const float rb[4]) const
+    __device__ void stage(const Stage& s, const elem_t ra[4], const elem_t rb[4]) const
     {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            As[depth][lane + 16 * i] = ra[i];
-            Bs[depth][lane + 16 * i] = rb[i];
+            s.a(depth, lane + 16 * i) = ra[i];
+            s.b(depth, lane + 16 * i) = rb[i];
         }
     }
 };
@@ -94,21 +94,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) bwd_weight_splitk(float* _
     const int depth = d.N * d.HO * d.WO, k_begin = split * d.CHUNK;
     const int k_end = min(depth, k_begin + d.CHUNK);
     if (k_begin >= k_end) return;
-    float acc[4][4] = {};
+    float acc[16] = {};
     tile_gemm(op, k_begin, k_end, acc);
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int r = blockIdx.x * BM + 4 * tx + i;
-        if (r >= d.MG) continue;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int c = blockIdx.y * BN + 4 * ty + j;
-            if (c < cols) {
-                float* out = &dw[(g * d.MG + r) * cols + c];
-                if (d.SPLIT == 1) *out = acc[i][j];
-                else atomicAdd(out, acc[i][j]);
-            }
+    for (int e = 0; e < 16; ++e) {
+        const int r = blockIdx.x * BM + tile_row(e), c = blockIdx.y * BN + tile_col(e);
+        if (r < d.MG && c < cols) {
+            float* out = &dw[(g * d.MG + r) * cols + c];
+            if (d.SPLIT == 1) *out = acc[e];
+            else atomicAdd(out, acc[e]);
         }
     }
 }
