@@ -91,3 +91,16 @@ def test_each_stride_phase_takes_exactly_the_taps_that_divide():
                 (sizes["SW"], sizes["PW"], sizes["DW"], sizes["KW"])
             assert [first + step * t for t in range(count)] == [q for q in range(k) if (a + p - q * d) % s == 0]
     assert len(backward.phases(sizes)) == 6
+
+
+def test_the_tile_rule(monkeypatch):
+    big = backward.layer_sizes((64, 256, 56, 56), (512, 256, 1, 1), (2, 2), (0, 0), (1, 1), 1)
+    assert backward.tiles(big, 132) == (128, 128)
+    assert backward.tiles(RESNET_3X3, 132) == (64, 64)               # 64 filters: a 128 tile half empty
+    small = backward.layer_sizes((64, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1), (1, 1), 1)
+    assert backward.tiles(small, 132) == (64, 128)                   # dx: 25 x 4 blocks of 128 < 2 a multiprocessor
+    monkeypatch.setenv(backward.TILE_ENV, "128")
+    assert backward.tiles(DEPTHWISE, 132) == (128, 128)
+    monkeypatch.setenv(backward.TILE_ENV, "96")
+    with pytest.raises(ShapeError, match="64 or 128"):
+        backward.tiles(DEPTHWISE, 132)

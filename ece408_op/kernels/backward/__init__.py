@@ -1,6 +1,7 @@
 """The convolution's backward on the GPU: the data gradient (data.cu), the weight and bias gradients
 (weight.cu), each a plain version (one output element a thread, the course's style) and a fast one (a
-shared-memory tiled implicit GEMM; for dw split over the long N*HO*WO depth, float32 atomics):
+shared-memory tiled implicit GEMM, 64 or 128 square tiles, FFMA for float32 and the tensor cores for
+halves; for dw split over the long N*HO*WO depth, float32 atomics):
 
     call = backward_call(x_shape, w_shape, stride, padding, dilation, groups, "float16")
     call.data(dx_ptr, dy_ptr, w_ptr, stream)      # dx in the data's type
@@ -10,8 +11,9 @@ shared-memory tiled implicit GEMM; for dw split over the long N*HO*WO depth, flo
 Device pointers of NCHW data (ints), queued on ``stream`` (a CUstream handle; PyTorch's current one from
 the front-end, torch/backward.py) without synchronisation. Sums are float32 for every type. Which
 version runs (``versions``: per gradient 'plain', the fast one's name, or None): $ECE408_BACKWARD
-('plain', 'fast'), else the rule of ``choose``. One module per source file and element type, the
-sizes a kernel argument (BwdDims), built through the forward's cache (build.py).
+('plain', 'fast'), else the rule of ``choose`` (and ``tiles``; $ECE408_BACKWARD_TILE 64 or 128 forces one).
+One module per source file, element type and tile, the sizes a kernel argument (BwdDims), built through
+the forward's cache (build.py).
 """
 import math
 import os
@@ -29,11 +31,12 @@ FOLDER = Path(__file__).parent
 SOURCES = {"data": FOLDER / "data.cu", "weight": FOLDER / "weight.cu"}
 ELEMS = {"float32": 0, "float16": 1, "bfloat16": 2}
 BACKWARD_ENV = "ECE408_BACKWARD"        # 'plain': the plain versions everywhere; 'fast': the fast ones
+TILE_ENV = "ECE408_BACKWARD_TILE"       # 64 or 128: the fast versions' tile everywhere (tests)
 VERSIONS = {"data": ("plain", "gemm"), "weight": ("plain", "splitk"), "bias": ("plain", "block")}
 KERNELS = {("data", "plain"): "bwd_data_plain", ("data", "gemm"): "bwd_data_gemm",
            ("weight", "plain"): "bwd_weight_plain", ("weight", "splitk"): "bwd_weight_splitk",
            ("bias", "plain"): "bwd_bias_plain", ("bias", "block"): "bwd_bias_block"}
-TILE, DEPTH, THREADS = 64, 16, 256      # backward.cuh's BM = BN, BK and THREADS
+TILES, DEPTH, THREADS = (64, 128), 16, 256     # backward.cuh's TILE (BM = BN), BK and THREADS
 MAX_INDEX = 2**31 - 1                   # the kernels index x, dy and the weights in 32 bits
 DIMS_FIELDS = ("N", "C", "H", "W", "M", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G", "HO", "WO", "CG",
                "MG", "KK", "SPLIT", "CHUNK", "PA", "PB", "HA", "WB", "P0", "PSTEP", "PCOUNT", "Q0", "QSTEP", "QCOUNT")
@@ -104,11 +107,27 @@ def choose(gradient, sizes, asked=None):
     return asked
 
 
-def split_k(sizes, sms):
+def tiles(sizes, sms):
+    """(dx's TILE, dw's TILE): 128 x 128 blocks (half the loads per product of 64 x 64) where the GEMM's
+    columns (C/G for dx; M/G and C/G*KH*KW for dw) fill them and, for dx, the layer still makes two blocks
+    a multiprocessor (dw's split-K makes its own); else 64 x 64."""
+    forced = os.environ.get(TILE_ENV, "").strip()
+    if forced:
+        if forced not in ("64", "128"):
+            raise ShapeError(f"${TILE_ENV} is {forced!r}: 64 or 128")
+        return int(forced), int(forced)
+    s = sizes
+    rows = s["N"] * -(-s["H"] // s["SH"]) * -(-s["W"] // s["SW"])
+    data = 128 if s["CG"] >= 128 and math.ceil(rows / 128) * math.ceil(s["CG"] / 128) * s["G"] >= 2 * sms else 64
+    weight = 128 if s["MG"] >= 128 and s["CG"] * s["KK"] >= 128 else 64
+    return data, weight
+
+
+def split_k(sizes, sms, tile=64):
     """(SPLIT, CHUNK) of the split-K dw: enough blocks for about 4 per multiprocessor, each block's share of
     the N*HO*WO depth a multiple of the step (16) and at least 256 deep, at most 65535 blocks in z."""
     depth = sizes["N"] * sizes["HO"] * sizes["WO"]
-    tiles = math.ceil(sizes["MG"] / TILE) * math.ceil(sizes["CG"] * sizes["KK"] / TILE) * sizes["G"]
+    tiles = math.ceil(sizes["MG"] / tile) * math.ceil(sizes["CG"] * sizes["KK"] / tile) * sizes["G"]
     split = max(1, min(math.ceil(4 * sms / tiles), depth // 256, 65535 // sizes["G"]))
     chunk = math.ceil(math.ceil(depth / split) / DEPTH) * DEPTH
     return math.ceil(depth / chunk), chunk
@@ -123,21 +142,24 @@ class BackwardCall:
         self.versions = {g: choose(g, sizes, versions.get(g)) for g in VERSIONS}
         with device.active():
             sms = device.device.get_attribute(device.cuda.device_attribute.MULTIPROCESSOR_COUNT)
-            defines = (("ELEM", ELEMS[dtype]),)
-            modules = {name: device.module(ModuleSpec(path, defines)) for name, path in SOURCES.items()}
-            self.kernels = {g: modules["data" if g == "data" else "weight"].get_function(KERNELS[g, v])
-                            for g, v in self.versions.items()}
+            dt, wt = self.tiles = tiles(sizes, sms)
+            tile = {"data": dt if self.versions["data"] == "gemm" else 64,
+                    "weight": wt if self.versions["weight"] == "splitk" else 64, "bias": 64}
+            self.kernels = {}
+            for g, v in self.versions.items():
+                spec = ModuleSpec(SOURCES["data" if g == "data" else "weight"],
+                                  (("ELEM", ELEMS[dtype]), ("TILE", tile[g])))
+                self.kernels[g] = device.module(spec).get_function(KERNELS[g, v])
         s = sizes
         self.dims = pack_dims(s)
-        self.split = split_k(s, sms) if self.versions["weight"] == "splitk" else (1, 0)
+        self.split = split_k(s, sms, wt) if self.versions["weight"] == "splitk" else (1, 0)
         self.weight_dims = pack_dims(s, *self.split)
-        cols = math.ceil(s["CG"] * s["KK"] / TILE)
         phase_rows = s["N"] * -(-s["H"] // s["SH"]) * -(-s["W"] // s["SW"])
         grids = {
             ("data", "plain"): (math.ceil(s["N"] * s["C"] * s["H"] * s["W"] / THREADS), 1, 1),
-            ("data", "gemm"): (math.ceil(phase_rows / TILE), math.ceil(s["CG"] / TILE), s["G"]),
+            ("data", "gemm"): (math.ceil(phase_rows / dt), math.ceil(s["CG"] / dt), s["G"]),
             ("weight", "plain"): (math.ceil(s["M"] * s["CG"] * s["KK"] / THREADS), 1, 1),
-            ("weight", "splitk"): (math.ceil(s["MG"] / TILE), cols, s["G"] * self.split[0]),
+            ("weight", "splitk"): (math.ceil(s["MG"] / wt), math.ceil(s["CG"] * s["KK"] / wt), s["G"] * self.split[0]),
             ("bias", "plain"): (math.ceil(s["M"] / THREADS), 1, 1),
             ("bias", "block"): (s["M"], 1, 1)}
         # per gradient, its launches: (packed sizes, grid); the GEMM dx one per stride phase
@@ -176,7 +198,7 @@ def backward_call(x_shape, w_shape, stride, padding, dilation, groups, dtype="fl
     """The BackwardCall of this layer (cached by its shapes, type, device, versions asked and
     $ECE408_BACKWARD); a ShapeError where the kernels cannot run it. ``versions``: {gradient: version}."""
     key = (tuple(x_shape), tuple(w_shape), tuple(stride), tuple(padding), tuple(dilation), int(groups), dtype,
-           device, tuple(sorted((versions or {}).items())), os.environ.get(BACKWARD_ENV))
+           device, tuple(sorted((versions or {}).items())), os.environ.get(BACKWARD_ENV), os.environ.get(TILE_ENV))
     call = _calls.get(key)
     if call is None:
         if dtype not in ELEMS:

@@ -65,18 +65,26 @@ struct BwdDims {
 // BK-deep step, as they are in memory; its ``stage``: where they go in shared memory, through the Stage's
 // ``a(k, row)`` and ``b(k, col)``). Two shared stages: the next step's global loads are in flight while the
 // current one is multiplied (one barrier a step). A thread holds 16 sums, element e at the block's
-// (tile_row(e), tile_col(e)).
-//   float32 data: FFMA. Thread (tx, ty) = (tid % 16, tid / 16) computes rows 4 tx .. 4 tx + 3 and columns
-//                 4 ty .. 4 ty + 3 (float4 reads of shared memory: 2 per 16 FMAs, so the FMA pipe is the limit).
+// (tile_row(e), tile_col(e)); TILE * TILE / 256 of them (16 or 64).
+//   float32 data: FFMA. Thread (tx, ty) = (tid % 16, tid / 16) computes rows 4 tx .. 4 tx + 3 (+ 64) and columns
+//                 4 ty .. 4 ty + 3 (+ 64) (float4 reads of shared memory: 2 per 16 FMAs, so the FMA pipe is the
+//                 limit; the 128 tile halves the global and shared loads per product).
 //   half data:    the tensor cores (mma.sync m16n8k16, halves in, float32 sums, as cuDNN's half-precision
-//                 convolutions): 8 warps of 32 x 16 (2 x 2 tiles of 16 x 8 a warp); shared tiles row-major
-//                 with the depth contiguous, rows of BK + 8 halves (fragment reads fall on distinct banks).
-#define BM 64
-#define BN 64
+//                 convolutions): 8 warps of TILE/2 x TILE/4 (MI x NI tiles of 16 x 8 a warp); shared tiles
+//                 row-major with the depth contiguous, rows of BK + 8 halves (fragment reads on distinct banks).
+#ifndef TILE
+#define TILE 64            // the block's rows and columns: 64 or 128 (the launcher's choice per layer)
+#endif
+#define BM TILE
+#define BN TILE
 #define BK 16
 #define THREADS 256
-#define PADDED 68          // a float32 shared row: BM (= BN) + 4 floats, 16-byte aligned rows
+#define LOADS (TILE * BK / THREADS)   // elements of A (and of B) a thread loads a step: 4 or 8
+#define TPT (TILE / 16)    // FFMA: rows (and columns) a thread computes, float4 groups 64 apart: 4 or 8
+#define PADDED (TILE + 4)  // a float32 shared row: 16-byte aligned rows
 #define HPITCH 24          // a half shared row: BK + 8 halves
+#define MI (TILE / 32)     // mma: a warp's 16-row tiles (its TILE/2 rows) and 8-column tiles (TILE/4 columns)
+#define NI (TILE / 32)
 
 #if ELEM == 0
 struct Stage {
@@ -86,16 +94,16 @@ struct Stage {
     __device__ float& b(int k, int c) const { return B[k][c]; }
 };
 
-__device__ __forceinline__ int tile_row(int e) { return 4 * (threadIdx.x % 16) + e / 4; }
-__device__ __forceinline__ int tile_col(int e) { return 4 * (threadIdx.x / 16) + e % 4; }
+__device__ __forceinline__ int tile_row(int e) { return e / TPT / 4 * 64 + 4 * (threadIdx.x % 16) + e / TPT % 4; }
+__device__ __forceinline__ int tile_col(int e) { return e % TPT / 4 * 64 + 4 * (threadIdx.x / 16) + e % 4; }
 
 template <class Op>
-__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[16])
+__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[TPT * TPT])
 {
     __shared__ __align__(16) float As[2][BK][PADDED];
     __shared__ __align__(16) float Bs[2][BK][PADDED];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    elem_t ra[4], rb[4];
+    elem_t ra[LOADS], rb[LOADS];
     op.load(k_begin, k_end, ra, rb);
     op.stage(Stage{As[0], Bs[0]}, ra, rb);
     __syncthreads();
@@ -105,13 +113,18 @@ __device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, 
         if (more) op.load(k0 + BK, k_end, ra, rb);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            const float4 a = *reinterpret_cast<const float4*>(&As[buf][kk][4 * tx]);
-            const float4 b = *reinterpret_cast<const float4*>(&Bs[buf][kk][4 * ty]);
-            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+            float av[TPT], bv[TPT];
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int h = 0; h < TPT / 4; ++h) {
+                const float4 a = *reinterpret_cast<const float4*>(&As[buf][kk][64 * h + 4 * tx]);
+                const float4 b = *reinterpret_cast<const float4*>(&Bs[buf][kk][64 * h + 4 * ty]);
+                av[4 * h] = a.x, av[4 * h + 1] = a.y, av[4 * h + 2] = a.z, av[4 * h + 3] = a.w;
+                bv[4 * h] = b.x, bv[4 * h + 1] = b.y, bv[4 * h + 2] = b.z, bv[4 * h + 3] = b.w;
+            }
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[4 * i + j] = fmaf(av[i], bv[j], acc[4 * i + j]);
+            for (int i = 0; i < TPT; ++i)
+#pragma unroll
+                for (int j = 0; j < TPT; ++j) acc[TPT * i + j] = fmaf(av[i], bv[j], acc[TPT * i + j]);
         }
         if (more) op.stage(Stage{As[buf ^ 1], Bs[buf ^ 1]}, ra, rb);
         __syncthreads();
@@ -126,16 +139,16 @@ struct Stage {
     __device__ elem_t& b(int k, int c) const { return B[c][k]; }
 };
 
-// element e = (2 i + j) * 4 + c: the warp's 16 x 8 tile (i, j), the accumulator c of mma's layout
+// element e = (NI i + j) * 4 + c: the warp's 16 x 8 tile (i, j), the accumulator c of mma's layout
 __device__ __forceinline__ int tile_row(int e)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    return (warp % 2) * 32 + (e / 8) * 16 + lane / 4 + (e % 4 >= 2) * 8;
+    return (warp % 2) * (TILE / 2) + (e / (4 * NI)) * 16 + lane / 4 + (e % 4 >= 2) * 8;
 }
 __device__ __forceinline__ int tile_col(int e)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    return (warp / 2) * 16 + (e / 4 % 2) * 8 + (lane % 4) * 2 + (e % 2);
+    return (warp / 2) * (TILE / 4) + (e / 4 % NI) * 8 + (lane % 4) * 2 + (e % 2);
 }
 
 __device__ __forceinline__ void mma_16816(float* d, const unsigned a[4], unsigned b0, unsigned b1)
@@ -150,13 +163,13 @@ __device__ __forceinline__ void mma_16816(float* d, const unsigned a[4], unsigne
 }
 
 template <class Op>
-__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[16])
+__device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, float acc[MI * NI * 4])
 {
     __shared__ __align__(16) elem_t As[2][BM][HPITCH];
     __shared__ __align__(16) elem_t Bs[2][BN][HPITCH];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int wm = (warp % 2) * 32, wn = (warp / 2) * 16;
-    elem_t ra[4], rb[4];
+    const int wm = (warp % 2) * (TILE / 2), wn = (warp / 2) * (TILE / 4);
+    elem_t ra[LOADS], rb[LOADS];
     op.load(k_begin, k_end, ra, rb);
     op.stage(Stage{As[0], Bs[0]}, ra, rb);
     __syncthreads();
@@ -164,9 +177,9 @@ __device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, 
     for (int k0 = k_begin; k0 < k_end; k0 += BK) {
         const bool more = k0 + BK < k_end;
         if (more) op.load(k0 + BK, k_end, ra, rb);
-        unsigned a[2][4], b[2][2];
+        unsigned a[MI][4], b[NI][2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < MI; ++i) {
             const elem_t* row = &As[buf][wm + 16 * i + g][2 * t];
             a[i][0] = *reinterpret_cast<const unsigned*>(row);
             a[i][1] = *reinterpret_cast<const unsigned*>(row + 8 * HPITCH);
@@ -174,18 +187,20 @@ __device__ __forceinline__ void tile_gemm(const Op& op, int k_begin, int k_end, 
             a[i][3] = *reinterpret_cast<const unsigned*>(row + 8 * HPITCH + 8);
         }
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < NI; ++j) {
             const elem_t* col = &Bs[buf][wn + 8 * j + g][2 * t];
             b[j][0] = *reinterpret_cast<const unsigned*>(col);
             b[j][1] = *reinterpret_cast<const unsigned*>(col + 8);
         }
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) mma_16816(&acc[(2 * i + j) * 4], a[i], b[j][0], b[j][1]);
+            for (int j = 0; j < NI; ++j) mma_16816(&acc[(NI * i + j) * 4], a[i], b[j][0], b[j][1]);
         if (more) op.stage(Stage{As[buf ^ 1], Bs[buf ^ 1]}, ra, rb);
         __syncthreads();
         buf ^= 1;
     }
 }
 #endif
+
+#define ACC (TILE * TILE / THREADS)   // the sums a thread holds: 16 or 64

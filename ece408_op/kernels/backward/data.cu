@@ -7,7 +7,7 @@
 //   bwd_data_gemm    implicit GEMM per group and stride phase: dx (N H W x C/G) = A (N H W x M/G KH KW) B,
 //                    A[(n,h,w)][(p,q,m)] = dy[n][m][(h + PH - p DH) / SH][(w + PW - q DW) / SW] where that
 //                    divides and exists (else 0), B[(p,q,m)][c] = w[m][c][p][q]; 64 x 64 tiles in shared
-//                    memory, 4 x 4 per thread (backward.cuh: tile_gemm), sums in float32, dx in the data's
+//                    memory (128 x 128 for large layers; backward.cuh: tile_gemm), sums in float32, dx in the data's
 //                    type. A stride of SH x SW makes SH SW phases (h mod SH, w mod SW), each launched alone
 //                    over its own rows and only the taps that divide for it (p DH = h + PH mod SH): with
 //                    every tap over every row, 3/4 of a stride-2 layer's products were zeros (its dx ran
@@ -48,8 +48,8 @@ extern "C" __global__ void bwd_data_plain(elem_t* __restrict__ dx, const elem_t*
     dx[i] = from_float(acc);
 }
 
-// The gathers of bwd_data_gemm: thread t loads A's row t % 64 and B's column t % 64 at the depths
-// t / 64 + 4 i of a step (consecutive threads: consecutive positions of dy, coalesced).
+// The gathers of bwd_data_gemm: thread t loads A's row t % TILE and B's column t % TILE at the depths
+// t / TILE + (256 / TILE) i of a step (consecutive threads: consecutive positions of dy, coalesced).
 struct DataOp {
     const elem_t* dy;
     const elem_t* w;
@@ -57,11 +57,11 @@ struct DataOp {
     int g, n, h, x, c, lane, depth;
     bool row_ok, col_ok;
 
-    __device__ void load(int k0, int k_end, elem_t ra[4], elem_t rb[4]) const
+    __device__ void load(int k0, int k_end, elem_t ra[LOADS], elem_t rb[LOADS]) const
     {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int k = k0 + depth + 4 * i;
+        for (int i = 0; i < LOADS; ++i) {
+            const int k = k0 + depth + (THREADS / TILE) * i;
             ra[i] = 0, rb[i] = 0;
             if (k >= k_end) continue;
             const int tap = udiv(k, d.div_MG), m = g * d.MG + k - tap * d.MG;
@@ -74,12 +74,12 @@ struct DataOp {
                 ra[i] = dy[((n * d.M + m) * d.HO + ho) * d.WO + wo];
         }
     }
-    __device__ void stage(const Stage& s, const elem_t ra[4], const elem_t rb[4]) const
+    __device__ void stage(const Stage& s, const elem_t ra[LOADS], const elem_t rb[LOADS]) const
     {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            s.a(depth + 4 * i, lane) = ra[i];
-            s.b(depth + 4 * i, lane) = rb[i];
+        for (int i = 0; i < LOADS; ++i) {
+            s.a(depth + (THREADS / TILE) * i, lane) = ra[i];
+            s.b(depth + (THREADS / TILE) * i, lane) = rb[i];
         }
     }
 };
@@ -93,20 +93,20 @@ __device__ __forceinline__ bool phase_row(const BwdDims& d, int r, int& n, int& 
     return n < d.N && h < d.H && x < d.W;
 }
 
-// grid (N HA WB / 64, C/G / 64, G) for each phase, 256 threads.
+// grid (N HA WB / TILE, C/G / TILE, G) for each phase, 256 threads.
 extern "C" __global__ void __launch_bounds__(THREADS) bwd_data_gemm(elem_t* __restrict__ dx,
     const elem_t* __restrict__ dy, const elem_t* __restrict__ w, const BwdDims d)
 {
     DataOp op;
     op.dy = dy, op.w = w, op.d = d, op.g = blockIdx.z;
-    op.lane = threadIdx.x % 64, op.depth = threadIdx.x / 64;
+    op.lane = threadIdx.x % TILE, op.depth = threadIdx.x / TILE;
     op.row_ok = phase_row(d, blockIdx.x * BM + op.lane, op.n, op.h, op.x);
     op.c = blockIdx.y * BN + op.lane;
     op.col_ok = op.c < d.CG;
-    float acc[16] = {};
+    float acc[ACC] = {};
     tile_gemm(op, 0, d.MG * d.PCOUNT * d.QCOUNT, acc);
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {
+    for (int e = 0; e < ACC; ++e) {
         int n, h, col;
         const int c = blockIdx.y * BN + tile_col(e);
         if (c < d.CG && phase_row(d, blockIdx.x * BM + tile_row(e), n, h, col))

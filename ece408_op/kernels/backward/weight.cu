@@ -4,7 +4,7 @@
 //   bwd_weight_plain   one thread per dw element: its sum over n, ho, wo of dy[n][m][ho][wo] x
 //                      x[n][c][ho SH + p DH - PH][wo SW + q DW - PW]; float32 dw
 //   bwd_weight_splitk  GEMM per group: dw (M/G x C/G KH KW) = A (M/G x N HO WO) B, A = dy, B[(n,ho,wo)][(c,p,q)]
-//                      the input under the window (0 in the padding); 64 x 64 tiles in shared memory
+//                      the input under the window (0 in the padding); 64 x 64 (or 128 x 128) tiles in shared memory
 //                      (backward.cuh: tile_gemm) and the long N HO WO depth split over SPLIT blocks (split-K)
 //                      whose float32 sums are added into dw by atomics (the caller zeroes dw first)
 //   bwd_bias_plain     one thread per filter
@@ -38,43 +38,44 @@ extern "C" __global__ void bwd_weight_plain(float* __restrict__ dw, const elem_t
 }
 
 // The gathers of bwd_weight_splitk: thread t loads depth t % 16 of a step (consecutive threads: consecutive
-// output positions, so dy and x are read along their rows) for A's rows and B's columns t / 16 + 16 i.
+// output positions, so dy and x are read along their rows) for A's rows and B's columns t / 16 + 16 i
+// (i < LOADS).
 struct WeightOp {
     const elem_t* dy;
     const elem_t* x;
     BwdDims d;
     int depth, lane;
-    int a_row[4];              // m * HO * WO of the 4 rows (-1: past M/G)
-    int b_chan[4], b_h[4], b_w[4];    // c * H * W (-1: past C/G KH KW), p DH - PH, q DW - PW of the 4 columns
+    int a_row[LOADS];          // m * HO * WO of its rows (-1: past M/G)
+    int b_chan[LOADS], b_h[LOADS], b_w[LOADS];  // c * H * W (-1: past C/G KH KW), p DH - PH, q DW - PW of its columns
 
-    __device__ void load(int k0, int k_end, elem_t ra[4], elem_t rb[4]) const
+    __device__ void load(int k0, int k_end, elem_t ra[LOADS], elem_t rb[LOADS]) const
     {
         const int k = k0 + depth;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ra[i] = 0, rb[i] = 0;
+        for (int i = 0; i < LOADS; ++i) ra[i] = 0, rb[i] = 0;
         if (k >= k_end) return;
         const int t = udiv(k, d.div_WO), wo = k - t * d.WO, n = udiv(t, d.div_HO), ho = t - n * d.HO;
         const int ybase = n * d.M * d.HO * d.WO + ho * d.WO + wo;
         const int xbase = n * d.C * d.H * d.W;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < LOADS; ++i) {
             if (a_row[i] >= 0) ra[i] = dy[ybase + a_row[i]];
             const int h = ho * d.SH + b_h[i], col = wo * d.SW + b_w[i];
             if (b_chan[i] >= 0 && h >= 0 && h < d.H && col >= 0 && col < d.W)
                 rb[i] = x[xbase + b_chan[i] + h * d.W + col];
         }
     }
-    __device__ void stage(const Stage& s, const elem_t ra[4], const elem_t rb[4]) const
+    __device__ void stage(const Stage& s, const elem_t ra[LOADS], const elem_t rb[LOADS]) const
     {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < LOADS; ++i) {
             s.a(depth, lane + 16 * i) = ra[i];
             s.b(depth, lane + 16 * i) = rb[i];
         }
     }
 };
 
-// grid (M/G / 64, C/G KH KW / 64, G SPLIT), 256 threads; dw zeroed by the caller.
+// grid (M/G / TILE, C/G KH KW / TILE, G SPLIT), 256 threads; dw zeroed by the caller.
 extern "C" __global__ void __launch_bounds__(THREADS) bwd_weight_splitk(float* __restrict__ dw,
     const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const BwdDims d)
 {
@@ -83,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) bwd_weight_splitk(float* _
     op.dy = dy, op.x = x, op.d = d;
     op.depth = threadIdx.x % 16, op.lane = threadIdx.x / 16;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < LOADS; ++i) {
         const int r = blockIdx.x * BM + op.lane + 16 * i;
         op.a_row[i] = r < d.MG ? (g * d.MG + r) * d.HO * d.WO : -1;
         const int c = blockIdx.y * BN + op.lane + 16 * i;
@@ -94,10 +95,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) bwd_weight_splitk(float* _
     const int depth = d.N * d.HO * d.WO, k_begin = split * d.CHUNK;
     const int k_end = min(depth, k_begin + d.CHUNK);
     if (k_begin >= k_end) return;
-    float acc[16] = {};
+    float acc[ACC] = {};
     tile_gemm(op, k_begin, k_end, acc);
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {
+    for (int e = 0; e < ACC; ++e) {
         const int r = blockIdx.x * BM + tile_row(e), c = blockIdx.y * BN + tile_col(e);
         if (r < d.MG && c < cols) {
             float* out = &dw[(g * d.MG + r) * cols + c];
