@@ -107,12 +107,13 @@ def markdown(steps, rows):
         lines.append(f"| {s['network']} | {s['batch']} | {s['dtype']} | {'NHWC' if s['channels_last'] else 'NCHW'} | "
                      f"{s['ours_s'] * 1e3:.1f} | {s['cudnn_s'] * 1e3:.1f} | {s['ratio']:.2f} |")
     if rows:
-        lines += ["", "| x | weights | stride | count | versions | dx ms | cuDNN dx | ratio | dw ms | cuDNN dw | ratio |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| x | weights | stride | count | versions | dx ms | cuDNN dx | ratio | dw ms | cuDNN dw "
+                  "| ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
+            ms = [f"{r[k] * 1e3:.3f}" for k in ("dx_ours", "dx_cudnn", "dw_ours", "dw_cudnn")]
             lines.append(f"| {'x'.join(map(str, r['x']))} | {'x'.join(map(str, r['w']))} | {r['stride'][0]} | "
-                         f"{r['count']} | {r['versions']} | {r['dx_ours'] * 1e3:.3f} | {r['dx_cudnn'] * 1e3:.3f} | "
-                         f"{r['dx_ratio']:.2f} | {r['dw_ours'] * 1e3:.3f} | {r['dw_cudnn'] * 1e3:.3f} | {r['dw_ratio']:.2f} |")
+                         f"{r['count']} | {r['versions']} | {ms[0]} | {ms[1]} | {r['dx_ratio']:.2f} | {ms[2]} | "
+                         f"{ms[3]} | {r['dw_ratio']:.2f} |")
     return "\n".join(lines)
 
 

@@ -28,7 +28,8 @@ def _random_layers(count=14, seed=49):
     """(x shape, conv kwargs): seeded general layers, odd sizes; every feature at least once."""
     rnd = random.Random(seed)
     layers = [((2, 8, 13, 11), dict(in_channels=8, out_channels=8, kernel_size=3, padding=1, groups=8)),    # depthwise
-              ((3, 20, 9, 15), dict(in_channels=20, out_channels=36, kernel_size=(3, 1), stride=(2, 1), padding=(1, 0))),
+              ((3, 20, 9, 15), dict(in_channels=20, out_channels=36, kernel_size=(3, 1), stride=(2, 1),
+                                    padding=(1, 0))),
               ((2, 32, 17, 17), dict(in_channels=32, out_channels=70, kernel_size=5, stride=2, dilation=2, padding=3)),
               ((1, 64, 7, 7), dict(in_channels=64, out_channels=128, kernel_size=1, stride=2))]
     while len(layers) < count:
