@@ -17,10 +17,10 @@ dictionary look-up and the launches. CPU tensors run the project's CPU path (thr
 
 Training: while autograd records and the input, the weight or the bias requires grad, the forward
 runs on the kernels as above inside an ``autograd.Function`` whose backward gives the input, weight
-and bias gradients PyTorch asks for (``needs_input_grad``): float32 CPU tensors on the project's
-CPU backward (conv/backward.py), CUDA tensors and other types on PyTorch's own gradient operators
-(``torch.nn.grad``: cuDNN) until the backward kernel versions exist; torch.compile trains through the
-registered operator's autograd formula, the same backward. Errors follow PyTorch's: a wrong dtype is a TypeError, wrong shapes
+and bias gradients PyTorch asks for (``needs_input_grad``; torch/backward.py): float32 CPU tensors on
+the project's CPU backward (conv/backward.py), float32/float16/bfloat16 CUDA tensors on the project's
+backward kernels (kernels/backward/), other types on PyTorch's own gradient operators (``torch.nn.grad``);
+torch.compile trains through the registered operator's autograd formula, on torch.nn.grad (cuDNN). Errors follow PyTorch's: a wrong dtype is a TypeError, wrong shapes
 and devices RuntimeErrors with PyTorch's wording, a bad ``kernel=`` a ValueError.
 
 Every layer ``F.conv2d`` runs runs here too: a layer no kernel version takes (say, half-precision groups
@@ -60,6 +60,7 @@ from torch import nn
 from ..conv import ConvSpec, conv2d_forward_cpu
 from ..errors import Ece408Error, GpuError, ShapeError
 from ..kernels import layer_call, parse_precision, parse_version
+from .backward import gradients as _gradients
 from .data import (KERNEL_DTYPES, auto_precision, autocast_dtype, autocast_on, cast_for_autocast, cast_traced,
                    channels_last, tf32_flag)
 
@@ -99,34 +100,6 @@ def _records(input, weight, bias):
     """Whether autograd records this call: grad enabled and a tensor that requires grad."""
     return torch.is_grad_enabled() and (getattr(input, "requires_grad", False) or weight.requires_grad or
                                         bias is not None and bias.requires_grad)
-
-
-def _gradients(needs, input, weight, bias, grad, stride, padding, dilation, groups, ours=True):
-    """(d input, d weight, d bias) of the convolution for the output's gradient ``grad``, each None where
-    ``needs`` (PyTorch's needs_input_grad for the three) does not ask for it. ``ours``: float32 CPU tensors
-    on the project's CPU backward (False under torch.compile, which traces PyTorch's operators only).
-    Computed in the gradient's type (autocast: y's); autograd casts each to its tensor's type."""
-    unbatched = input.dim() == 3
-    x, g = (input.unsqueeze(0), grad.unsqueeze(0)) if unbatched else (input, grad)
-    if not any(needs[:3]):
-        return None, None, None
-    if ours and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32 and \
-            g.dtype == torch.float32:
-        from ..conv.backward import conv2d_backward_cpu
-        spec = ConvSpec(num_filter=int(weight.shape[0]), kernel=tuple(weight.shape[2:]), stride=tuple(stride),
-                        pad=tuple(padding), dilate=tuple(dilation), num_group=int(groups), no_bias=bias is None)
-        numpy = lambda t: t.detach().contiguous().numpy()            # noqa: E731
-        dx, dw, db = conv2d_backward_cpu(numpy(g), numpy(x), numpy(weight), spec,
-                                         (needs[0], needs[1], bool(needs[2]) and bias is not None))
-        dx, dw, db = (None if a is None else torch.from_numpy(a) for a in (dx, dw, db))
-    else:
-        x, w = x.to(g.dtype), weight.to(g.dtype)
-        dx = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation, groups) if needs[0] else None
-        dw = torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation, groups) if needs[1] else None
-        db = g.sum(dim=(0, 2, 3)) if needs[2] and bias is not None else None
-    if dx is not None and unbatched:
-        dx = dx[0]
-    return dx, dw, db
 
 
 class _Trained(torch.autograd.Function):

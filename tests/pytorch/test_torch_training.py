@@ -1,7 +1,7 @@
 """Training through the PyTorch drop-in (ece408_op.torch, issue 49's PyTorch slice): while autograd
 records, the forward runs on the kernels and the backward gives the input, weight and bias gradients
-nn.Conv2d gives (float32 CPU tensors: the project's CPU backward, conv/backward.py; CUDA: PyTorch's
-gradient operators for now); gradcheck in float64; only what autograd asks for is computed; a few SGD
+nn.Conv2d gives (float32 CPU tensors: the project's CPU backward, conv/backward.py; CUDA: the project's
+backward kernels, kernels/backward/, tests/pytorch/test_gpu_backward.py); gradcheck in float64; only what autograd asks for is computed; a few SGD
 steps of a small network equal nn.Conv2d's; torch.compile trains through the registered operator."""
 import pytest
 
