@@ -118,7 +118,8 @@ def markdown(steps, rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.training")
+    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.training", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--network", default="resnet50")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--dtype", choices=DTYPES, action="append")
