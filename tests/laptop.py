@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from suitekit import ROOT
 
 
 def source_copy(tmp_path):

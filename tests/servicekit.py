@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from services import Postgres, Unavailable, free_port
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (debug|info|warning|error) [a-z_.]+( |$)")

@@ -1,7 +1,7 @@
 """Concurrent writers of the records database, for the submit and grade tests."""
 import subprocess
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 
 WRITER = """
 import sys

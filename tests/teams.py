@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 
 from ece408_op.tasks.conv import SOLUTIONS
 from ece408_op.team import project

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, python_command, require_mxnet, run_script
+from suitekit import ROOT, SCRIPTS, python_command, require_mxnet, run_script
 from ece408_op.cli import COMMANDS, main
 from ece408_op.cli.errors import ArgumentParser, report
 from ece408_op.errors import DataError, UsageError

@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import ROOT, python_command, require_mxnet, run_script
+from suitekit import ROOT, python_command, require_mxnet, run_script
 from ece408_op import kernels
 from ece408_op.errors import GpuError
 

@@ -5,7 +5,7 @@ import re
 import subprocess
 import time
 
-from conftest import python_command
+from suitekit import python_command
 from ece408_op.cli.breakdown import START_UP, Breakdown, link_seconds, pages_seconds, process_age
 from ece408_op.kernels.hostcopy.records import Record
 

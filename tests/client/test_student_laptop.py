@@ -131,7 +131,7 @@ def test_an_install_runs_here_where_mxnet_is_found_whatever_else_it_lacks(tmp_pa
     """The GPU machine's kit brings MXNet without Numba: submit and ranking run here there. Only an
     install without MXNet (a laptop's) goes to the service for want of local runs."""
     import sys as _sys
-    from conftest import ROOT, python_command
+    from suitekit import ROOT, python_command
     code = (f"import sys; sys.modules[{blocked!r}] = None\n"
             "from ece408_op.cli.remote import where\n"
             "print(*where(['--submit', 'm2', '--db', 'x.db']))")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from ece408_op.conv.spec import ConvSpec, infer_shapes
 from ece408_op.errors import Ece408Error, ShapeError
 
@@ -56,7 +56,7 @@ def test_shape_inference_raises_only_shape_error(m, kernel, stride, pad, groups,
 
 @pytest.fixture(scope="module")
 def op_module():
-    from conftest import require_mxnet
+    from suitekit import require_mxnet
     return require_mxnet()
 
 

@@ -77,7 +77,7 @@ def test_train_through_ece408_conv_reaches_the_builtins_accuracy(tmp_path):
     ece408_conv's forward and backward; the checkpoint's accuracy on the 10,000 test images (real
     inference) within half a point of the same recipe through MXNet's Convolution."""
     import json
-    from conftest import python_command
+    from suitekit import python_command
     import subprocess
     found = {}
     for flag in ([], ["--custom"]):

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from ece408_op.conv import ConvSpec, conv2d_forward_cpu, direct, numba_env, reference_and_bound
 
 pytestmark = pytest.mark.skipif(not direct.available(), reason=f"Numba unavailable: {numba_env.unavailable()}")
@@ -240,8 +240,8 @@ def test_winograd_runs_only_when_asked_and_only_where_it_can():
 
 @pytest.mark.slow                                   # measured 9 s (loaded machine)
 def test_winograd_error_follows_the_tile_not_the_window():
-    # Why it is opt-in (as the GPU's v12): zero 3x3 windows inside tiles of large values (conftest's case).
-    from conftest import striped_winograd_case
+    # Why it is opt-in (as the GPU's v12): zero 3x3 windows inside tiles of large values (suitekit's case).
+    from suitekit import striped_winograd_case
     spec, x, k, ref, bound = striped_winograd_case()
     direct_y = conv2d_forward_cpu(x, k, None, spec)
     wino = conv2d_forward_cpu(x, k, None, spec, kernel="fast")
@@ -251,7 +251,7 @@ def test_winograd_error_follows_the_tile_not_the_window():
 
 
 def test_operator_takes_cpu_kernel_and_reports_a_bad_one(rng):
-    from conftest import require_mxnet
+    from suitekit import require_mxnet
     op = require_mxnet("ece408_op.mx.op")
     mx = op.mx
     spec, x, k, bias = _layer(rng, 2, 32, 18, 18, 16, dict(kernel=3, pad=1, no_bias=False))

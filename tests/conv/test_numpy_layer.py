@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import assert_close, resident_pages
+from suitekit import assert_close, resident_pages
 from ece408_op.conv import (conv2d_forward_cpu, conv2d_forward_reference, output_shape, parallel_copy,
                             reference_and_bound,
                             parallel_zero, parse_kernel)

@@ -244,7 +244,7 @@ def test_url_fetch_rejects_checksum_mismatch_and_404(tmp_path, served):
 
 
 def test_fetch_script_reports_present_data(tmp_path):
-    from conftest import run_script
+    from suitekit import run_script
     _write_split(tmp_path, "test", 2)
     _write_split(tmp_path, "train", 2)
     result = run_script("fetch_data.py", "--dest", tmp_path)

@@ -236,7 +236,7 @@ argv_lists = st.lists(st.one_of(st.sampled_from(MILESTONE_TOKENS), st.text(max_s
 
 @given(argv_lists, st.booleans())
 def test_milestone_parse_args_random_argv(argv, gpu):
-    from conftest import require_mxnet
+    from suitekit import require_mxnet
     require_mxnet("ece408_op.mx.models")
     from ece408_op.cli.milestone import MAX_SIZE, parse_args
     with no_hang():

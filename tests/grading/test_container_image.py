@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from suitekit import ROOT
 from teams import FORKS, PLAIN, cli, team_project
 
 pytestmark = pytest.mark.slow          # every test here builds or runs a container image

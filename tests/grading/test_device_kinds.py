@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from conftest import python_command
+from suitekit import python_command
 from pagekit import record_of
 from servicekit import Service, job_id_of, service_env, started_postgres
 from teams import team_project

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import python_command, ranked_engine
+from suitekit import python_command, ranked_engine
 from teams import grade_as_said, verdict
 from test_task_solutions import FOLDERS, kind
 

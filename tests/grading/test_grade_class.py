@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, python_command, small_tmpfs
+from suitekit import ROOT, python_command, small_tmpfs
 from services import Postgres, SlurmCluster, Unavailable
 from submissions import parallel_writers
 from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, REPLAY, SLOW, SNOOPS, WRITES_PTH, WRONG,

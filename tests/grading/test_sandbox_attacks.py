@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, python_command, small_tmpfs
+from suitekit import ROOT, python_command, small_tmpfs
 from teams import cli, rai_yaml
 
 from ece408_op.grading.sandbox import BubblewrapSandbox, Limits, SandboxError

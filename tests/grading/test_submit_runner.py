@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from submissions import parallel_writers
 from teams import (CLOCK, EARLY_THREAD, EXECS, FAILS, FAKE_LINES, FORKS, PLAIN, REPLAY, SNOOPS, WRITES_PTH, WRONG,
                    cli, rai_yaml, reference_accuracies, team_project)

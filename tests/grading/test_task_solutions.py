@@ -125,7 +125,7 @@ def test_a_wheel_carries_the_whole_task_folder(tmp_path):
     import subprocess
     import sys
     import zipfile
-    from conftest import ROOT
+    from suitekit import ROOT
     src = tmp_path / "src"
     shutil.copytree(ROOT / "ece408_op", src / "ece408_op", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "setup.py", src)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from teams import BURNER, team_project
 
 from ece408_op.grading import channel

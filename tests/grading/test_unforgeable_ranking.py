@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from teams import BURNER, PLAIN, cli, rai_yaml, team_project
 
 from ece408_op.grading.store import open_store

@@ -9,7 +9,7 @@ import pytest
 from ece408_op import kernels
 from ece408_op.kernels.build import source_files
 from ece408_op.kernels.versions import version as version_module
-from conftest import ROOT as ROOT_DIR
+from suitekit import ROOT as ROOT_DIR
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")

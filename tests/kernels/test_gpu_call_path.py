@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from conftest import check_against_reference
+from suitekit import check_against_reference
 from ece408_op import kernels
 from ece408_op.conv import ConvSpec, reference_and_bound
 from ece408_op.errors import ShapeError

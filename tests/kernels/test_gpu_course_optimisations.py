@@ -5,7 +5,7 @@ inside its model, v18/v19 refusing in one line without their library. Skips clea
 import numpy as np
 import pytest
 
-from conftest import check_against_reference
+from suitekit import check_against_reference
 from ece408_op import kernels
 from ece408_op.conv import bounds, fused_reference_and_bound, reference_and_bound
 from ece408_op.errors import GpuError

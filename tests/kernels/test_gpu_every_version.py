@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import check_against_reference
+from suitekit import check_against_reference
 from ece408_op import kernels
 from ece408_op.errors import Ece408Error, ShapeError
 
@@ -376,8 +376,8 @@ def test_winograd_in_chunks_of_images(gpu, monkeypatch):
 
 
 def test_winograd_error_follows_the_tile_not_the_window(gpu):
-    # Why v12 is never a default: zero 3x3 windows inside tiles with large values (conftest's case).
-    from conftest import striped_winograd_case
+    # Why v12 is never a default: zero 3x3 windows inside tiles with large values (suitekit's case).
+    from suitekit import striped_winograd_case
     spec, x, k, ref, bound = striped_winograd_case()
     direct, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=8)
     wino, _ = kernels.conv2d_forward_gpu(x, k, None, spec, version=12)

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from conftest import resident_pages
+from suitekit import resident_pages
 from ece408_op.errors import GpuError
 from ece408_op.bench import memory
 from ece408_op.kernels.hostcopy import engine

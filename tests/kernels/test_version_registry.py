@@ -15,7 +15,7 @@ import pytest
 from ece408_op import kernels
 from ece408_op.kernels import autotune, choice
 from ece408_op.kernels.versions import registry
-from conftest import ROOT
+from suitekit import ROOT
 
 EXPECTED = json.loads((ROOT / "tests" / "data" / "kernel_choices.json").read_text())
 S = kernels.ConvShape

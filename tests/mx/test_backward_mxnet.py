@@ -6,7 +6,7 @@ threads inside the pool, which tests/conv/test_numpy_layer.py checks.)"""
 import numpy as np
 import pytest
 
-from conftest import require_mxnet
+from suitekit import require_mxnet
 from test_backward import _layer
 from test_numpy_layer import GENERAL, _random
 

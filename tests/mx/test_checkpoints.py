@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import assert_close, require_mxnet
+from suitekit import assert_close, require_mxnet
 
 models = require_mxnet("ece408_op.mx.models")
 mx = models.mx

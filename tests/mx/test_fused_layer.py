@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import require_mxnet
+from suitekit import require_mxnet
 from ece408_op.conv.fused import conv_tanh_pool_cpu, fused_reference_and_bound, pooled_shape
 
 fused_op = require_mxnet("ece408_op.mx.fused_op")

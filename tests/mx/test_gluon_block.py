@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import ROOT, needs_startup_hook, python_command, require_mxnet
+from suitekit import ROOT, needs_startup_hook, python_command, require_mxnet
 
 require_mxnet()
 import mxnet as mx  # noqa: E402

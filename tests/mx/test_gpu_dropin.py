@@ -6,7 +6,7 @@ every path."""
 import numpy as np
 import pytest
 
-from conftest import require_mxnet
+from suitekit import require_mxnet
 from ece408_op.conv import ConvSpec, reference_and_bound
 from test_numpy_layer import _random
 from test_operator import MORE

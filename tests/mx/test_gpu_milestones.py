@@ -1,7 +1,7 @@
 """m3 / final on the GPU: the course output, Correctness equal to m2's, kernel selection (needs MXNet + GPU)."""
 import pytest
 
-from conftest import require_mxnet, run_script
+from suitekit import require_mxnet, run_script
 from test_milestones import CUSTOM_OUTPUT
 
 require_mxnet("ece408_op.mx.inference")

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import assert_close, check_against_reference, require_mxnet, run_script
+from suitekit import assert_close, check_against_reference, require_mxnet, run_script
 from test_milestones import CUSTOM_OUTPUT
 
 require_mxnet("ece408_op.mx.inference")

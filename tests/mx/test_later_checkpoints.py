@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from conftest import require_mxnet, run_script
+from suitekit import require_mxnet, run_script
 from test_milestones import CUSTOM_OUTPUT, M1_OUTPUT
 
 models = require_mxnet("ece408_op.mx.models")

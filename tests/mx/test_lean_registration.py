@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import python_command, require_mxnet
+from suitekit import python_command, require_mxnet
 
 require_mxnet()
 import mxnet as mx  # noqa: E402

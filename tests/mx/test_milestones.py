@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from conftest import SCRIPTS, python_command, require_mxnet, run_script
+from suitekit import SCRIPTS, python_command, require_mxnet, run_script
 
 require_mxnet("ece408_op.mx.inference")
 from ece408_op.cli import milestone as harness  # noqa: E402

@@ -24,7 +24,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import require_mxnet
+from suitekit import require_mxnet
 
 require_mxnet()
 import mxnet as mx  # noqa: E402

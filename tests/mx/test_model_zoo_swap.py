@@ -4,7 +4,7 @@ executor, Module, Gluon imperative, hybridized (static allocation off and on) an
 Small inputs on the CPU (each network's smallest accepted size; about 30 s on 2 cores in all)."""
 import pytest
 
-from conftest import require_mxnet
+from suitekit import require_mxnet
 
 zoo = require_mxnet("ece408_op.mx.zoo")
 

@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import ROOT, assert_close, needs_startup_hook, python_command, require_mxnet
+from suitekit import ROOT, assert_close, needs_startup_hook, python_command, require_mxnet
 from ece408_op.conv import ConvSpec, conv2d_forward_reference, reference_and_bound
 from ece408_op.errors import ShapeError
 from test_numpy_layer import GENERAL, SHAPES, _random

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, python_command, require_mxnet
+from suitekit import ROOT, python_command, require_mxnet
 from laptop import skip_without_the_index, source_copy
 
 # Top-level distributions the fresh environment borrows from this one (by symlink) instead of

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 
 PACKAGE = ROOT / "ece408_op"
 # layer -> the package's layers it may import (errors, base/ and the package root are everyone's)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 
 # The README's service runs on the default port (8408): one suite's at a time (make test's serial phase)
 pytestmark = pytest.mark.serial

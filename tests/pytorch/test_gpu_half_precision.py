@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from conftest import allocations_per_calls  # noqa: E402
+from suitekit import allocations_per_calls  # noqa: E402
 from ece408_op.torch import Conv2d, swap_convolutions  # noqa: E402
 from test_torch_compile import _break_count, _model  # noqa: E402  (its network: every kind of layer)
 

@@ -182,7 +182,7 @@ def test_channels_last_on_the_cpu_returns_channels_last():
 def test_the_front_end_imports_without_mxnet():
     import subprocess
 
-    from conftest import ROOT, python_command
+    from suitekit import ROOT, python_command
     code = ("import sys; sys.modules['mxnet'] = None\nimport ece408_op.torch, ece408_op.bench.network_layers, "
             "ece408_op.torch.nets\nassert sys.modules['mxnet'] is None\n")
     result = subprocess.run([*python_command(), "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -242,7 +242,7 @@ def test_cuda_empty_batch(cuda):
 def test_no_copies_one_allocation_per_call(cuda):
     conv = Conv2d(64, 64, 3, padding=1).to(cuda).eval()
     x = torch.rand(8, 64, 28, 28, device=cuda)
-    from conftest import allocations_per_calls
+    from suitekit import allocations_per_calls
     with torch.inference_mode():
         count, y = allocations_per_calls(torch, cuda, lambda: conv(x))
     assert count == 10                                            # y alone: x, the weight, the bias read in place

@@ -399,7 +399,7 @@ def test_zero_images_through_m2_is_one_line(tmp_path, env):
 
 
 def _checkpoint_without(folder, *names):
-    from conftest import require_mxnet
+    from suitekit import require_mxnet
     require_mxnet("ece408_op.mx.models")
     import mxnet as mx
     from ece408_op.mx.models import resolve_model
@@ -470,7 +470,7 @@ def test_lost_standard_output_is_never_exit_0(tmp_path, env, argv):
     ("symbol JSON but no graph", r"cannot load .*-symbol.json: .*; it is not an MXNet symbol file")])
 def test_checkpoints_that_fail_to_load_say_why(tmp_path, broken, message):
     # bad input: checkpoints whose files are damaged or of the wrong kind
-    from conftest import require_mxnet
+    from suitekit import require_mxnet
     require_mxnet("ece408_op.mx.models")
     from ece408_op.errors import ModelError
     from ece408_op.mx.models import load_model, resolve_model
@@ -494,7 +494,7 @@ def test_checkpoints_that_fail_to_load_say_why(tmp_path, broken, message):
 @pytest.mark.slow
 def test_unknown_model_and_missing_params_say_what_was_looked_for_where(tmp_path, env):
     # bad input: a model name that exists nowhere, a prefix path to nothing, a symbol file without params
-    from conftest import ROOT
+    from suitekit import ROOT
     result = faults.ece408("m2", "ece408-nope", 100, env=env)
     assert result.status == 2 and len(result.error_lines) == 1 and result.error_lines[0].startswith("error: model ")
     assert "Traceback" not in result.stderr

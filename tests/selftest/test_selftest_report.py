@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, python_command, require_mxnet
+from suitekit import ROOT, python_command, require_mxnet
 from ece408_op.selftest import DEVICE_GROWTH_LIMIT_MIB, HOST_GROWTH_LIMIT_MIB, check_claims
 from ece408_op.selftest import cases as case_table
 from ece408_op.selftest.verdict import judge

@@ -12,7 +12,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from hostilekit import TRACEBACK, module_service, postgres_server  # noqa: F401 (svc takes it)
+from hostilekit import TRACEBACK, module_service  # noqa: F401 (svc takes it)
 from pagekit import Runs
 
 try:

@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from hostilekit import (CONFIG, Worker, bystander_during, csrf_of, login, member, module_service, percentile,
-                        postgres_server, start_service, submit_development, submit_ranked, tar_gz, timed,
-                        tracebacks)  # noqa: F401  postgres_server: a fixture
+                        start_service, submit_development, submit_ranked, tar_gz, timed, tracebacks)
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 

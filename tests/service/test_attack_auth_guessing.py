@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from hostilekit import Flood, module_service, parse_response, postgres_server, request_bytes  # noqa: F401
+from hostilekit import Flood, module_service, parse_response, request_bytes  # noqa: F401
 from pagekit import wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

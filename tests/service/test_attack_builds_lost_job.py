@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from hostilekit import (Worker, hold_writes, member, module_service, parse_response, postgres_server, request_bytes,
-                        submit_development, tar_gz)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (Worker, hold_writes, member, module_service, parse_response, request_bytes,
+                        submit_development, tar_gz)
 from pagekit import wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

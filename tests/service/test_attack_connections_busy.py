@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from hostilekit import (Flood, limit_open_files, login, member, module_service, open_descriptors, postgres_server,
+from hostilekit import (Flood, limit_open_files, login, member, module_service, open_descriptors,
                         proc_kib, request_bytes, stored_build, tar_gz, timed,
-                        tracebacks)  # noqa: F401  postgres_server: a fixture
+                        tracebacks)
 from pagekit import wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from hostilekit import (Worker, module_service, postgres_server, ranked_everywhere, ranked_teams_api, remote_worker,
-                        submit_ranked)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (Worker, module_service, ranked_everywhere, ranked_teams_api, remote_worker,
+                        submit_ranked)
 from pagekit import wait_until
 from teams import PLAIN, team_project
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from hostilekit import (module_service, postgres_server, submit_development,
-                        submit_ranked)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (module_service, submit_development,
+                        submit_ranked)
 from pagekit import ranked_upload
 
 pytestmark = pytest.mark.service

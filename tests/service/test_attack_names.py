@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
-from hostilekit import (Worker, csrf_of, login, module_service, postgres_server,
-                        submit_ranked)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (Worker, csrf_of, login, module_service,
+                        submit_ranked)
 from pagekit import wait_until
 
 from ece408_op.base.names import printable

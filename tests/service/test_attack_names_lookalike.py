@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from hostilekit import module_service, postgres_server, start_service  # noqa: F401  postgres_server: a fixture
+from hostilekit import module_service, start_service
 
 pytestmark = pytest.mark.service
 

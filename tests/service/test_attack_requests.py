@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostilekit import (Worker, exchange, is_error_body, login, module_service, postgres_server, request_bytes,
-                        submit_ranked, tracebacks)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (Worker, exchange, is_error_body, login, module_service, request_bytes,
+                        submit_ranked, tracebacks)
 from pagekit import record_of
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

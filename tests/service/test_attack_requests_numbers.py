@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from hostilekit import (Worker, is_error_body, module_service, postgres_server, submit_development,
-                        tracebacks)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (Worker, is_error_body, module_service, submit_development,
+                        tracebacks)
 
 pytestmark = pytest.mark.service
 

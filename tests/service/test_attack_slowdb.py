@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from hostilekit import (development, hold_writes, module_service, postgres_server, remote_worker,
-                        submit_development)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (development, hold_writes, module_service, remote_worker,
+                        submit_development)
 from servicekit import job_id_of
 from teams import team_project
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from hostilekit import (EventStream, Flood, Worker, csrf_of, is_error_body, limit_open_files, login, module_service,
-                        open_streams, postgres_server, request_bytes, submit_ranked, timed,
-                        tracebacks)  # noqa: F401  postgres_server: a fixture
+                        open_streams, request_bytes, submit_ranked, timed,
+                        tracebacks)
 from pagekit import wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

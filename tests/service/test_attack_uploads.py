@@ -14,8 +14,8 @@ import time
 import pytest
 
 from hostilekit import (CONFIG, bomb_upload, bystander_during, development, exchange, folder, is_error_body, member,
-                        module_service, percentile, postgres_server, proc_kib, remote_worker, request_bytes, reset_peak,
-                        tar_gz, timed, tracebacks)  # noqa: F401  postgres_server: a fixture
+                        module_service, percentile, proc_kib, remote_worker, request_bytes, reset_peak,
+                        tar_gz, timed, tracebacks)
 from pagekit import wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow,

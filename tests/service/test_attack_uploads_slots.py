@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from hostilekit import (development, module_service, postgres_server, request_bytes,
-                        submit_development)  # noqa: F401  postgres_server: a fixture
+from hostilekit import (development, module_service, request_bytes,
+                        submit_development)
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from conftest import python_command
-from hostilekit import (EventStream, Worker, db_path, development, module_service, open_streams, postgres_server,
+from suitekit import python_command
+from hostilekit import (EventStream, Worker, db_path, development, module_service, open_streams,
                         remote_worker, start_service, submit_development, submit_ranked,
-                        tracebacks)  # noqa: F401  postgres_server: a fixture
+                        tracebacks)
 from pagekit import wait_until
 from services import free_port
 from teams import team_project

@@ -34,8 +34,8 @@ import httpx
 import pytest
 
 from hostilekit import (BUBBLEWRAP, CONFIG, DATABASES, Flood, bomb_upload, development, exchange, login, member,
-                        open_descriptors, percentile, postgres_server, proc_kib, ranked_teams_api, request_bytes,
-                        start_service, tar_gz)  # noqa: F401  postgres_server: a fixture
+                        open_descriptors, percentile, proc_kib, ranked_teams_api, request_bytes,
+                        start_service, tar_gz)
 from teams import PLAIN, team_project
 
 from ece408_op.service.upload import pack_ranked

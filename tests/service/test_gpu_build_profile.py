@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ranked_engine
+from suitekit import ranked_engine
 from servicekit import Service, job_id_of
 from teams import rai_yaml
 

@@ -20,7 +20,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from servicekit import Service, postgres_connections, sqlite_connections, started_postgres
 from teams import PLAIN, team_project
 

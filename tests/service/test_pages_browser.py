@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from suitekit import ROOT
 from pagekit import FORWARD, Runs, chromium_or_skip, failed_record, record_of, wait_until
 from servicekit import Service, job_id_of
 from teams import PLAIN, team_project

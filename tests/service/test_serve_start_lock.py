@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import python_command
+from suitekit import python_command
 from servicekit import Service, started_postgres
 from services import free_port
 from teams import team_project

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from ece408_op.base import archive
 from ece408_op.service import upload as uploads
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from conftest import ROOT, python_command
+from suitekit import ROOT, python_command
 from teams import rai_yaml, team_project
 
 from ece408_op.base import ignore, terms

@@ -10,7 +10,7 @@ time its access log gives: on this shared 2-core machine the client's own waits 
 most of what it sees, and are printed, not asserted)."""
 import pytest
 
-from hostilekit import module_service, postgres_server  # noqa: F401  postgres_server: a fixture
+from hostilekit import module_service
 from uploadstorm import report, storm
 
 pytestmark = [pytest.mark.service, pytest.mark.slow, pytest.mark.serial]   # a p99 bound: alone

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from hostilekit import (db_path, development, exchange, member, module_service, postgres_server,  # noqa: F401
+from hostilekit import (db_path, development, exchange, member, module_service,  # noqa: F401
                         request_bytes)
-from conftest import python_command
+from suitekit import python_command
 from pagekit import FORWARD, ranked_upload, wait_until
 
 pytestmark = [pytest.mark.service]

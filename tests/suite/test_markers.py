@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from suitekit import ROOT
 
 FILES = ["tests/kernels/test_gpu_fused_kernel.py",
          "tests/conv/test_numpy_layer.py",

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from suitekit import ROOT
 
 TIERS_FOLDER = ROOT / "tests"           # where tiers.py is, whichever folder holds this file
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from suitekit import ROOT
 
 
 def test_every_test_runs_under_a_time_limit(pytestconfig):

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import ranked_engine as engine, require_mxnet
+from suitekit import ranked_engine as engine, require_mxnet
 
 require_mxnet()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import require_mxnet
+from suitekit import require_mxnet
 from teams import EARLY_THREAD, FAKE_LINES, FORKS, PLAIN, REPLAY, cli, reference_accuracies, team_project
 
 from ece408_op.tasks.conv import SOLUTIONS
