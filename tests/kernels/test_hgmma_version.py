@@ -15,7 +15,8 @@ from ece408_op.kernels.versions.version import MAX_SHARED
 NVCC, CUOBJDUMP = shutil.which("nvcc"), shutil.which("cuobjdump")
 V23 = kernels.VERSIONS[23]
 RESNET = kernels.ConvShape(64, 56, 56, 64, 3, PH=1, PW=1, DTYPE="float16", XL=1, WL=1)
-CASES = ([(RESNET, tile) for tile in V23.tune_tiles]
+RESNET_NCHW_BF16 = kernels.ConvShape(64, 56, 56, 64, 3, PH=1, PW=1, BIAS=1, DTYPE="bfloat16")
+CASES = ([(shape, tile) for tile in V23.tune_tiles for shape in (RESNET, RESNET_NCHW_BF16)]
          + [(kernels.ConvShape(3, 224, 224, 64, 7, 7, 2, 2, 3, 3, DTYPE="bfloat16"), {}),       # the stem, NCHW
             (kernels.ConvShape(256, 14, 14, 1024, 1, BIAS=1, DTYPE="bfloat16", XL=1, WL=1), {"V23_BN": 256})])
 

@@ -167,8 +167,8 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
     static_assert(V23_BK % 16 == 0 && V23_BK % V23_VEC == 0 && V23_THREADS % (8 * CPR) == 0 && V23_BM % RSTEP == 0,
                   "v23: the stage does not divide among the threads");
     static_assert(V23_BN == 64 || V23_BN == 128 || V23_BN == 256, "v23: wgmma's N");
-    // (3 would do: one stage computed, one read by the wgmma group in flight, one landing; but ptxas then
-    // serialises the wgmma, C7515)
+    // (3 would do: one stage computed, one read by the wgmma group in flight, one landing; but ptxas
+    // serialised the wgmma there in one build, C7515, and at 6 and 8: the tiles keep to 4 and 5)
     static_assert(V23_STAGES >= 4, "v23: 4 or more stages");
     half_t* As = reinterpret_cast<half_t*>(gemm_smem);
     half_t* Bs = As + V23_STAGES * A_STAGE;
@@ -268,8 +268,6 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
         if (next < KT) load(next % V23_STAGES, next * V23_BK);
         cp_async_commit();                   // (an empty group past the end keeps the count uniform)
         hgmma_wait<1>();                     // group kt-1 done (its slot is reloaded after the next barrier)
-#pragma unroll
-        for (int m = 0; m < V23_MI; ++m) hgmma_fence_acc(acc[m]);
     }
     hgmma_wait<0>();
 #pragma unroll
@@ -277,6 +275,7 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
     cp_async_wait<0>();
 
     // Accumulator 4i + 2h + e of tile m: position row 16 warp + gid + 8h, filter column 8i + 2 tig + e.
+#if V23_YNCHW
     float bias_of[V23_BN / 8][2];
 #pragma unroll
     for (int i = 0; i < V23_BN / 8; ++i)
@@ -291,7 +290,6 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
         for (int h = 0; h < 2; ++h) {
             const long long n = n0 + (wg * V23_MI + m) * 64 + warp * 16 + gid + 8 * h;
             if (n >= npos) continue;
-#if V23_YNCHW
             const long long b = pos_image(n CONV_DIMS_ARG);
             half_t* out = y + b * CONV_M * CONV_HOWO + (n - b * CONV_HOWO);
 #pragma unroll
@@ -301,21 +299,44 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
                     const int f = f0 + 8 * i + 2 * tig + e;
                     if (f < CONV_M) out[(long long)f * CONV_HOWO] = float_to_half(acc[m][4 * i + 2 * h + e] + bias_of[i][e]);
                 }
+        }
 #else
-            half_t* out = y + n * CONV_M;
+    // y channels-last: the block's tile through shared memory (the stages are free once every warpgroup's
+    // wgmma is done), then written a position's 8 filters (16 bytes) per thread, consecutive threads
+    // consecutive 16 bytes of a position's row (a thread's own pairs of filters are 4 bytes of 8 rows apart)
+    constexpr int CP = V23_BN + 8;                      // pitch (halves): (gid, tig)'s 4-byte stores on 32 banks
+    constexpr int RC = V23_BN / 8;                      // 16-byte pieces of a position's row
+    static_assert(V23_BM * CP <= V23_STAGES * (A_STAGE + B_STAGE), "v23: the output tile fits the stages");
+    __syncthreads();
+    half_t* Cs = As;
+#pragma unroll
+    for (int m = 0; m < V23_MI; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = (wg * V23_MI + m) * 64 + warp * 16 + gid + 8 * h;
 #pragma unroll
             for (int i = 0; i < V23_BN / 8; ++i) {
-                const int f = f0 + 8 * i + 2 * tig;
-                const float v0 = acc[m][4 * i + 2 * h] + bias_of[i][0], v1 = acc[m][4 * i + 2 * h + 1] + bias_of[i][1];
-                if (f + 1 < CONV_M && CONV_M % 2 == 0)      // (an even M: the pair is 4-byte aligned)
-                    *reinterpret_cast<unsigned*>(out + f) = floats_to_halves(v0, v1);
-                else {
-                    if (f < CONV_M) out[f] = float_to_half(v0);
-                    if (f + 1 < CONV_M) out[f + 1] = float_to_half(v1);
-                }
+                const int c = 8 * i + 2 * tig, f = f0 + c;
+                const float b0 = CONV_BIAS && f < CONV_M ? half_to_float(bias[f]) : 0.f;
+                const float b1 = CONV_BIAS && f + 1 < CONV_M ? half_to_float(bias[f + 1]) : 0.f;
+                *reinterpret_cast<unsigned*>(Cs + r * CP + c) = floats_to_halves(acc[m][4 * i + 2 * h] + b0,
+                                                                                 acc[m][4 * i + 2 * h + 1] + b1);
             }
-#endif
         }
+    __syncthreads();
+#pragma unroll 4
+    for (int e = tid; e < V23_BM * RC; e += V23_THREADS) {
+        const int r = e / RC, j = e % RC, f = f0 + 8 * j;
+        const long long n = n0 + r;
+        if (n >= npos || f >= CONV_M) continue;
+        const half_t* src = Cs + r * CP + 8 * j;
+        half_t* dst = y + n * CONV_M + f;
+        if (CONV_M % 8 == 0)                            // (f + 8 <= M, and the 16 bytes aligned)
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        else
+            for (int t = 0; t < 8 && f + t < CONV_M; ++t) dst[t] = src[t];
+    }
+#endif
 #else
     __trap();
 #endif

@@ -24,11 +24,11 @@ class Hgmma(HalfData):
     tune_rank = 11            # half-precision data on sm_90: timed before v21
     tuning_keys = ("V23_BN", "V23_MI", "V23_WG", "V23_BK", "V23_STAGES", "V23_MINB")
     # the autotuner's tiles besides the default: 256 filters (80 of shared memory's 128 bytes per clock against
-    # 96), 256 positions, one warpgroup (small planes), half the depth per stage (64 KB: 3 blocks per SM),
-    # and 5 of them (ptxas serialised the wgmma at 3, 6 and 8 stages: C7515)
+    # 96), 256 positions, one warpgroup (small planes), half the depth per stage (64 KB: 3 blocks per SM), and
+    # with 256 filters. All 4 stages deep: ptxas serialised the wgmma (C7515) in some builds of 5, 6 and 8.
     tune_tiles = ({}, {"V23_BN": 256}, {"V23_BN": 128, "V23_MI": 2}, {"V23_BN": 128, "V23_WG": 1},
                   {"V23_BK": 32}, {"V23_BN": 64, "V23_MI": 2},
-                  {"V23_BK": 32, "V23_STAGES": 5})
+                  {"V23_BN": 256, "V23_BK": 32})
     MAX_WINDOW = 16               # KH, KW: a row's window rows and columns are bits of one 32-bit mask
 
     @staticmethod
