@@ -24,18 +24,20 @@
 // Y (positions x filters) = X (positions x GKK) . W^T as in v21 (GEMM row r = (p, q, c) of position n is
 // x[b][oh*SH - PH + p*DH][ow*SW - PW + q*DW][c], zero in the padding; W is KRSC). A block is WG warpgroups
 // along the positions, each MI x 64 positions by BN filters (wgmma's N: 64, 128 or 256); BM = 64*MI*WG.
-// A stage holds BK of the depth of both operands in wgmma's canonical K-major layout without swizzling:
-// core matrices of 8 rows x 8 halves (16-byte rows, 128 bytes contiguous), element (row r, depth k) of an
-// operand of R rows at byte (k / 8) * R * 16 + (r / 8) * 128 + (r % 8) * 16 + (k % 8) * 2, so that the
-// matrix descriptor's LBO (between core matrices along k) is R * 16 and its SBO (along the rows) 128.
-// A thread copies VEC halves (VEC | C: a copy never straddles two taps) of column `col` of the rows
-// row + i * RSTEP, eight consecutive threads eight consecutive rows (128 contiguous bytes of shared memory
-// per quarter-warp: conflict-free). Byte arithmetic: a 64 x 128 x 16 wgmma reads 2 KB of A and 4 KB of B
+// A stage holds BK = 64 of the depth of both operands (128 bytes a row) in wgmma's K-major layout with the
+// 128-byte swizzle (as the copy engine's SWIZZLE_128B writes it): the 16-byte piece j of row r at byte
+// r * 128 + ((j ^ r % 8) * 16), 8 rows (1024 bytes, 1024-aligned) an atom, so that the descriptor's SBO
+// (between 8-row groups) is 1024 and a k-step of 16 starts 32 bytes further. (The same tiles unswizzled,
+// core matrices of 8 rows x 16 bytes, ran at 100-150 TFLOP/s: the tensor cores' reads of 8 rows of one
+// k-range then fall on the same banks.) A thread copies VEC halves (VEC | C: a copy never straddles two
+// taps) of column `col` of the rows row + i * RSTEP, eight consecutive threads eight consecutive rows (their
+// pieces on distinct banks through the swizzle). Byte arithmetic: a 64 x 128 x 16 wgmma reads 2 KB of A and 4 KB of B
 // from shared memory for 131072 multiply-adds (64 clocks of an SM's tensor cores: 96 of its 128 bytes per
 // clock); N 256 reads 80 per clock.
 // Pipeline, per k tile kt: wait for stage kt (cp.async), barrier (every thread has then also waited for
 // wgmma group kt-2), issue group kt, copy stage kt + STAGES - 2 into the slot group kt-2 read, wait for
-// group kt-1. Grid: (ceil(B*HO*WO / BM), ceil(M / BN)); dynamic shared memory STAGES * (BM + BN) * BK * 2.
+// group kt-1. Channels-last y goes out through shared memory in 16-byte rows. Grid: (ceil(B*HO*WO / BM),
+// ceil(M / BN)); dynamic shared memory STAGES * (BM + BN) * BK * 2 + 1024 (the alignment).
 #ifndef V23_BN
 #define V23_BN 64          // v23: filters per block (wgmma's N: 64, 128 or 256)
 #endif
@@ -46,7 +48,7 @@
 #define V23_WG 2           // v23: warpgroups per block (1 or 2)
 #endif
 #ifndef V23_BK
-#define V23_BK 64          // v23: GEMM depth per stage (a multiple of 16)
+#define V23_BK 64          // v23: GEMM depth per stage (64: one 128-byte swizzle atom a row)
 #endif
 #ifndef V23_STAGES
 #define V23_STAGES 4       // v23: shared-memory stages (4 or more)
@@ -71,11 +73,12 @@
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// A shared-memory matrix descriptor: start address, LBO (k) = lbo bytes, SBO (rows) = 128, no swizzle.
-__device__ __forceinline__ unsigned long long hgmma_desc(const half_t* smem, unsigned lbo)
+// A shared-memory matrix descriptor: start address, LBO 16 (unused by a swizzled K-major operand), SBO 1024
+// (8 rows of 128 bytes), the 128-byte swizzle (layout type 1, bits 62-63).
+__device__ __forceinline__ unsigned long long hgmma_desc(const half_t* smem)
 {
     const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    return (unsigned long long)((addr & 0x3ffff) >> 4) | (unsigned long long)(lbo >> 4) << 16 | (128ull >> 4) << 32;
+    return (unsigned long long)((addr & 0x3ffff) >> 4) | 1ull << 16 | (1024ull >> 4) << 32 | 1ull << 62;
 }
 __device__ __forceinline__ void hgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void hgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -164,13 +167,13 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
     constexpr int RSTEP = V23_THREADS / CPR;             // stage rows one pass of the block's threads copies
     constexpr int AROWS = V23_BM / RSTEP, BROWS = (V23_BN + RSTEP - 1) / RSTEP;
     constexpr int A_STAGE = V23_BM * V23_BK, B_STAGE = V23_BN * V23_BK;     // halves
-    static_assert(V23_BK % 16 == 0 && V23_BK % V23_VEC == 0 && V23_THREADS % (8 * CPR) == 0 && V23_BM % RSTEP == 0,
+    static_assert(V23_BK == 64 && V23_BK % V23_VEC == 0 && V23_THREADS % (8 * CPR) == 0 && V23_BM % RSTEP == 0,
                   "v23: the stage does not divide among the threads");
     static_assert(V23_BN == 64 || V23_BN == 128 || V23_BN == 256, "v23: wgmma's N");
     // (3 would do: one stage computed, one read by the wgmma group in flight, one landing; but ptxas
     // serialised the wgmma there in one build, C7515, and at 6 and 8: the tiles keep to 4 and 5)
     static_assert(V23_STAGES >= 4, "v23: 4 or more stages");
-    half_t* As = reinterpret_cast<half_t*>(gemm_smem);
+    half_t* As = reinterpret_cast<half_t*>(((unsigned long long)gemm_smem + 1023) & ~1023ull);  // (atoms: 1024-aligned)
     half_t* Bs = As + V23_STAGES * A_STAGE;
 
     const int f0 = blockIdx.y * V23_BN;
@@ -200,9 +203,9 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
         inside[i] = bits;
     }
     const half_t* wf = w + (long long)f0 * CONV_GKK;
-    // this thread's element offset in a stage's core-matrix column kchunk: (row / 8) * 64 + (row % 8) * 8
-    // halves for its row, then its copy's place in that 16-byte row; RSTEP rows on: RSTEP * 8 halves
-    const int kchunk = (col * V23_VEC) / 8, at = row * 8 + (col * V23_VEC) % 8;
+    // this thread's element offset in a stage: its row's 64 halves, its 16-byte piece swizzled by the row (RSTEP
+    // is a multiple of 8: the same for all its rows), its copy's place in the piece; RSTEP rows on: RSTEP * 64
+    const int at = row * 64 + (((col * V23_VEC) / 8) ^ (row % 8)) * 8 + (col * V23_VEC) % 8;
 
     auto load = [&](int stage, int k0) {
         const int k = k0 + col * V23_VEC;
@@ -215,19 +218,19 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
             q = pq - p * CONV_KW;
         }
         const int offset = (p * CONV_DH * CONV_W + q * CONV_DW) * CONV_C + c;
-        half_t* a = As + stage * A_STAGE + kchunk * V23_BM * 8 + at;
+        half_t* a = As + stage * A_STAGE + at;
 #pragma unroll
         for (int i = 0; i < AROWS; ++i) {
             const bool ok = kok && ((inside[i] >> p) & (inside[i] >> (16 + q)) & 1u);
-            cp_async_zfill<2 * V23_VEC>(a + i * RSTEP * 8, x + (ok ? corner[i] + offset : 0), ok);
+            cp_async_zfill<2 * V23_VEC>(a + i * RSTEP * 64, x + (ok ? corner[i] + offset : 0), ok);
         }
-        half_t* bs = Bs + stage * B_STAGE + kchunk * V23_BN * 8 + at;
+        half_t* bs = Bs + stage * B_STAGE + at;
 #pragma unroll
         for (int i = 0; i < BROWS; ++i) {
             const int f = row + i * RSTEP;
             if (V23_BN % RSTEP == 0 || f < V23_BN) {
                 const bool ok = kok && f0 + f < CONV_M;
-                cp_async_zfill<2 * V23_VEC>(bs + i * RSTEP * 8, wf + (ok ? f * CONV_GKK + k : 0), ok);
+                cp_async_zfill<2 * V23_VEC>(bs + i * RSTEP * 64, wf + (ok ? f * CONV_GKK + k : 0), ok);
             }
         }
     };
@@ -251,17 +254,17 @@ conv_forward_v23(half_t* __restrict__ y, const half_t* __restrict__ x, const hal
         hgmma_fence_proxy();                 // ... visible to the tensor cores' async proxy ...
         __syncthreads();                     // ... for every thread; wgmma group kt-2 done in every warpgroup
         const int slot = kt % V23_STAGES;
-        const half_t* A = As + slot * A_STAGE + wg * V23_MI * 64 * 8;
+        const half_t* A = As + slot * A_STAGE + wg * V23_MI * 64 * 64;
         const half_t* Bm = Bs + slot * B_STAGE;
 #pragma unroll
         for (int m = 0; m < V23_MI; ++m) hgmma_fence_acc(acc[m]);
         hgmma_fence();
 #pragma unroll
         for (int s = 0; s < V23_BK / 16; ++s) {
-            const unsigned long long bd = hgmma_desc(Bm + 2 * s * V23_BN * 8, V23_BN * 16);
+            const unsigned long long bd = hgmma_desc(Bm + 16 * s);
 #pragma unroll
             for (int m = 0; m < V23_MI; ++m)
-                wgmma_half(acc[m], hgmma_desc(A + 2 * s * V23_BM * 8 + m * 64 * 8, V23_BM * 16), bd);
+                wgmma_half(acc[m], hgmma_desc(A + 16 * s + m * 64 * 64), bd);
         }
         hgmma_commit();
         const int next = kt + V23_STAGES - 2;

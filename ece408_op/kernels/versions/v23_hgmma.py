@@ -22,13 +22,12 @@ class Hgmma(HalfData):
     arch_features = True      # built for sm_90a (build.feature_arch)
     # Never a fallback (compute capability 9.0 only): where the table or the autotuner chose it.
     tune_rank = 11            # half-precision data on sm_90: timed before v21
-    tuning_keys = ("V23_BN", "V23_MI", "V23_WG", "V23_BK", "V23_STAGES", "V23_MINB")
+    tuning_keys = ("V23_BN", "V23_MI", "V23_WG", "V23_STAGES", "V23_MINB")
     # the autotuner's tiles besides the default: 256 filters (80 of shared memory's 128 bytes per clock against
-    # 96), 256 positions, one warpgroup (small planes), half the depth per stage (64 KB: 3 blocks per SM), and
-    # with 256 filters. All 4 stages deep: ptxas serialised the wgmma (C7515) in some builds of 5, 6 and 8.
+    # 96), 256 positions, one warpgroup (small planes), 64 filters of 256 positions. All 4 stages deep: ptxas
+    # serialised the wgmma (C7515) in some builds of 5, 6 and 8.
     tune_tiles = ({}, {"V23_BN": 256}, {"V23_BN": 128, "V23_MI": 2}, {"V23_BN": 128, "V23_WG": 1},
-                  {"V23_BK": 32}, {"V23_BN": 64, "V23_MI": 2},
-                  {"V23_BN": 256, "V23_BK": 32})
+                  {"V23_BN": 64, "V23_MI": 2}, {"V23_BN": 256, "V23_WG": 1}, {"V23_BN": 64, "V23_WG": 1})
     MAX_WINDOW = 16               # KH, KW: a row's window rows and columns are bits of one 32-bit mask
 
     @staticmethod
@@ -46,11 +45,11 @@ class Hgmma(HalfData):
         bn, mi, wg, bk, vec = (values[f"V23_{k}"] for k in ("BN", "MI", "WG", "BK", "VEC"))
         threads = 128 * wg
         cpr = bk // vec if vec else 0
-        if (bn not in (64, 128, 256) or mi not in (1, 2) or wg not in (1, 2) or not bk or bk % 16 or not cpr
+        if (bn not in (64, 128, 256) or mi not in (1, 2) or wg not in (1, 2) or bk != 64 or not cpr
                 or threads % (8 * cpr) or (64 * mi * wg) % (threads // cpr) or values["V23_STAGES"] < 4
                 or values["V23_MINB"] not in (1, 2)):
-            return (f"tile {values} (V23_BN 64, 128 or 256, 1 or 2 tiles of 64 and warpgroups, V23_BK a multiple "
-                    "of 16 whose copies divide among 8-thread rows, 4+ stages)")
+            return (f"tile {values} (V23_BN 64, 128 or 256, 1 or 2 tiles of 64 and warpgroups, V23_BK 64, "
+                    "4+ stages)")
         return None
 
     def defines(self, inner, tuning_overrides=None):
@@ -64,7 +63,7 @@ class Hgmma(HalfData):
         d = defines
         if "V23_BN" not in d:
             return 0
-        return d["V23_STAGES"] * (64 * d["V23_MI"] * d["V23_WG"] + d["V23_BN"]) * d["V23_BK"] * 2
+        return d["V23_STAGES"] * (64 * d["V23_MI"] * d["V23_WG"] + d["V23_BN"]) * d["V23_BK"] * 2 + 1024
 
     def limits(self, inner, tuning_overrides=None):
         if inner.G != 1:
