@@ -111,3 +111,23 @@ def test_v23_is_an_autotuner_candidate_on_compute_capability_9_0_only_and_never_
     assert "9.0" in V23.arch_reason("sm_80")
     grouped = kernels.ConvShape(64, 28, 28, 64, 3, PH=1, PW=1, G=64, DTYPE="float16", XL=1, WL=1)
     assert 23 not in {n for n, _ in autotune.candidates(grouped, "sm_90")}
+
+
+def test_the_benchmark_table_in_the_docs_is_the_committed_runs():
+    import json
+    from types import SimpleNamespace
+
+    from conftest import ROOT
+    from ece408_op.bench import hgmma
+    result = json.loads((ROOT / "docs" / "bench" / "hgmma_h200.json").read_text())
+    table = hgmma.markdown(result)
+    assert (ROOT / "docs" / "bench" / "hgmma_h200.md").read_text() == table
+    assert table.split("\n", 2)[2].strip() in (ROOT / "docs" / "gpu-dropin.md").read_text()
+    assert hgmma.peak_tflops("NVIDIA H200") == hgmma.peak_tflops("NVIDIA H100 80GB HBM3") == 989.4
+    assert hgmma.peak_tflops("NVIDIA A100") is None
+    conv = SimpleNamespace(kernel_size=(3, 3), padding=(1, 1), dilation=(1, 1), stride=(2, 2), out_channels=128,
+                           groups=1)
+    assert hgmma.layer_flops(conv, (64, 64, 56, 56)) == 2.0 * 64 * 128 * 28 * 28 * 64 * 9
+    rows = result["rows"]
+    assert len(rows) == 32 and all(r["valid"] for r in rows)
+    assert sum(r["auto_version"] == "v23 hgmma" for r in rows) == 30      # (the docs' count)

@@ -32,7 +32,7 @@ class Hgmma(HalfData):
 
     @staticmethod
     def vec(inner):
-        return next((v for v in (8, 4) if inner.C % v == 0), 0)
+        return 8 if inner.C % 8 == 0 else 4           # (4 also for a layer it refuses: channels not a multiple of 4)
 
     def tile(self, inner):
         """The default tile: 2 warpgroups of 64 positions by 64 filters (at most 64), 128, or 256 where that
@@ -56,8 +56,8 @@ class Hgmma(HalfData):
     def tile_reason(values):
         bn, mi, wg, bk, vec = (values[f"V23_{k}"] for k in ("BN", "MI", "WG", "BK", "VEC"))
         threads = 128 * wg
-        cpr = bk // vec if vec else 0
-        if (bn not in (64, 128, 256) or mi not in (1, 2) or wg not in (1, 2) or bk != 64 or not cpr
+        cpr = bk // vec
+        if (bn not in (64, 128, 256) or mi not in (1, 2) or wg not in (1, 2) or bk != 64
                 or threads % (8 * cpr) or (64 * mi * wg) % (threads // cpr) or values["V23_STAGES"] < 4
                 or values["V23_MINB"] not in (1, 2)):
             return (f"tile {values} (V23_BN 64, 128 or 256, 1 or 2 tiles of 64 and warpgroups, V23_BK 64, "
@@ -66,7 +66,7 @@ class Hgmma(HalfData):
 
     def defines(self, inner, tuning_overrides=None):
         values = self.values(inner, tuning_overrides)
-        reason = self.tile_reason(values) if values["V23_VEC"] else None
+        reason = self.tile_reason(values)
         if reason:
             raise ValueError(f"v23: {reason}")
         return {**values, **self.data_defines(inner)}
@@ -80,7 +80,7 @@ class Hgmma(HalfData):
     def limits(self, inner, tuning_overrides=None):
         if inner.G != 1:
             return "needs one group"
-        if not self.vec(self.inner(inner)):
+        if self.inner(inner).C % 4:
             return f"{inner.C} channels: a multiple of 4 needed (odd channels are padded)"
         if inner.KH > self.MAX_WINDOW or inner.KW > self.MAX_WINDOW:
             return f"a {inner.KH}x{inner.KW} window is wider than {self.MAX_WINDOW} (its bit masks)"
