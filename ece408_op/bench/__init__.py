@@ -11,6 +11,8 @@
                    the autotuner's check                                        (bench gpu --network)
     whole_networks.py  whole networks: cold start, steady state, torch.compile  (bench gpu --network)
     precompile.py  every module they load, built without a GPU                  (bench gpu --precompile)
+    hgmma.py       TFLOP/s per layer of ResNet-50 and VGG-16 in half precision: v23, v21, the choice, cuDNN
+                   (python -m ece408_op.bench.hgmma --json FILE)
     ncu.py         Nsight Compute over a command                                (m3 --ncu)
     memory.py      the host link and fresh host memory                          (bench memory, --profile)
     cpu.py         ece408_conv (CPU) against MXNet's built-in; a call's fixed cost (bench cpu, overhead)

@@ -99,7 +99,7 @@ def test_half_precision_layers_match_float64(cuda, layer, dtype, layout):
     ref, size = _float64(conv, x)
     _check(y, ref, _half_bound(dtype, ref, size, _depth(conv)), f"{dtype} {layout} {layer}")
     version = next(iter(conv._layers.values())).call.plan.version.number
-    assert version in (21, 22)
+    assert version in (21, 22, 23)                 # (v23 where the autotuner timed it faster: Hopper)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
