@@ -117,7 +117,7 @@ def test_the_benchmark_table_in_the_docs_is_the_committed_runs():
     import json
     from types import SimpleNamespace
 
-    from conftest import ROOT
+    from suitekit import ROOT
     from ece408_op.bench import hgmma
     result = json.loads((ROOT / "docs" / "bench" / "hgmma_h200.json").read_text())
     table = hgmma.markdown(result)

@@ -1,0 +1,37 @@
+"""The suite's layout (docs/tests.md, 'The layout'): every test file in a wing's folder, named for
+what it checks (no round's name), its base name used once; nothing imports from a conftest.py
+(pytest imports each folder's conftest.py as ``conftest``: a wing's own fixtures would shadow the
+helpers, which live in tests/suitekit.py and the helper modules)."""
+import ast
+import re
+
+from suitekit import ROOT
+
+TESTS = ROOT / "tests"
+ROUND = re.compile(r"(hostile|round|issue|attack)\d|_r\d+\b|_v\d+_round")
+
+
+def _files():
+    return sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_test_file_is_in_a_wing_with_a_base_name_of_its_own():
+    tests = [p for p in _files() if p.name.startswith("test_")]
+    assert tests
+    loose = [p.name for p in tests if p.parent == TESTS]
+    assert not loose, f"test files outside a wing's folder: {loose}"
+    names = {}
+    for p in tests:
+        names.setdefault(p.name, []).append(str(p.relative_to(TESTS)))
+    assert not {n: ps for n, ps in names.items() if len(ps) > 1}
+    assert not [p.name for p in tests if ROUND.search(p.stem)], "a file named for a round, not what it checks"
+
+
+def test_nothing_imports_from_a_conftest():
+    found = []
+    for p in _files():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ImportFrom) and node.module == "conftest" or \
+                    isinstance(node, ast.Import) and any(a.name == "conftest" for a in node.names):
+                found.append(f"{p.relative_to(TESTS)}:{node.lineno}")
+    assert not found, f"imports from conftest (use tests/suitekit.py): {found}"
