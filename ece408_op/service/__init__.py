@@ -26,7 +26,10 @@ One module per job:
                  archive: base/archive.py, shared with the client)
     uploadstore.py  the server's uploads: the bytes in flight bounded (503 before the body), each
                  body written to a file as it comes, kept content-addressed (not in the database)
-                 within the upload quotas, let go when its job ends (ranked: after ``--keep-ranked-uploads``)
+                 within the upload quotas, let go when its job ends (ranked: after ``--keep-ranked-uploads``);
+                 all bodies together received at ``--upload-rate`` at most
+    checker.py   the uploads' checks in processes of their own (niced, killed with the server), so that
+                 the event loop never waits for an archive being unpacked
     buildfolder.py  a development run's /build as the service keeps it: packed by the worker (bounded),
                  checked by the server and by ``jobs download``, unpacked (all or nothing)
     buildstore.py   the server's build folders: received under the job's lease, kept on disk for
