@@ -156,3 +156,38 @@ def client_env(tmp_path_factory, built_wheel):
     """The python of a fresh client-only virtual environment holding that wheel (tests/laptop.py)."""
     from laptop import client_venv
     return client_venv(tmp_path_factory.mktemp("client"), built_wheel)
+
+
+class _RunningServices:
+    """The ``running_service`` fixture: ``running_service(root, workers=1, args=(), env=None)`` is a
+    started ``servicekit.Service`` (the submission service on its own port and state folder),
+    ``running_service.on(root, database, postgres, ...)`` one on SQLite or the module's PostgreSQL
+    (``hostilekit.start_service``); each is closed at the test's end whatever happens, the last first."""
+
+    def __init__(self):
+        self.started = []
+
+    def __call__(self, *args, **kwargs):
+        from servicekit import Service
+        service = Service(*args, **kwargs)
+        self.started.append(service)
+        return service.start()
+
+    def on(self, *args, **kwargs):
+        from hostilekit import start_service
+        service = start_service(*args, **kwargs)
+        self.started.append(service)
+        return service
+
+    def close(self):
+        for service in reversed(self.started):
+            service.close()
+
+
+@pytest.fixture
+def running_service():
+    services = _RunningServices()
+    try:
+        yield services
+    finally:
+        services.close()

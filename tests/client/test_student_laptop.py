@@ -11,7 +11,6 @@ import subprocess
 import pytest
 
 from laptop import student_env
-from servicekit import Service
 
 pytestmark = [pytest.mark.slow, pytest.mark.service]
 
@@ -63,49 +62,46 @@ def test_a_local_option_on_a_laptop_is_one_line_naming_why(client_env, home):
 
 
 @pytest.mark.timeout(900)
-def test_one_login_and_every_command_follows(client_env, home, tmp_path):
+def test_one_login_and_every_command_follows(running_service, client_env, home, tmp_path):
     """init, login once, then the ranked run, the ranking, the jobs and a development run with no
     flag and no variable, as a student on a laptop types them."""
-    service = Service(tmp_path / "service", workers=1).start()
-    try:
-        token = service.add_teams("red")["red"]
-        made = _client(client_env, "init", "red", cwd=home, home=home)
-        assert made.returncode == 0, made.stderr
-        # the next step it suggests runs here: log in first (no login yet), then the ranked run
-        (step,) = [line for line in made.stdout.splitlines() if line.startswith("Next: ")]
-        assert "login --server URL" in step and "submit --submit m2 --size 100" in step, step
-        assert " m2 1000" not in step, step                      # no milestone runs on this install
-        login = _client(client_env, "login", "--server", service.url, cwd=home, home=home, stdin=token + "\n")
-        assert login.returncode == 0 and "Logged in to" in login.stdout, login.stderr
-        kept = list(home.rglob("login.json"))
-        assert len(kept) == 1 and oct(kept[0].stat().st_mode & 0o777) == "0o600", kept
-        again = _client(client_env, "init", "blue", cwd=home, home=home)
-        (step,) = [line for line in again.stdout.splitlines() if line.startswith("Next: ")]
-        assert "login" not in step and step.startswith("Next: cd blue && python -m ece408_op submit"), step
+    service = running_service(tmp_path / "service", workers=1)
+    token = service.add_teams("red")["red"]
+    made = _client(client_env, "init", "red", cwd=home, home=home)
+    assert made.returncode == 0, made.stderr
+    # the next step it suggests runs here: log in first (no login yet), then the ranked run
+    (step,) = [line for line in made.stdout.splitlines() if line.startswith("Next: ")]
+    assert "login --server URL" in step and "submit --submit m2 --size 100" in step, step
+    assert " m2 1000" not in step, step                      # no milestone runs on this install
+    login = _client(client_env, "login", "--server", service.url, cwd=home, home=home, stdin=token + "\n")
+    assert login.returncode == 0 and "Logged in to" in login.stdout, login.stderr
+    kept = list(home.rglob("login.json"))
+    assert len(kept) == 1 and oct(kept[0].stat().st_mode & 0o777) == "0o600", kept
+    again = _client(client_env, "init", "blue", cwd=home, home=home)
+    (step,) = [line for line in again.stdout.splitlines() if line.startswith("Next: ")]
+    assert "login" not in step and step.startswith("Next: cd blue && python -m ece408_op submit"), step
 
-        # the command init suggested, as written (less the `cd`: the folder is the cwd)
-        command = step[len("Next: cd blue && python -m ece408_op "):].split("   (")[0].split()
-        assert command == ["submit", "--submit", "m2", "--size", "100"], command
-        ranked = _client(client_env, *command, cwd=home / "red", home=home, timeout=600)
-        assert ranked.returncode == 0, ranked.stdout + ranked.stderr
-        assert "accepted (team red)" in ranked.stderr and "Correctness" in ranked.stdout, ranked.stderr
-        assert "needs the mxnet extra" not in ranked.stderr
+    # the command init suggested, as written (less the `cd`: the folder is the cwd)
+    command = step[len("Next: cd blue && python -m ece408_op "):].split("   (")[0].split()
+    assert command == ["submit", "--submit", "m2", "--size", "100"], command
+    ranked = _client(client_env, *command, cwd=home / "red", home=home, timeout=600)
+    assert ranked.returncode == 0, ranked.stdout + ranked.stderr
+    assert "accepted (team red)" in ranked.stderr and "Correctness" in ranked.stdout, ranked.stderr
+    assert "needs the mxnet extra" not in ranked.stderr
 
-        ranking = _client(client_env, "ranking", cwd=home, home=home)
-        assert ranking.returncode == 0, ranking.stderr
-        assert "No records yet" not in ranking.stdout and re.search(r"^1\s+red\s", ranking.stdout, re.M), \
-            ranking.stdout
-        jobs = _client(client_env, "jobs", "list", cwd=home, home=home)
-        assert jobs.returncode == 0 and "m2 100" in jobs.stdout and "done" in jobs.stdout, jobs.stdout + jobs.stderr
+    ranking = _client(client_env, "ranking", cwd=home, home=home)
+    assert ranking.returncode == 0, ranking.stderr
+    assert "No records yet" not in ranking.stdout and re.search(r"^1\s+red\s", ranking.stdout, re.M), \
+        ranking.stdout
+    jobs = _client(client_env, "jobs", "list", cwd=home, home=home)
+    assert jobs.returncode == 0 and "m2 100" in jobs.stdout and "done" in jobs.stdout, jobs.stdout + jobs.stderr
 
-        config = home / "red" / "rai_build.yml"                # the template's, on a class of CPU workers
-        text = config.read_text()
-        config.write_text(text.replace("count: 1", "count: 0").split("  build:")[0] + "  build:\n    - echo built here\n")
-        development = _client(client_env, "submit", cwd=home / "red", home=home, timeout=600)
-        assert development.returncode == 0 and "built here" in development.stdout, \
-            development.stdout + development.stderr
-    finally:
-        service.close()
+    config = home / "red" / "rai_build.yml"                # the template's, on a class of CPU workers
+    text = config.read_text()
+    config.write_text(text.replace("count: 1", "count: 0").split("  build:")[0] + "  build:\n    - echo built here\n")
+    development = _client(client_env, "submit", cwd=home / "red", home=home, timeout=600)
+    assert development.returncode == 0 and "built here" in development.stdout, \
+        development.stdout + development.stderr
 
 
 def test_a_client_command_loads_nothing_of_grading_or_team(client_env, home):

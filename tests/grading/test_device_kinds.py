@@ -313,35 +313,32 @@ def test_an_unknown_kind_the_instructor_accepts_waits_saying_why(svc, tmp_path):
 @pytest.mark.service                                # a real server and workers
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the workers' sandbox needs bubblewrap")
-def test_real_workers_of_two_kinds_take_only_the_jobs_asking_for_theirs(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0).start()
-    try:
-        tokens = svc.add_teams("alpha")
-        for name, device in (("h100", H100), ("a100", A100)):
-            argv = [*python_command(), "-m", "ece408_op", "worker", "--server", svc.url, "--gpus", "none",
-                    "--engine", "bubblewrap"]
-            log = open(svc.root / f"{name}.log", "ab")
-            svc.others.append(subprocess.Popen(argv, env={**svc.env, "ECE408_TOKEN": svc.worker_token(name),
-                                                          "ECE408_DEVICE_NAME": device},
-                                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-            log.close()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with svc.http(tokens["alpha"]) as http:
-                if http.get("/api/kinds").json()["worker_kinds"] == [A100, H100]:
-                    break
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the workers did not ask for work:\n" + (svc.root / "h100.log").read_text())
-        folder = team_project(tmp_path / "alpha", commands=["echo on the asked kind"])
-        for prefix, kind, name in (("A100", A100, "a100"), ("H100", H100, "h100"), ("a100-sxm4", A100, "a100")):
-            out = svc.cli("submit", "--gpu", prefix, cwd=folder, token=tokens["alpha"])
-            assert out.returncode == 0 and "on the asked kind\n" in out.stdout, out.stdout + out.stderr
-            job = svc.job(job_id_of(out.stderr))
-            assert (job["gpu_kind"], job["worker"]) == (kind, f"{name}/cpu0"), job
-            assert f"* Worker {name}/cpu0 ({kind}) took the job" in out.stdout
-    finally:
-        svc.close()
+def test_real_workers_of_two_kinds_take_only_the_jobs_asking_for_theirs(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0)
+    tokens = svc.add_teams("alpha")
+    for name, device in (("h100", H100), ("a100", A100)):
+        argv = [*python_command(), "-m", "ece408_op", "worker", "--server", svc.url, "--gpus", "none",
+                "--engine", "bubblewrap"]
+        log = open(svc.root / f"{name}.log", "ab")
+        svc.others.append(subprocess.Popen(argv, env={**svc.env, "ECE408_TOKEN": svc.worker_token(name),
+                                                      "ECE408_DEVICE_NAME": device},
+                                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        log.close()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with svc.http(tokens["alpha"]) as http:
+            if http.get("/api/kinds").json()["worker_kinds"] == [A100, H100]:
+                break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the workers did not ask for work:\n" + (svc.root / "h100.log").read_text())
+    folder = team_project(tmp_path / "alpha", commands=["echo on the asked kind"])
+    for prefix, kind, name in (("A100", A100, "a100"), ("H100", H100, "h100"), ("a100-sxm4", A100, "a100")):
+        out = svc.cli("submit", "--gpu", prefix, cwd=folder, token=tokens["alpha"])
+        assert out.returncode == 0 and "on the asked kind\n" in out.stdout, out.stdout + out.stderr
+        job = svc.job(job_id_of(out.stderr))
+        assert (job["gpu_kind"], job["worker"]) == (kind, f"{name}/cpu0"), job
+        assert f"* Worker {name}/cpu0 ({kind}) took the job" in out.stdout
 
 
 # ---------------------------------------------------------------------------- grade, and runs without a device

@@ -40,20 +40,17 @@ def test_short_output_is_shown_as_it_comes_and_nothing_is_held():
 @pytest.mark.service
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
-def test_the_end_of_a_long_development_run_reaches_the_service_s_transcript(tmp_path):
-    from servicekit import Service, job_id_of
+def test_the_end_of_a_long_development_run_reaches_the_service_s_transcript(running_service, tmp_path):
+    from servicekit import job_id_of
     from teams import rai_yaml
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
-    try:
-        token = svc.add_teams("loud")["loud"]
-        folder = tmp_path / "loud"
-        folder.mkdir()
-        (folder / "rai_build.yml").write_text(rai_yaml(
-            ["python3 -c \"[print('x' * 99, i) for i in range(40000)]; print('THE LAST LINE')\""]))
-        done = svc.cli("submit", "--server", svc.url, token=token, cwd=folder, timeout=300)
-        transcript = svc.transcript(job_id_of(done.stdout + done.stderr))
-        end = transcript.rindex("* Development run")
-        assert transcript.rindex("x" * 99 + " 39999\nTHE LAST LINE\n") < end, transcript[-2000:]
-        assert "bytes of output not shown" in transcript
-    finally:
-        svc.close()
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"])
+    token = svc.add_teams("loud")["loud"]
+    folder = tmp_path / "loud"
+    folder.mkdir()
+    (folder / "rai_build.yml").write_text(rai_yaml(
+        ["python3 -c \"[print('x' * 99, i) for i in range(40000)]; print('THE LAST LINE')\""]))
+    done = svc.cli("submit", "--server", svc.url, token=token, cwd=folder, timeout=300)
+    transcript = svc.transcript(job_id_of(done.stdout + done.stderr))
+    end = transcript.rindex("* Development run")
+    assert transcript.rindex("x" * 99 + " 39999\nTHE LAST LINE\n") < end, transcript[-2000:]
+    assert "bytes of output not shown" in transcript

@@ -141,29 +141,25 @@ def test_the_client_install_holds_no_numpy_mxnet_or_numba(client_env, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_client_works_against_a_real_service(client_env, tmp_path):
-    from servicekit import Service
+def test_the_client_works_against_a_real_service(running_service, client_env, tmp_path):
     help_ = _client(client_env, "--help", cwd=tmp_path)
     assert help_.returncode == 0 and "  login " in help_.stdout, help_.stderr
     made = _client(client_env, "init", "red", cwd=tmp_path)
     assert made.returncode == 0 and (tmp_path / "red" / "new-forward.py").is_file(), made.stderr
-    service = Service(tmp_path / "service", workers=0).start()
-    try:
-        token = service.add_teams("red")["red"]
-        (tmp_path / "red.token").write_bytes(token.encode() + b"\r\n")        # as Windows' Notepad writes it
-        login = _client(client_env, "login", "--server", service.url, "--token-file", tmp_path / "red.token",
-                        cwd=tmp_path)
-        assert login.returncode == 0 and "Logged in to" in login.stdout, login.stderr
-        assert (tmp_path / "config" / "ece408_op" / "login.json").is_file()
-        ranking = _client(client_env, "ranking", "--server", service.url, cwd=tmp_path)
-        assert ranking.returncode == 0 and ranking.stderr == "", ranking.stderr
-        sent = _client(client_env, "submit", "--server", service.url, "--submit", "m2", "--size", 10, "--detach",
-                       cwd=tmp_path / "red", home=tmp_path)
-        assert sent.returncode == 0 and "accepted (team red)" in sent.stderr, sent.stderr
-        jobs = _client(client_env, "jobs", "list", "--server", service.url, cwd=tmp_path)
-        assert jobs.returncode == 0 and "m2 10" in jobs.stdout and "queued" in jobs.stdout, jobs.stdout + jobs.stderr
-    finally:
-        service.close()
+    service = running_service(tmp_path / "service", workers=0)
+    token = service.add_teams("red")["red"]
+    (tmp_path / "red.token").write_bytes(token.encode() + b"\r\n")        # as Windows' Notepad writes it
+    login = _client(client_env, "login", "--server", service.url, "--token-file", tmp_path / "red.token",
+                    cwd=tmp_path)
+    assert login.returncode == 0 and "Logged in to" in login.stdout, login.stderr
+    assert (tmp_path / "config" / "ece408_op" / "login.json").is_file()
+    ranking = _client(client_env, "ranking", "--server", service.url, cwd=tmp_path)
+    assert ranking.returncode == 0 and ranking.stderr == "", ranking.stderr
+    sent = _client(client_env, "submit", "--server", service.url, "--submit", "m2", "--size", 10, "--detach",
+                   cwd=tmp_path / "red", home=tmp_path)
+    assert sent.returncode == 0 and "accepted (team red)" in sent.stderr, sent.stderr
+    jobs = _client(client_env, "jobs", "list", "--server", service.url, cwd=tmp_path)
+    assert jobs.returncode == 0 and "m2 10" in jobs.stdout and "queued" in jobs.stdout, jobs.stdout + jobs.stderr
 
 
 @pytest.mark.slow

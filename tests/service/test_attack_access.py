@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from hostilekit import (CONFIG, Worker, bystander_during, csrf_of, login, member, module_service, percentile,
-                        start_service, submit_development, submit_ranked, tar_gz, timed, tracebacks)
+                        submit_development, submit_ranked, tar_gz, timed, tracebacks)
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -278,19 +278,16 @@ def test_a_team_s_file_lists_do_not_swell_everyone_s_job_lists(svc):
             svc.admin("POST", f"/api/jobs/{job.json()['id']}/cancel")
 
 
-def test_wrong_tokens_from_a_shared_address_lock_out_no_other_team(tmp_path):
+def test_wrong_tokens_from_a_shared_address_lock_out_no_other_team(running_service, tmp_path):
     """Students behind one campus NAT share an address: one of them sends 25 wrong tokens (the
     limit is 20 a minute); another team at that address, with its valid token, is still served
     (the API and the login form), while the guesser stays limited."""
-    svc = start_service(tmp_path / "nat", "sqlite", None)
-    try:
-        token = svc.add_teams("behind-nat")["behind-nat"]
-        nat = "127.0.0.6"
-        guesses = [timed("GET", svc.url, "/api/jobs", token=f"ece408_{i:016x}_{'G' * 43}", source=nat)[0]
-                   for i in range(25)]
-        assert guesses[:20] == [401] * 20 and 429 in guesses[20:], guesses
-        status, _ = timed("GET", svc.url, "/api/jobs", token=token, source=nat)
-        assert status == 200, f"a valid token at the shared address: {status}"
-        assert login(svc.url, token, source=nat)
-    finally:
-        svc.close()
+    svc = running_service.on(tmp_path / "nat", "sqlite", None)
+    token = svc.add_teams("behind-nat")["behind-nat"]
+    nat = "127.0.0.6"
+    guesses = [timed("GET", svc.url, "/api/jobs", token=f"ece408_{i:016x}_{'G' * 43}", source=nat)[0]
+               for i in range(25)]
+    assert guesses[:20] == [401] * 20 and 429 in guesses[20:], guesses
+    status, _ = timed("GET", svc.url, "/api/jobs", token=token, source=nat)
+    assert status == 200, f"a valid token at the shared address: {status}"
+    assert login(svc.url, token, source=nat)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from hostilekit import module_service, start_service
+from hostilekit import module_service
 
 pytestmark = pytest.mark.service
 
@@ -125,14 +125,14 @@ def test_two_teams_never_share_a_token_file(svc, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_a_team_s_token_file_is_never_written_over_the_instructor_s(tmp_path):
+def test_a_team_s_token_file_is_never_written_over_the_instructor_s(running_service, tmp_path):
     """The instructor runs ``teams add`` on the server's machine with ``--token-dir`` its state
     folder (where ``serve`` keeps instructor.token) and a team named ``instructor``: the team's
     token must not replace the instructor's file, which ``serve`` registers as the instructor's
     token at its next start: the team's token would then be the instructor's. Wanted: the
     instructor's file unchanged (or the command refused), and after a restart no team token
     reaching the instructor's routes."""
-    svc = start_service(tmp_path / "svc", "sqlite", None)
+    svc = running_service.on(tmp_path / "svc", "sqlite", None)
     try:
         state = svc.root / "state" / "ece408_op" / "service"
         original = svc.instructor_token

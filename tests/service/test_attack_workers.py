@@ -12,7 +12,7 @@ import pytest
 
 from suitekit import python_command
 from hostilekit import (EventStream, Worker, db_path, development, module_service, open_streams,
-                        remote_worker, start_service, submit_development, submit_ranked,
+                        remote_worker, submit_development, submit_ranked,
                         tracebacks)
 from pagekit import wait_until
 from services import free_port
@@ -197,7 +197,7 @@ def second_serve(svc, port, state):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["the same port", "another port and state folder"])
-def test_a_second_serve_on_the_same_database_leaves_the_first_working(tmp_path, postgres_server, how):
+def test_a_second_serve_on_the_same_database_leaves_the_first_working(running_service, tmp_path, postgres_server, how):
     """The instructor starts ``serve`` again by mistake on the first's database: on the same port
     (it cannot listen), or on another port with a state folder (an instructor token) of its own
     (one serve a database: it refuses).
@@ -206,7 +206,8 @@ def test_a_second_serve_on_the_same_database_leaves_the_first_working(tmp_path, 
     if shutil.which("bwrap") is None:
         pytest.skip("the workers' sandbox needs bubblewrap")
     database = "postgresql" if "state" in how else "sqlite"
-    first = start_service(tmp_path / "first", database, postgres_server, workers=1, args=["--engine", "bubblewrap"])
+    first = running_service.on(tmp_path / "first", database, postgres_server, workers=1,
+                               args=["--engine", "bubblewrap"])
     second = None
     try:
         token = first.add_teams("steady")["steady"]

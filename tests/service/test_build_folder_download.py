@@ -205,45 +205,39 @@ def test_no_build_folder_says_why(tmp_path, service):
 
 
 @pytest.mark.timeout(600)
-def test_a_ranked_or_waiting_job_has_no_build_folder(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0).start()
-    try:
-        token = svc.add_teams("delta")["delta"]
-        team = team_project(tmp_path / "delta")
-        ranked = job_id_of(svc.cli("submit", "--submit", "m2", "--size", 10, "--detach", team, token=token).stderr)
-        out = svc.cli("jobs", "download", ranked, token=token, cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr == (f"error: job {ranked} is a ranked run: only development runs "
-                                                      "keep their build folder\n")
-        waiting = job_id_of(svc.cli("submit", "--detach", team, token=token).stderr)
-        out = svc.cli("jobs", "download", waiting, token=token, cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr == (f"error: job {waiting} is queued: its build folder is kept when "
-                                                      "it ends\n")
-        assert not list(tmp_path.glob("build-*"))
-    finally:
-        svc.close()
+def test_a_ranked_or_waiting_job_has_no_build_folder(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0)
+    token = svc.add_teams("delta")["delta"]
+    team = team_project(tmp_path / "delta")
+    ranked = job_id_of(svc.cli("submit", "--submit", "m2", "--size", 10, "--detach", team, token=token).stderr)
+    out = svc.cli("jobs", "download", ranked, token=token, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr == (f"error: job {ranked} is a ranked run: only development runs "
+                                                  "keep their build folder\n")
+    waiting = job_id_of(svc.cli("submit", "--detach", team, token=token).stderr)
+    out = svc.cli("jobs", "download", waiting, token=token, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr == (f"error: job {waiting} is queued: its build folder is kept when "
+                                                  "it ends\n")
+    assert not list(tmp_path.glob("build-*"))
 
 
 # ---------------------------------------------------------------------------- kept for a time
 
 @pytest.mark.timeout(600)
-def test_an_expired_build_folder_is_deleted_and_says_so(tmp_path):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--keep-builds", "0.0001"]).start()
-    try:
-        token = svc.add_teams("eps")["eps"]
-        _, job_id = submit_build(svc, tmp_path / "eps", token)
-        builds = svc.root / "state" / "ece408_op" / "service" / "builds"
-        assert len(list(builds.glob(f"{job_id}-*.tar.gz"))) == 1
-        svc.wait_for_log(f"build.expired job={job_id}", timeout=60)
-        assert list(builds.glob("*.tar.gz")) == []
-        down = svc.cli("jobs", "download", job_id, token=token, cwd=tmp_path)
-        assert down.returncode == 2
-        assert re.fullmatch(rf"error: the build folder of job {job_id} expired on \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC "
-                            r"\(this service keeps build folders 9 s\)\n", down.stderr), down.stderr
-        with login(svc.url, token) as browser:
-            assert "Build folder: deleted once it expired" in browser.get(f"/jobs/{job_id}").text
-        assert not list(tmp_path.glob("build-*"))
-    finally:
-        svc.close()
+def test_an_expired_build_folder_is_deleted_and_says_so(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--keep-builds", "0.0001"])
+    token = svc.add_teams("eps")["eps"]
+    _, job_id = submit_build(svc, tmp_path / "eps", token)
+    builds = svc.root / "state" / "ece408_op" / "service" / "builds"
+    assert len(list(builds.glob(f"{job_id}-*.tar.gz"))) == 1
+    svc.wait_for_log(f"build.expired job={job_id}", timeout=60)
+    assert list(builds.glob("*.tar.gz")) == []
+    down = svc.cli("jobs", "download", job_id, token=token, cwd=tmp_path)
+    assert down.returncode == 2
+    assert re.fullmatch(rf"error: the build folder of job {job_id} expired on \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC "
+                        r"\(this service keeps build folders 9 s\)\n", down.stderr), down.stderr
+    with login(svc.url, token) as browser:
+        assert "Build folder: deleted once it expired" in browser.get(f"/jobs/{job_id}").text
+    assert not list(tmp_path.glob("build-*"))
 
 
 # ---------------------------------------------------------------------------- bounds and hostile folders
@@ -369,9 +363,9 @@ def raw_post(port, path, headers):
 
 
 @pytest.mark.timeout(600)
-def test_hostile_archives_on_the_worker_route_and_a_cut_download(tmp_path):
+def test_hostile_archives_on_the_worker_route_and_a_cut_download(running_service, tmp_path):
     from ece408_op.service import buildfolder
-    svc = Service(tmp_path / "svc", workers=0).start()
+    svc = running_service(tmp_path / "svc", workers=0)
     proxy = None
     try:
         token = svc.add_teams("theta")["theta"]
@@ -467,39 +461,36 @@ def postgres(tmp_path):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_a_teams_oldest_build_folders_go_past_its_quota(tmp_path, request, database):
+def test_a_teams_oldest_build_folders_go_past_its_quota(running_service, tmp_path, request, database):
     env = {"ECE408_DB": request.getfixturevalue("postgres").url} if database == "postgresql" else {}
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-quota", "0.001"],
-                  env=env).start()
-    try:
-        tokens = svc.add_teams("kappa", "lambda")
-        first, second = (submit_build(svc, tmp_path / f"kappa{i}", tokens["kappa"])[1] for i in range(2))
-        other = submit_build(svc, tmp_path / "lambda", tokens["lambda"])[1]          # another team's: its own quota
-        out = svc.cli("jobs", "download", first, token=tokens["kappa"], cwd=tmp_path)
-        assert out.returncode == 2 and re.fullmatch(
-            rf"error: the build folder of job {first} was deleted on \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC to keep your "
-            r"team's build folders within 1 KiB \(the newest are kept\)\n", out.stderr), out.stderr
-        for job_id, token in ((second, tokens["kappa"]), (other, tokens["lambda"])):
-            down = svc.cli("jobs", "download", job_id, "-o", tmp_path / job_id, token=token)
-            assert down.returncode == 0 and tree(tmp_path / job_id)[0] == expected_honest(), down.stderr
-        builds = svc.root / "state" / "ece408_op" / "service" / "builds"
-        assert sorted(p.name.split("-")[0] for p in builds.glob("*.tar.gz")) == sorted([second, other])
-        with login(svc.url, tokens["kappa"]) as browser:
-            assert "to keep the team's build folders within its quota" in browser.get(f"/jobs/{first}").text
-    finally:
-        svc.close()
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-quota", "0.001"],
+                  env=env)
+    tokens = svc.add_teams("kappa", "lambda")
+    first, second = (submit_build(svc, tmp_path / f"kappa{i}", tokens["kappa"])[1] for i in range(2))
+    other = submit_build(svc, tmp_path / "lambda", tokens["lambda"])[1]          # another team's: its own quota
+    out = svc.cli("jobs", "download", first, token=tokens["kappa"], cwd=tmp_path)
+    assert out.returncode == 2 and re.fullmatch(
+        rf"error: the build folder of job {first} was deleted on \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC to keep your "
+        r"team's build folders within 1 KiB \(the newest are kept\)\n", out.stderr), out.stderr
+    for job_id, token in ((second, tokens["kappa"]), (other, tokens["lambda"])):
+        down = svc.cli("jobs", "download", job_id, "-o", tmp_path / job_id, token=token)
+        assert down.returncode == 0 and tree(tmp_path / job_id)[0] == expected_honest(), down.stderr
+    builds = svc.root / "state" / "ece408_op" / "service" / "builds"
+    assert sorted(p.name.split("-")[0] for p in builds.glob("*.tar.gz")) == sorted([second, other])
+    with login(svc.url, tokens["kappa"]) as browser:
+        assert "to keep the team's build folders within its quota" in browser.get(f"/jobs/{first}").text
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_the_services_oldest_build_folders_go_past_its_total(tmp_path, request, database):
+def test_the_services_oldest_build_folders_go_past_its_total(running_service, tmp_path, request, database):
     """serve --build-folders-total: three kept, then a restart with a total that holds two (the
     reaper deletes the oldest), another team's new one (the service's oldest goes, another
     team's), each gone job saying so in jobs download and on its page; then a total smaller than
     one archive: refused (413) in the transcript's line, nothing kept."""
     env = {"ECE408_DB": request.getfixturevalue("postgres").url} if database == "postgresql" else {}
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-folders-total", "10M"],
-                  env=env).start()
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--build-folders-total", "10M"],
+                  env=env)
     builds = svc.root / "state" / "ece408_op" / "service" / "builds"
     try:
         tokens = svc.add_teams("nu", "xi")
@@ -554,17 +545,14 @@ def test_a_bad_build_folders_total_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_a_service_that_keeps_no_build_folders_says_so_and_its_worker_goes_on(tmp_path):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--keep-builds", "0"]).start()
-    try:
-        token = svc.add_teams("mu")["mu"]
-        for i in range(2):                                  # the same worker runs the next job
-            out, job_id = submit_build(svc, tmp_path / f"mu{i}", token)
-            assert "\n* The build folder is not kept: HTTP 404: this service keeps no build folders (serve " \
-                   "--keep-builds 0)\n" in out.stdout, out.stdout[-2000:]
-        down = svc.cli("jobs", "download", job_id, token=token, cwd=tmp_path)
-        assert down.returncode == 2 and "kept no build folder" in down.stderr
-        assert not (svc.root / "state" / "ece408_op" / "service" / "builds").exists()
-        assert svc.log().count("worker.ready") == 1 and "worker.stopped" not in svc.log()
-    finally:
-        svc.close()
+def test_a_service_that_keeps_no_build_folders_says_so_and_its_worker_goes_on(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--keep-builds", "0"])
+    token = svc.add_teams("mu")["mu"]
+    for i in range(2):                                  # the same worker runs the next job
+        out, job_id = submit_build(svc, tmp_path / f"mu{i}", token)
+        assert "\n* The build folder is not kept: HTTP 404: this service keeps no build folders (serve " \
+               "--keep-builds 0)\n" in out.stdout, out.stdout[-2000:]
+    down = svc.cli("jobs", "download", job_id, token=token, cwd=tmp_path)
+    assert down.returncode == 2 and "kept no build folder" in down.stderr
+    assert not (svc.root / "state" / "ece408_op" / "service" / "builds").exists()
+    assert svc.log().count("worker.ready") == 1 and "worker.stopped" not in svc.log()

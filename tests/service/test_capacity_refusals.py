@@ -163,37 +163,34 @@ def test_jobs_the_instructor_accepts_are_queued_with_the_warning_shown(svc, tmp_
         svc.admin("PUT", "/api/admin/settings", json={"unserved_jobs": "refused"})
 
 
-def test_a_class_that_never_saw_a_worker_queues_with_a_warning_then_refuses(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0).start()
-    try:
-        token = svc.add_teams("zeta")["zeta"]
-        folder = team_project(tmp_path / "zeta")
-        out = svc.cli("submit", "--detach", cwd=folder, token=token)
-        assert out.returncode == 0 and ("* Warning: no worker has asked this service for work yet: the job waits for "
-                                        "the first one your instructor starts\n") in out.stderr, out.stderr
-        with login(svc, svc.instructor_token) as instructor:
-            assert ("No worker seen can take this job: no worker of this class has asked for work in the last 2 min."
-                    in html.unescape(instructor.get("/admin").text))
-        with svc.http(svc.worker_token("cpu")) as http:
-            assert http.post("/api/worker/claim", json={"slot": "c0", "gpu": False, "device": "AMD EPYC",
-                                                        "wait": 0}).status_code == 204
-        with svc.http(token) as http:
-            answer = http.post("/api/jobs", params={"kind": "ranked", "milestone": "m3"}, content=b"")
-        assert answer.status_code == 409 and answer.json() == {"error": (
-            "m3 runs on a GPU: no worker of this class has a GPU (seen in the last 2 min: 1 CPU worker); ask your "
-            "instructor when one will be up")}, answer.text
-        execute(svc.sqlite_path, "UPDATE service_workers SET last_seen = last_seen - 600")    # the CPU worker away
-        with svc.http(token) as http:
-            answer = http.post("/api/jobs", params={"kind": "ranked", "milestone": "m3"}, content=b"")
-            assert answer.status_code == 409 and answer.json()["error"] == (
-                "m3 runs on a GPU: no worker of this class has a GPU (seen in the last 7 days: 1 CPU worker); ask "
-                "your instructor when one will be up"), answer.text
-        waits = svc.cli("submit", "--submit", "m2", "--size", 10, "--detach", cwd=folder, token=token)
-        assert waits.returncode == 0 and re.search(
-            r"\* Warning: no worker has asked for work in the last 2 min \(the last was seen \d{4}-\d\d-\d\d "
-            r"\d\d:\d\d:\d\d UTC\): the job waits for one\n", waits.stderr), waits.stderr
-    finally:
-        svc.close()
+def test_a_class_that_never_saw_a_worker_queues_with_a_warning_then_refuses(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0)
+    token = svc.add_teams("zeta")["zeta"]
+    folder = team_project(tmp_path / "zeta")
+    out = svc.cli("submit", "--detach", cwd=folder, token=token)
+    assert out.returncode == 0 and ("* Warning: no worker has asked this service for work yet: the job waits for "
+                                    "the first one your instructor starts\n") in out.stderr, out.stderr
+    with login(svc, svc.instructor_token) as instructor:
+        assert ("No worker seen can take this job: no worker of this class has asked for work in the last 2 min."
+                in html.unescape(instructor.get("/admin").text))
+    with svc.http(svc.worker_token("cpu")) as http:
+        assert http.post("/api/worker/claim", json={"slot": "c0", "gpu": False, "device": "AMD EPYC",
+                                                    "wait": 0}).status_code == 204
+    with svc.http(token) as http:
+        answer = http.post("/api/jobs", params={"kind": "ranked", "milestone": "m3"}, content=b"")
+    assert answer.status_code == 409 and answer.json() == {"error": (
+        "m3 runs on a GPU: no worker of this class has a GPU (seen in the last 2 min: 1 CPU worker); ask your "
+        "instructor when one will be up")}, answer.text
+    execute(svc.sqlite_path, "UPDATE service_workers SET last_seen = last_seen - 600")    # the CPU worker away
+    with svc.http(token) as http:
+        answer = http.post("/api/jobs", params={"kind": "ranked", "milestone": "m3"}, content=b"")
+        assert answer.status_code == 409 and answer.json()["error"] == (
+            "m3 runs on a GPU: no worker of this class has a GPU (seen in the last 7 days: 1 CPU worker); ask "
+            "your instructor when one will be up"), answer.text
+    waits = svc.cli("submit", "--submit", "m2", "--size", 10, "--detach", cwd=folder, token=token)
+    assert waits.returncode == 0 and re.search(
+        r"\* Warning: no worker has asked for work in the last 2 min \(the last was seen \d{4}-\d\d-\d\d "
+        r"\d\d:\d\d:\d\d UTC\): the job waits for one\n", waits.stderr), waits.stderr
 
 
 def test_the_line_s_pieces():

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 import hostilekit
-from hostilekit import DATABASES, development, start_service
+from hostilekit import DATABASES, development
 
 pytestmark = pytest.mark.service
 postgres_server = hostilekit.postgres_server               # the module's PostgreSQL server (a fixture)
@@ -52,38 +52,35 @@ def submit(svc, token, timeout=60):
 
 
 @pytest.mark.parametrize("database", DATABASES)
-def test_a_team_waiting_for_its_row_holds_back_no_other_team(tmp_path, postgres_server, database):
-    svc = start_service(tmp_path / "svc", database, postgres_server)
+def test_a_team_waiting_for_its_row_holds_back_no_other_team(running_service, tmp_path, postgres_server, database):
+    svc = running_service.on(tmp_path / "svc", database, postgres_server)
+    tokens = svc.add_teams("held", "free")
+    holder = hold_writes_of(svc, "held")
+    answers = {}
+    held = threading.Thread(target=lambda: answers.update(held=submit(svc, tokens["held"])), daemon=True)
     try:
-        tokens = svc.add_teams("held", "free")
-        holder = hold_writes_of(svc, "held")
-        answers = {}
-        held = threading.Thread(target=lambda: answers.update(held=submit(svc, tokens["held"])), daemon=True)
-        try:
-            held.start()
-            if svc.db_url:
-                waiting_on_a_lock(svc)                     # the service's own transaction for "held": open, waiting
-                began = time.monotonic()
-                try:
-                    free = submit(svc, tokens["free"], timeout=15)
-                except httpx.TimeoutException:
-                    raise AssertionError("team free's submission waited for team held's row: a lock wider than "
-                                         "the row") from None
-                assert free.status_code == 201, free.text
-                assert time.monotonic() - began < 15
-                assert held.is_alive() and "held" not in answers  # held's still waits for its row, its transaction open
-            else:
-                time.sleep(1)
-                threading.Timer(2, holder.close).start()   # one writer at a time: free waits for the holder
-                began = time.monotonic()
-                free = submit(svc, tokens["free"])
-                assert free.status_code == 201, free.text
-                assert time.monotonic() - began > 1.5
-        finally:
-            holder.close()
-        held.join(60)
-        assert answers["held"].status_code == 201, answers["held"].text
-        queued = {j["team"] for j in svc.jobs() if j["state"] == "queued"}
-        assert queued == {"held", "free"}
+        held.start()
+        if svc.db_url:
+            waiting_on_a_lock(svc)                     # the service's own transaction for "held": open, waiting
+            began = time.monotonic()
+            try:
+                free = submit(svc, tokens["free"], timeout=15)
+            except httpx.TimeoutException:
+                raise AssertionError("team free's submission waited for team held's row: a lock wider than "
+                                     "the row") from None
+            assert free.status_code == 201, free.text
+            assert time.monotonic() - began < 15
+            assert held.is_alive() and "held" not in answers  # held's still waits for its row, its transaction open
+        else:
+            time.sleep(1)
+            threading.Timer(2, holder.close).start()   # one writer at a time: free waits for the holder
+            began = time.monotonic()
+            free = submit(svc, tokens["free"])
+            assert free.status_code == 201, free.text
+            assert time.monotonic() - began > 1.5
     finally:
-        svc.close()
+        holder.close()
+    held.join(60)
+    assert answers["held"].status_code == 201, answers["held"].text
+    queued = {j["team"] for j in svc.jobs() if j["state"] == "queued"}
+    assert queued == {"held", "free"}

@@ -34,8 +34,7 @@ import httpx
 import pytest
 
 from hostilekit import (BUBBLEWRAP, CONFIG, DATABASES, Flood, bomb_upload, development, exchange, login, member,
-                        open_descriptors, percentile, proc_kib, ranked_teams_api, request_bytes,
-                        start_service, tar_gz)
+                        open_descriptors, percentile, proc_kib, ranked_teams_api, request_bytes, tar_gz)
 from teams import PLAIN, team_project
 
 from ece408_op.service.upload import pack_ranked
@@ -301,101 +300,99 @@ def slot_seen(svc):
 
 @pytest.mark.timeout(int(SECONDS + QUIET) + 600)
 @pytest.mark.parametrize("database", DATABASES)
-def test_the_class_on_deadline_night(tmp_path, postgres_server, database):
-    svc = start_service(tmp_path / "svc", database, postgres_server, args=["--lease", "10", "--max-failures", "100000"])
-    try:
-        hostile_names = ["hog", "loris", "bomber", "unpacker", "canceller", "flooder", "fuzzer", "prober", "spammer",
-                         "racer"]
-        names = [f"team{i:03d}" for i in range(HONEST)]
-        tokens = svc.add_teams(*names, *hostile_names)
-        upload = pack_ranked(team_project(tmp_path / "team", cpu=PLAIN), "m2")[0]
-        workers = [svc.worker(svc.worker_token(f"soak{k}"), *BUBBLEWRAP, "--slots", str(SLOTS),
-                              log_name=f"worker-soak{k}.log", wrap=("chrt", "--idle", "0")) for k in range(WORKERS)]
-        pids = [w.pid for w in workers]
-        honest = Honest(svc, {n: tokens[n] for n in names}, upload)
-        quiet = honest.run(QUIET)
-        extra = {"bomber": (bomb_upload(),), "prober": (dict(honest.jobs),), "racer": (upload,)}
-        context = multiprocessing.get_context("fork")
-        stop, out = context.Event(), tmp_path / "hostile.json"
-        attackers = context.Process(target=hostile_teams, args=(svc, tokens, hostile_names, extra, stop, out))
-        attackers.start()
-        peak_fds = 0
-        sampler_stop = threading.Event()
+def test_the_class_on_deadline_night(running_service, tmp_path, postgres_server, database):
+    svc = running_service.on(tmp_path / "svc", database, postgres_server,
+                             args=["--lease", "10", "--max-failures", "100000"])
+    hostile_names = ["hog", "loris", "bomber", "unpacker", "canceller", "flooder", "fuzzer", "prober", "spammer",
+                     "racer"]
+    names = [f"team{i:03d}" for i in range(HONEST)]
+    tokens = svc.add_teams(*names, *hostile_names)
+    upload = pack_ranked(team_project(tmp_path / "team", cpu=PLAIN), "m2")[0]
+    workers = [svc.worker(svc.worker_token(f"soak{k}"), *BUBBLEWRAP, "--slots", str(SLOTS),
+                          log_name=f"worker-soak{k}.log", wrap=("chrt", "--idle", "0")) for k in range(WORKERS)]
+    pids = [w.pid for w in workers]
+    honest = Honest(svc, {n: tokens[n] for n in names}, upload)
+    quiet = honest.run(QUIET)
+    extra = {"bomber": (bomb_upload(),), "prober": (dict(honest.jobs),), "racer": (upload,)}
+    context = multiprocessing.get_context("fork")
+    stop, out = context.Event(), tmp_path / "hostile.json"
+    attackers = context.Process(target=hostile_teams, args=(svc, tokens, hostile_names, extra, stop, out))
+    attackers.start()
+    peak_fds = 0
+    sampler_stop = threading.Event()
 
-        def sample():
-            nonlocal peak_fds
-            while not sampler_stop.wait(1):
-                peak_fds = max(peak_fds, open_descriptors(svc.proc.pid))
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        soak = honest.run(SECONDS)
-        stop.set()
-        attackers.join(180)
-        sampler_stop.set()
-        tallies, accepted = read_hostile(out, hostile_names)
-        all_jobs = {**{j: n for j, n in honest.jobs.items()}, **{j: "hostile" for j in accepted}}
-        deadline = time.monotonic() + 300 + SECONDS / 2
-        while time.monotonic() < deadline:                       # the queue drains, or every worker is gone
-            states = {j["id"]: j for j in svc.jobs()}
-            if all(states.get(j, {}).get("state") in ENDED for j in all_jobs):
-                break
-            if not any(w.poll() is None for w in workers):
-                break
-            time.sleep(2)
+    def sample():
+        nonlocal peak_fds
+        while not sampler_stop.wait(1):
+            peak_fds = max(peak_fds, open_descriptors(svc.proc.pid))
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    soak = honest.run(SECONDS)
+    stop.set()
+    attackers.join(180)
+    sampler_stop.set()
+    tallies, accepted = read_hostile(out, hostile_names)
+    all_jobs = {**{j: n for j, n in honest.jobs.items()}, **{j: "hostile" for j in accepted}}
+    deadline = time.monotonic() + 300 + SECONDS / 2
+    while time.monotonic() < deadline:                       # the queue drains, or every worker is gone
         states = {j["id"]: j for j in svc.jobs()}
-        problems = []
-        for job_id, team in all_jobs.items():
-            job = states.get(job_id)
-            if job is None or job["state"] not in ENDED:
-                problems.append(f"job {job_id} of {team} never ended ({job and job['state']})")
-                continue
-            ends = END_LINE.findall(svc.transcript(job_id))
-            if len(ends) > 2 or (job["state"] == "done" and len(ends) != 1):
-                problems.append(f"job {job_id} of {team} ended {len(ends)} times ({ends})")
-            if team != "hostile" and not (job["state"] == "done" and (job["valid"] if job["kind"] == "ranked"
-                                                                      else job["status"] == "ok")):
-                problems.append(f"honest job {job_id} of {team}: {job['state']}, {job['status']}")
-        for k, w in enumerate(workers):
-            if w.poll() is not None or w.pid != pids[k]:
-                problems.append(f"worker soak{k} (pid {pids[k]}) exited with {w.returncode}")
-        seen = slot_seen(svc)
-        for k in range(WORKERS):
-            for j in range(SLOTS):
-                last = seen.get(f"soak{k}/cpu{j}")
-                if last is None or time.time() - last > 60:
-                    problems.append(f"slot soak{k}/cpu{j} last claimed {last and round(time.time() - last)} s ago")
-        for name, tally in tallies.items():
-            fives = {s: n for s, n in tally.statuses.items() if isinstance(s, int) and s >= 500 and s != 503}
-            if fives:
-                problems.append(f"{name}: {fives}")
-        problems += [f"prober: {n}" for n in tallies["prober"].notes]
-        problems += [f"honest: {s} x{n}" for s, n in honest.tally.statuses.items() if s != 201]
-        ratio = percentile(soak, 99) / percentile(quiet, 99) if quiet and soak else None
-        if not soak or percentile(soak, 99) > SLOWEST:
-            problems.append(f"the honest submit p99 under attack: {percentile(soak, 99) if soak else None} s, over "
-                            f"{SLOWEST} s")
-        if STRICT and (ratio is None or ratio > 2.0):
-            problems.append(f"the honest submit p99: quiet {percentile(quiet, 99):.3f} s, under attack "
-                            f"{percentile(soak, 99) if soak else float('nan'):.3f} s (x{ratio and round(ratio, 1)})")
-        racer_jobs = [j for j in accepted if states.get(j, {}).get("team") == "racer"]
-        if racer_jobs:
-            ranked = "racer" in ranked_teams_api(svc, "json", size=10)
-            done = any(states[j]["state"] == "done" and states[j]["valid"] for j in racer_jobs)
-            if ranked != done:
-                problems.append(f"racer: ranked {ranked}, a ranked job ended done {done}")
-        report = {"database": database, "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
-                  "seconds": SECONDS, "quiet_seconds": QUIET, "teams": HONEST + len(hostile_names),
-                  "honest_submissions": honest.count, "hostile_accepted": len(accepted),
-                  "quiet_submit_s": {"p50": percentile(quiet, 50), "p99": percentile(quiet, 99), "n": len(quiet)},
-                  "soak_submit_s": {"p50": percentile(soak, 50), "p99": percentile(soak, 99), "n": len(soak)},
-                  "p99_ratio": ratio, "server_peak_rss_mib": round(proc_kib(svc.proc.pid) / 1024),
-                  "server_peak_fds": peak_fds, "workers_alive": sum(w.poll() is None for w in workers),
-                  "hostile": {n: {str(s): c for s, c in t.statuses.items()} for n, t in tallies.items()},
-                  "problems": len(problems)}
-        print("\nsoak:", json.dumps(report))
-        if os.environ.get("SOAK_REPORT"):
-            with open(os.environ["SOAK_REPORT"], "a") as out:
-                out.write(json.dumps(report) + "\n")
-        assert not problems, "\n".join(problems[:80])
-    finally:
-        svc.close()
+        if all(states.get(j, {}).get("state") in ENDED for j in all_jobs):
+            break
+        if not any(w.poll() is None for w in workers):
+            break
+        time.sleep(2)
+    states = {j["id"]: j for j in svc.jobs()}
+    problems = []
+    for job_id, team in all_jobs.items():
+        job = states.get(job_id)
+        if job is None or job["state"] not in ENDED:
+            problems.append(f"job {job_id} of {team} never ended ({job and job['state']})")
+            continue
+        ends = END_LINE.findall(svc.transcript(job_id))
+        if len(ends) > 2 or (job["state"] == "done" and len(ends) != 1):
+            problems.append(f"job {job_id} of {team} ended {len(ends)} times ({ends})")
+        if team != "hostile" and not (job["state"] == "done" and (job["valid"] if job["kind"] == "ranked"
+                                                                  else job["status"] == "ok")):
+            problems.append(f"honest job {job_id} of {team}: {job['state']}, {job['status']}")
+    for k, w in enumerate(workers):
+        if w.poll() is not None or w.pid != pids[k]:
+            problems.append(f"worker soak{k} (pid {pids[k]}) exited with {w.returncode}")
+    seen = slot_seen(svc)
+    for k in range(WORKERS):
+        for j in range(SLOTS):
+            last = seen.get(f"soak{k}/cpu{j}")
+            if last is None or time.time() - last > 60:
+                problems.append(f"slot soak{k}/cpu{j} last claimed {last and round(time.time() - last)} s ago")
+    for name, tally in tallies.items():
+        fives = {s: n for s, n in tally.statuses.items() if isinstance(s, int) and s >= 500 and s != 503}
+        if fives:
+            problems.append(f"{name}: {fives}")
+    problems += [f"prober: {n}" for n in tallies["prober"].notes]
+    problems += [f"honest: {s} x{n}" for s, n in honest.tally.statuses.items() if s != 201]
+    ratio = percentile(soak, 99) / percentile(quiet, 99) if quiet and soak else None
+    if not soak or percentile(soak, 99) > SLOWEST:
+        problems.append(f"the honest submit p99 under attack: {percentile(soak, 99) if soak else None} s, over "
+                        f"{SLOWEST} s")
+    if STRICT and (ratio is None or ratio > 2.0):
+        problems.append(f"the honest submit p99: quiet {percentile(quiet, 99):.3f} s, under attack "
+                        f"{percentile(soak, 99) if soak else float('nan'):.3f} s (x{ratio and round(ratio, 1)})")
+    racer_jobs = [j for j in accepted if states.get(j, {}).get("team") == "racer"]
+    if racer_jobs:
+        ranked = "racer" in ranked_teams_api(svc, "json", size=10)
+        done = any(states[j]["state"] == "done" and states[j]["valid"] for j in racer_jobs)
+        if ranked != done:
+            problems.append(f"racer: ranked {ranked}, a ranked job ended done {done}")
+    report = {"database": database, "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(),
+              "seconds": SECONDS, "quiet_seconds": QUIET, "teams": HONEST + len(hostile_names),
+              "honest_submissions": honest.count, "hostile_accepted": len(accepted),
+              "quiet_submit_s": {"p50": percentile(quiet, 50), "p99": percentile(quiet, 99), "n": len(quiet)},
+              "soak_submit_s": {"p50": percentile(soak, 50), "p99": percentile(soak, 99), "n": len(soak)},
+              "p99_ratio": ratio, "server_peak_rss_mib": round(proc_kib(svc.proc.pid) / 1024),
+              "server_peak_fds": peak_fds, "workers_alive": sum(w.poll() is None for w in workers),
+              "hostile": {n: {str(s): c for s, c in t.statuses.items()} for n, t in tallies.items()},
+              "problems": len(problems)}
+    print("\nsoak:", json.dumps(report))
+    if os.environ.get("SOAK_REPORT"):
+        with open(os.environ["SOAK_REPORT"], "a") as out:
+            out.write(json.dumps(report) + "\n")
+    assert not problems, "\n".join(problems[:80])

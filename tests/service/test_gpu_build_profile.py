@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from suitekit import ranked_engine
-from servicekit import Service, job_id_of
+from servicekit import job_id_of
 from teams import rai_yaml
 
 from ece408_op.base import nsight
@@ -66,12 +66,12 @@ def keep(name, text):
 
 
 @pytest.mark.timeout(900)
-def test_ncu_report_made_on_the_worker_opens_after_jobs_download(tmp_path):
+def test_ncu_report_made_on_the_worker_opens_after_jobs_download(running_service, tmp_path):
     try:
         data_dir()
     except SubmitError as exc:
         pytest.skip(str(exc))
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", ranked_engine()]).start()
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", ranked_engine()])
     try:
         token = svc.add_teams("profilers")["profilers"]
         team = tmp_path / "team"

@@ -78,44 +78,41 @@ def test_a_ranked_m2_shows_each_model_and_its_fresh_runs(tmp_path, service):
 
 
 @pytest.mark.service                                # a real server
-def test_a_hostile_worker_s_step_is_bounded_escaped_text(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0).start()
-    try:
-        token = svc.add_teams("delta")["delta"]
-        runs = Runs(svc.http, svc.worker_token("hostile"))
-        job = runs.submit(token)
-        claimed = runs.claim()
-        hostile = "<script>alert(1)</script>\x1b[31mred\x07\n" + "x" * 200_000
-        lease = {"X-Lease": claimed["lease"]}
-        with svc.http(runs.worker) as worker:
-            for bad in (["a list"], {"an": "object"}, 7):
-                answer = worker.post(f"/api/worker/jobs/{job['id']}/chunks", headers=lease,
-                                     json={"chunks": [], "progress": bad})
-                assert answer.status_code == 400 and "progress is a text" in answer.json()["error"]
-            answer = worker.post(f"/api/worker/jobs/{job['id']}/chunks", content=json.dumps(
-                {"chunks": [], "progress": "\x00\ud800\u202e"}), headers={**lease, "Content-Type": "application/json"})
-            assert answer.status_code == 200, answer.text                   # NUL, a lone surrogate, a bidi mark
-            assert svc.job(job["id"])["progress"]["step"] == "\\x00\\ud800\\u202e"
+def test_a_hostile_worker_s_step_is_bounded_escaped_text(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0)
+    token = svc.add_teams("delta")["delta"]
+    runs = Runs(svc.http, svc.worker_token("hostile"))
+    job = runs.submit(token)
+    claimed = runs.claim()
+    hostile = "<script>alert(1)</script>\x1b[31mred\x07\n" + "x" * 200_000
+    lease = {"X-Lease": claimed["lease"]}
+    with svc.http(runs.worker) as worker:
+        for bad in (["a list"], {"an": "object"}, 7):
             answer = worker.post(f"/api/worker/jobs/{job['id']}/chunks", headers=lease,
-                                 json={"chunks": [], "progress": hostile})
-            assert answer.status_code == 200, answer.text
-        with svc.http(token) as team:                      # a team's token cannot post one
-            answer = team.post(f"/api/worker/jobs/{job['id']}/chunks", headers=lease, json={"chunks": [],
-                                                                                         "progress": "mine"})
-            assert answer.status_code == 403
-        step = svc.job(job["id"])["progress"]["step"]
-        assert len(step) == 200 and step.startswith("<script>alert(1)</script>\\x1b[31mred\\x07 xxx")
-        assert step.endswith("…") and "\x1b" not in step
-        follower = svc.popen("jobs", "show", job["id"], "--follow", token=token)
-        time.sleep(3)
-        runs.finish(claimed, record_of({**job, "record_id": claimed["job"]["record_id"]}, [[0.01], [0.02]]))
-        follower.wait(60)
-        err = follower.stderr.read()
-        assert "* step: <script>alert(1)</script>\\x1b[31mred\\x07 xxx" in err and "\x1b" not in err, err
-        line = next(s for s in err.splitlines() if s.startswith("* step: "))
-        assert len(line) < 260, line
-    finally:
-        svc.close()
+                                 json={"chunks": [], "progress": bad})
+            assert answer.status_code == 400 and "progress is a text" in answer.json()["error"]
+        answer = worker.post(f"/api/worker/jobs/{job['id']}/chunks", content=json.dumps(
+            {"chunks": [], "progress": "\x00\ud800\u202e"}), headers={**lease, "Content-Type": "application/json"})
+        assert answer.status_code == 200, answer.text                   # NUL, a lone surrogate, a bidi mark
+        assert svc.job(job["id"])["progress"]["step"] == "\\x00\\ud800\\u202e"
+        answer = worker.post(f"/api/worker/jobs/{job['id']}/chunks", headers=lease,
+                             json={"chunks": [], "progress": hostile})
+        assert answer.status_code == 200, answer.text
+    with svc.http(token) as team:                      # a team's token cannot post one
+        answer = team.post(f"/api/worker/jobs/{job['id']}/chunks", headers=lease, json={"chunks": [],
+                                                                                     "progress": "mine"})
+        assert answer.status_code == 403
+    step = svc.job(job["id"])["progress"]["step"]
+    assert len(step) == 200 and step.startswith("<script>alert(1)</script>\\x1b[31mred\\x07 xxx")
+    assert step.endswith("…") and "\x1b" not in step
+    follower = svc.popen("jobs", "show", job["id"], "--follow", token=token)
+    time.sleep(3)
+    runs.finish(claimed, record_of({**job, "record_id": claimed["job"]["record_id"]}, [[0.01], [0.02]]))
+    follower.wait(60)
+    err = follower.stderr.read()
+    assert "* step: <script>alert(1)</script>\\x1b[31mred\\x07 xxx" in err and "\x1b" not in err, err
+    line = next(s for s in err.splitlines() if s.startswith("* step: "))
+    assert len(line) < 260, line
 
 
 class Terminal:
@@ -181,26 +178,23 @@ def read_events(client, job_id, stop):
 
 
 @pytest.mark.service                                # a real server
-def test_the_api_stream_carries_the_step_then_an_end_with_its_time_and_record(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0).start()
-    try:
-        token = svc.add_teams("eps")["eps"]
-        runs = Runs(svc.http, svc.worker_token("w"))
-        job = runs.submit(token)
-        claimed = runs.claim()
-        runs.lines(claimed, ["a line\n"])
-        with svc.http(runs.worker) as worker:
-            worker.post(f"/api/worker/jobs/{job['id']}/chunks", headers={"X-Lease": claimed["lease"]},
-                        json={"chunks": [], "progress": "step one"})
-        with svc.http(token) as team:
-            events = read_events(team, job["id"], lambda name: name == "progress")
-            progress = events[-1][1]
-            assert [n for n, _ in events][-2:] == ["line", "progress"] and progress["step"] == "step one"
-            assert progress["started_at"] == svc.job(job["id"])["started_at"] and abs(progress["now"] - time.time()) < 5
-            runs.finish(claimed, record_of({**job, "record_id": claimed["job"]["record_id"]}, [[0.01], [0.02]]))
-            end = read_events(team, job["id"], lambda name: name == "end")[-1]
-        assert end[0] == "end" and end[1]["state"] == "done" and end[1]["finished_at"] >= progress["started_at"]
-        assert end[1]["summary"].startswith(f"* Record {claimed['job']['record_id']}") and end[1]["build"] is None
-        assert "progress" not in svc.job(job["id"])
-    finally:
-        svc.close()
+def test_the_api_stream_carries_the_step_then_an_end_with_its_time_and_record(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0)
+    token = svc.add_teams("eps")["eps"]
+    runs = Runs(svc.http, svc.worker_token("w"))
+    job = runs.submit(token)
+    claimed = runs.claim()
+    runs.lines(claimed, ["a line\n"])
+    with svc.http(runs.worker) as worker:
+        worker.post(f"/api/worker/jobs/{job['id']}/chunks", headers={"X-Lease": claimed["lease"]},
+                    json={"chunks": [], "progress": "step one"})
+    with svc.http(token) as team:
+        events = read_events(team, job["id"], lambda name: name == "progress")
+        progress = events[-1][1]
+        assert [n for n, _ in events][-2:] == ["line", "progress"] and progress["step"] == "step one"
+        assert progress["started_at"] == svc.job(job["id"])["started_at"] and abs(progress["now"] - time.time()) < 5
+        runs.finish(claimed, record_of({**job, "record_id": claimed["job"]["record_id"]}, [[0.01], [0.02]]))
+        end = read_events(team, job["id"], lambda name: name == "end")[-1]
+    assert end[0] == "end" and end[1]["state"] == "done" and end[1]["finished_at"] >= progress["started_at"]
+    assert end[1]["summary"].startswith(f"* Record {claimed['job']['record_id']}") and end[1]["build"] is None
+    assert "progress" not in svc.job(job["id"])

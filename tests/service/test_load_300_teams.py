@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from suitekit import ROOT, python_command
-from servicekit import Service, postgres_connections, sqlite_connections, started_postgres
+from servicekit import postgres_connections, sqlite_connections, started_postgres
 from teams import PLAIN, team_project
 
 from ece408_op.client.api import sse_events
@@ -158,10 +158,10 @@ def cpu_model():
 
 @pytest.mark.timeout(int(DEADLINE) + 180)
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_300_teams_in_60_s_with_200_live_streams(tmp_path, database):
+def test_300_teams_in_60_s_with_200_live_streams(running_service, tmp_path, database):
     postgres = started_postgres(tmp_path / "pg") if database == "postgresql" else None
     env = {"ECE408_DB": postgres.url} if postgres else {}
-    svc = Service(tmp_path / "svc", workers=0, args=["--max-failures", "1000"], env=env).start()
+    svc = running_service(tmp_path / "svc", workers=0, args=["--max-failures", "1000"], env=env)
     worker = None
     try:
         names = [f"team{i:03d}" for i in range(TEAMS)]

@@ -101,8 +101,8 @@ def runs_of(svc):
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
 @pytest.mark.timeout(600)
-def test_the_ranking_page_shows_a_real_m2_run_as_it_lands(tmp_path, chromium):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
+def test_the_ranking_page_shows_a_real_m2_run_as_it_lands(running_service, tmp_path, chromium):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"])
     watched = Watched(chromium)
     try:
         tokens = svc.add_teams("alpha", "beta")
@@ -133,8 +133,8 @@ def test_the_ranking_page_shows_a_real_m2_run_as_it_lands(tmp_path, chromium):
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
 @pytest.mark.timeout(600)
-def test_the_job_page_shows_its_place_then_lines_as_they_arrive(tmp_path, chromium):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
+def test_the_job_page_shows_its_place_then_lines_as_they_arrive(running_service, tmp_path, chromium):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"])
     watched = Watched(chromium)
     try:
         tokens = svc.add_teams("busy", "gamma")
@@ -169,8 +169,8 @@ def test_the_job_page_shows_its_place_then_lines_as_they_arrive(tmp_path, chromi
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
 @pytest.mark.timeout(600)
-def test_the_job_page_shows_the_elapsed_time_and_step_then_its_end_without_a_reload(tmp_path, chromium):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
+def test_the_job_page_shows_the_elapsed_time_and_step_then_its_end_without_a_reload(running_service, tmp_path, chromium):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"])
     watched = Watched(chromium)
     try:
         token = svc.add_teams("zeta")["zeta"]
@@ -379,7 +379,7 @@ def test_the_your_team_tag_stays_on_one_line_on_a_phone(server, chromium, tmp_pa
         phone.close()
 
 
-def test_the_service_runs_without_matplotlib(tmp_path):
+def test_the_service_runs_without_matplotlib(running_service, tmp_path):
     """serve where matplotlib cannot be imported (a finder refuses it, as on the GPU machine's kit):
     the pages work, the team page says there is no plot, the plot's address answers 404."""
     import httpx
@@ -393,22 +393,19 @@ def test_the_service_runs_without_matplotlib(tmp_path):
         "            raise ImportError('matplotlib is not installed here (the test says so)')\n"
         "sys.meta_path.insert(0, NoMatplotlib())\n")
     path = os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))
-    svc = Service(tmp_path / "svc", workers=0, env={"PYTHONPATH": path}).start()
-    try:
-        token = svc.add_teams("alpha")["alpha"]
-        runs_of(svc).run(token, [[0.01], [0.02]])
-        with httpx.Client(base_url=svc.url, timeout=30) as browser:
-            form = browser.get("/login")
-            pair = re.search(r'name="login" value="([^"]+)"', form.text).group(1)
-            assert browser.post("/login", data={"login": pair, "token": token}).status_code == 303
-            team = browser.get("/team")
-            assert team.status_code == 200 and "this server has no matplotlib" in team.text
-            assert "plot.svg" not in team.text and "0.030000" in team.text
-            assert browser.get("/team/plot.svg?milestone=m2&size=100").status_code == 404
-            assert browser.get("/").status_code == 200
-        assert "Traceback" not in svc.log()
-    finally:
-        svc.close()
+    svc = running_service(tmp_path / "svc", workers=0, env={"PYTHONPATH": path})
+    token = svc.add_teams("alpha")["alpha"]
+    runs_of(svc).run(token, [[0.01], [0.02]])
+    with httpx.Client(base_url=svc.url, timeout=30) as browser:
+        form = browser.get("/login")
+        pair = re.search(r'name="login" value="([^"]+)"', form.text).group(1)
+        assert browser.post("/login", data={"login": pair, "token": token}).status_code == 303
+        team = browser.get("/team")
+        assert team.status_code == 200 and "this server has no matplotlib" in team.text
+        assert "plot.svg" not in team.text and "0.030000" in team.text
+        assert browser.get("/team/plot.svg?milestone=m2&size=100").status_code == 404
+        assert browser.get("/").status_code == 200
+    assert "Traceback" not in svc.log()
 
 
 # ---------------------------------------------------------------------------- the screenshots

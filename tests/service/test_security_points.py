@@ -126,28 +126,25 @@ def test_every_token_check_compares_digests_in_constant_time(tmp_path, monkeypat
 # ---------------------------------------------------------------------------- 4. guessing is rate-limited
 
 @pytest.mark.service
-def test_failed_token_checks_are_rate_limited_per_address(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0, args=["--max-failures", "5"]).start()
-    try:
-        good = svc.add_teams("green")["green"]
-        with svc.http() as http:
-            for i in range(5):
-                guess = f"ece408_{i:016x}_{'x' * 43}"
-                answer = http.get("/api/jobs", headers={"Authorization": f"Bearer {guess}",
-                                                        "X-Forwarded-For": f"10.0.0.{i}"})
-                assert answer.status_code == 401
-            answers = [http.get("/api/jobs", headers={"Authorization": f"Bearer ece408_{i:016x}_{'y' * 43}",
-                                                      "X-Forwarded-For": "10.9.9.9"}) for i in range(10)]
-            for answer in answers:                        # every further guess refused while limited
-                assert answer.status_code == 429, answer.text
-                assert re.fullmatch(r"too many failed token checks from this address; try again in (\d+ s|1 min)",
-                                    answer.json()["error"])
-                assert 1 <= int(answer.headers["retry-after"]) <= 60
-            answer = http.get("/api/jobs", headers={"Authorization": f"Bearer {good}"})   # a valid token gets in
-            assert answer.status_code == 200, answer.text
-        assert svc.log().count("auth.failed") == 5 and good.split("_", 2)[2] not in svc.log()
-    finally:
-        svc.close()
+def test_failed_token_checks_are_rate_limited_per_address(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0, args=["--max-failures", "5"])
+    good = svc.add_teams("green")["green"]
+    with svc.http() as http:
+        for i in range(5):
+            guess = f"ece408_{i:016x}_{'x' * 43}"
+            answer = http.get("/api/jobs", headers={"Authorization": f"Bearer {guess}",
+                                                    "X-Forwarded-For": f"10.0.0.{i}"})
+            assert answer.status_code == 401
+        answers = [http.get("/api/jobs", headers={"Authorization": f"Bearer ece408_{i:016x}_{'y' * 43}",
+                                                  "X-Forwarded-For": "10.9.9.9"}) for i in range(10)]
+        for answer in answers:                        # every further guess refused while limited
+            assert answer.status_code == 429, answer.text
+            assert re.fullmatch(r"too many failed token checks from this address; try again in (\d+ s|1 min)",
+                                answer.json()["error"])
+            assert 1 <= int(answer.headers["retry-after"]) <= 60
+        answer = http.get("/api/jobs", headers={"Authorization": f"Bearer {good}"})   # a valid token gets in
+        assert answer.status_code == 200, answer.text
+    assert svc.log().count("auth.failed") == 5 and good.split("_", 2)[2] not in svc.log()
 
 
 # ---------------------------------------------------------------------------- 5. hostile uploads

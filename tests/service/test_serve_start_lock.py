@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from suitekit import python_command
-from servicekit import Service, started_postgres
+from servicekit import started_postgres
 from services import free_port
 from teams import team_project
 
@@ -43,9 +43,9 @@ def tokens(svc, db):
         return conn.execute(query).fetchall()
 
 
-def check_second_serves_refused(tmp_path, db=None):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"],
-                  env={"ECE408_DB": db} if db else None).start()
+def check_second_serves_refused(running_service, tmp_path, db=None):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"],
+                          env={"ECE408_DB": db} if db else None)
     try:
         team = svc.add_teams("first")["first"]
         before = tokens(svc, db)
@@ -70,14 +70,14 @@ def check_second_serves_refused(tmp_path, db=None):
 
 
 @pytest.mark.timeout(600)
-def test_a_second_serve_on_the_same_port_or_sqlite_database_is_refused(tmp_path):
-    check_second_serves_refused(tmp_path)
+def test_a_second_serve_on_the_same_port_or_sqlite_database_is_refused(running_service, tmp_path):
+    check_second_serves_refused(running_service, tmp_path)
 
 
 @pytest.mark.timeout(600)
-def test_a_second_serve_on_the_same_postgres_database_is_refused(tmp_path):
+def test_a_second_serve_on_the_same_postgres_database_is_refused(running_service, tmp_path):
     postgres = started_postgres(tmp_path / "pg")
     try:
-        check_second_serves_refused(tmp_path, postgres.url)
+        check_second_serves_refused(running_service, tmp_path, postgres.url)
     finally:
         postgres.stop()

@@ -150,70 +150,61 @@ def test_cancel_a_queued_and_a_running_job(tmp_path, service):
 
 # ---------------------------------------------------------------------------- the queue and its rules
 
-def test_the_queue_is_fair_between_teams_and_one_job_a_team_runs(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0, args=["--max-waiting", "20"]).start()
-    try:
-        tokens = svc.add_teams("busy", "quiet")
-        team = dev_team(tmp_path / "busy", ["echo hi"])
-        busy = [job_id_of(svc.cli("submit", "--detach", team, token=tokens["busy"]).stderr) for _ in range(10)]
-        quiet = job_id_of(svc.cli("submit", "--detach", team, token=tokens["quiet"]).stderr)
-        place = svc.cli("jobs", "show", quiet, token=tokens["quiet"])
-        assert "next in line" not in place.stderr and "1 job(s) ahead of yours" in place.stderr, place.stderr
-        worker = svc.worker_token("fake")
-        with svc.http(worker) as http:
-            def claim(slot):
-                answer = http.post("/api/worker/claim", json={"slot": slot, "gpu": False, "device": "test"})
-                return answer.json()["job"]["id"] if answer.status_code == 200 else None
-            assert claim("a") == busy[0]
-            assert claim("b") == quiet                     # not busy's second job: busy has one running
-            assert claim("c") is None                      # nine of busy's wait, but busy has one running
-    finally:
-        svc.close()
+def test_the_queue_is_fair_between_teams_and_one_job_a_team_runs(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0, args=["--max-waiting", "20"])
+    tokens = svc.add_teams("busy", "quiet")
+    team = dev_team(tmp_path / "busy", ["echo hi"])
+    busy = [job_id_of(svc.cli("submit", "--detach", team, token=tokens["busy"]).stderr) for _ in range(10)]
+    quiet = job_id_of(svc.cli("submit", "--detach", team, token=tokens["quiet"]).stderr)
+    place = svc.cli("jobs", "show", quiet, token=tokens["quiet"])
+    assert "next in line" not in place.stderr and "1 job(s) ahead of yours" in place.stderr, place.stderr
+    worker = svc.worker_token("fake")
+    with svc.http(worker) as http:
+        def claim(slot):
+            answer = http.post("/api/worker/claim", json={"slot": slot, "gpu": False, "device": "test"})
+            return answer.json()["job"]["id"] if answer.status_code == 200 else None
+        assert claim("a") == busy[0]
+        assert claim("b") == quiet                     # not busy's second job: busy has one running
+        assert claim("c") is None                      # nine of busy's wait, but busy has one running
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_claims_at_once_never_give_a_team_two_jobs(tmp_path, request, database):
+def test_claims_at_once_never_give_a_team_two_jobs(running_service, tmp_path, request, database):
     env = {"ECE408_DB": request.getfixturevalue("postgres").url} if database == "postgresql" else {}
-    svc = Service(tmp_path / "svc", workers=0, args=["--max-waiting", "20"], env=env).start()
-    try:
-        tokens = svc.add_teams("many", "one")
-        upload = _upload(dev_team(tmp_path / "t", ["echo hi"]))
-        with svc.http(tokens["many"]) as http:
-            assert all(http.post("/api/jobs", content=upload).status_code == 201 for _ in range(10))
-        with svc.http(tokens["one"]) as http:
-            assert http.post("/api/jobs", content=upload).status_code == 201
-        worker = svc.worker_token("many-slots")
+    svc = running_service(tmp_path / "svc", workers=0, args=["--max-waiting", "20"], env=env)
+    tokens = svc.add_teams("many", "one")
+    upload = _upload(dev_team(tmp_path / "t", ["echo hi"]))
+    with svc.http(tokens["many"]) as http:
+        assert all(http.post("/api/jobs", content=upload).status_code == 201 for _ in range(10))
+    with svc.http(tokens["one"]) as http:
+        assert http.post("/api/jobs", content=upload).status_code == 201
+    worker = svc.worker_token("many-slots")
 
-        def claim(slot):
-            with svc.http(worker) as http:
-                answer = http.post("/api/worker/claim", json={"slot": f"s{slot}", "gpu": False, "wait": 0})
-                return answer.json()["job"]["team"] if answer.status_code == 200 else None
-        with ThreadPoolExecutor(20) as pool:
-            claimed = [t for t in pool.map(claim, range(20)) if t]
-        assert sorted(claimed) == ["many", "one"]               # one job a team, whatever the race
-        assert sum(j["state"] == "running" for j in svc.jobs()) == 2
-    finally:
-        svc.close()
+    def claim(slot):
+        with svc.http(worker) as http:
+            answer = http.post("/api/worker/claim", json={"slot": f"s{slot}", "gpu": False, "wait": 0})
+            return answer.json()["job"]["team"] if answer.status_code == 200 else None
+    with ThreadPoolExecutor(20) as pool:
+        claimed = [t for t in pool.map(claim, range(20)) if t]
+    assert sorted(claimed) == ["many", "one"]               # one job a team, whatever the race
+    assert sum(j["state"] == "running" for j in svc.jobs()) == 2
 
 
 @pytest.mark.timeout(300)
-def test_rate_limits_say_how_long_to_wait(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0, args=["--development-per-hour", "2", "--max-waiting", "5"]).start()
-    try:
-        token = svc.add_teams("theta")["theta"]
-        team = dev_team(tmp_path / "theta", ["echo hi"])
-        for _ in range(2):
-            assert svc.cli("submit", "--detach", team, token=token).returncode == 0
-        out = svc.cli("submit", "--detach", team, token=token)
-        assert out.returncode == 2
-        assert re.fullmatch(r"error: team theta has submitted 2 development runs in the last hour, the limit; the "
-                            r"next is accepted in (59 min \d+ s|1 h 0 min)\n", out.stderr.splitlines(True)[-1]), out.stderr
-        for body in (b"x", _upload(team)):                # the rules come before the upload is read
-            with svc.http(token) as http:
-                answer = http.post("/api/jobs", content=body)
-            assert answer.status_code == 429 and 3500 <= int(answer.headers["retry-after"]) <= 3600
-    finally:
-        svc.close()
+def test_rate_limits_say_how_long_to_wait(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0, args=["--development-per-hour", "2", "--max-waiting", "5"])
+    token = svc.add_teams("theta")["theta"]
+    team = dev_team(tmp_path / "theta", ["echo hi"])
+    for _ in range(2):
+        assert svc.cli("submit", "--detach", team, token=token).returncode == 0
+    out = svc.cli("submit", "--detach", team, token=token)
+    assert out.returncode == 2
+    assert re.fullmatch(r"error: team theta has submitted 2 development runs in the last hour, the limit; the "
+                        r"next is accepted in (59 min \d+ s|1 h 0 min)\n", out.stderr.splitlines(True)[-1]), out.stderr
+    for body in (b"x", _upload(team)):                # the rules come before the upload is read
+        with svc.http(token) as http:
+            answer = http.post("/api/jobs", content=body)
+        assert answer.status_code == 429 and 3500 <= int(answer.headers["retry-after"]) <= 3600
 
 
 def _upload(folder):
@@ -241,32 +232,26 @@ def test_after_a_deadline_ranked_runs_of_that_milestone_are_refused(tmp_path, se
 
 
 @pytest.mark.timeout(300)
-def test_a_job_past_its_time_limit_is_stopped(tmp_path):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--job-timeout", "4"]).start()
-    try:
-        token = svc.add_teams("kappa")["kappa"]
-        out = svc.cli("submit", dev_team(tmp_path / "kappa", ["echo begun", "sleep 300"]), token=token)
-        assert out.returncode == 1, out.stderr
-        assert "begun\n" in out.stdout and "* The job ran past its time limit of 4 s and was stopped\n" in out.stdout
-        job = svc.job(job_id_of(out.stderr))
-        assert job["state"] == "done" and job["status"] == "timeout"
-    finally:
-        svc.close()
+def test_a_job_past_its_time_limit_is_stopped(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap", "--job-timeout", "4"])
+    token = svc.add_teams("kappa")["kappa"]
+    out = svc.cli("submit", dev_team(tmp_path / "kappa", ["echo begun", "sleep 300"]), token=token)
+    assert out.returncode == 1, out.stderr
+    assert "begun\n" in out.stdout and "* The job ran past its time limit of 4 s and was stopped\n" in out.stdout
+    job = svc.job(job_id_of(out.stderr))
+    assert job["state"] == "done" and job["status"] == "timeout"
 
 
-def test_an_upload_over_the_cap_is_refused_before_it_is_read(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0, args=["--max-upload", "0.05"]).start()
-    try:
-        token = svc.add_teams("lam")["lam"]
-        team = dev_team(tmp_path / "lam", ["echo hi"])
-        (team / "data.bin").write_bytes(os.urandom(200_000))
-        out = svc.cli("submit", team, token=token)
-        assert out.returncode == 2
-        assert re.fullmatch(r"error: the upload is 20\d KiB; this service takes at most 51 KiB\n",
-                            out.stderr.splitlines(True)[-1]), out.stderr
-        assert svc.jobs() == []
-    finally:
-        svc.close()
+def test_an_upload_over_the_cap_is_refused_before_it_is_read(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0, args=["--max-upload", "0.05"])
+    token = svc.add_teams("lam")["lam"]
+    team = dev_team(tmp_path / "lam", ["echo hi"])
+    (team / "data.bin").write_bytes(os.urandom(200_000))
+    out = svc.cli("submit", team, token=token)
+    assert out.returncode == 2
+    assert re.fullmatch(r"error: the upload is 20\d KiB; this service takes at most 51 KiB\n",
+                        out.stderr.splitlines(True)[-1]), out.stderr
+    assert svc.jobs() == []
 
 
 @pytest.mark.timeout(300)
@@ -292,9 +277,8 @@ def postgres(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_the_service_on_postgresql(tmp_path, postgres):
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"], env={"ECE408_DB": postgres.url})
-    svc.start()
+def test_the_service_on_postgresql(running_service, tmp_path, postgres):
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"], env={"ECE408_DB": postgres.url})
     try:
         tokens = svc.add_teams("nu", "xi")
         out = svc.cli("submit", "--submit", "m2", "--size", 100, cwd=team_project(tmp_path / "nu", cpu=PLAIN),
@@ -339,34 +323,31 @@ def test_health_and_readiness(service):
         assert http.get("/ready").json() == {"status": "ready"}
 
 
-def test_the_instructor_s_commands(tmp_path):
-    svc = Service(tmp_path / "svc", workers=0).start()
-    try:
-        roster = tmp_path / "roster.csv"
-        roster.write_text("netid,team\nab1,rho\ncd2,sigma\nef3,rho\n")
-        out = svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens")
-        assert out.returncode == 2 and out.stderr.splitlines()[-1] == (
-            f"error: the roster {roster}, line 4: team rho is named twice (line 2 too); nothing was imported")
-        roster.write_text("netid,team\nab1,rho\ncd2,sigma\n")
-        assert svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens").returncode == 0
-        roster.write_text("team\nrho\ntau\n")
-        again = svc.cli("teams", "import", roster)
-        assert again.returncode == 0 and again.stdout == f"tau: token written to {tmp_path / 'roster-tokens' / 'tau.token'}\n"
-        assert "1 team of the roster exists already without a token file" in again.stderr, again.stderr
-        added = svc.cli("teams", "add", "rho", "upsilon")
-        assert added.returncode == 2 and "already exist: rho; nothing was added" in added.stderr
-        listed = svc.cli("teams", "list")
-        assert [line.split()[0] for line in listed.stdout.splitlines()] == ["team", "rho", "sigma", "tau"]
-        out = svc.cli("teams", "worker", "gpu-node-1", "--out", tmp_path / "worker.token")
-        assert out.returncode == 0 and oct((tmp_path / "worker.token").stat().st_mode & 0o777) == "0o600"
-        who = svc.cli("jobs", "list", env={"ECE408_TOKEN_FILE": str(tmp_path / "worker.token")})
-        assert who.returncode == 2 and who.stderr == "error: this needs a team token or the instructor's token\n"
-        token = (tmp_path / "tokens" / "rho.token").read_text().strip()
-        svc.cli("submit", "--detach", team_project(tmp_path / "rho", commands=["echo hi"]), token=token)
-        everyone = svc.cli("jobs", "list", "--team", "rho", env={"ECE408_TOKEN": svc.instructor_token})
-        assert everyone.returncode == 0 and " rho " in everyone.stdout, everyone.stdout
-        assert svc.cli("deadlines", "set", "final", "2030-12-04T23:59:00-06:00").returncode == 0
-        assert svc.cli("deadlines", "clear", "final").stdout == "final: no deadline\n"
-        assert svc.cli("deadlines", "list").stdout == "No deadlines set.\n"
-    finally:
-        svc.close()
+def test_the_instructor_s_commands(running_service, tmp_path):
+    svc = running_service(tmp_path / "svc", workers=0)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("netid,team\nab1,rho\ncd2,sigma\nef3,rho\n")
+    out = svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens")
+    assert out.returncode == 2 and out.stderr.splitlines()[-1] == (
+        f"error: the roster {roster}, line 4: team rho is named twice (line 2 too); nothing was imported")
+    roster.write_text("netid,team\nab1,rho\ncd2,sigma\n")
+    assert svc.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens").returncode == 0
+    roster.write_text("team\nrho\ntau\n")
+    again = svc.cli("teams", "import", roster)
+    assert again.returncode == 0 and again.stdout == f"tau: token written to {tmp_path / 'roster-tokens' / 'tau.token'}\n"
+    assert "1 team of the roster exists already without a token file" in again.stderr, again.stderr
+    added = svc.cli("teams", "add", "rho", "upsilon")
+    assert added.returncode == 2 and "already exist: rho; nothing was added" in added.stderr
+    listed = svc.cli("teams", "list")
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["team", "rho", "sigma", "tau"]
+    out = svc.cli("teams", "worker", "gpu-node-1", "--out", tmp_path / "worker.token")
+    assert out.returncode == 0 and oct((tmp_path / "worker.token").stat().st_mode & 0o777) == "0o600"
+    who = svc.cli("jobs", "list", env={"ECE408_TOKEN_FILE": str(tmp_path / "worker.token")})
+    assert who.returncode == 2 and who.stderr == "error: this needs a team token or the instructor's token\n"
+    token = (tmp_path / "tokens" / "rho.token").read_text().strip()
+    svc.cli("submit", "--detach", team_project(tmp_path / "rho", commands=["echo hi"]), token=token)
+    everyone = svc.cli("jobs", "list", "--team", "rho", env={"ECE408_TOKEN": svc.instructor_token})
+    assert everyone.returncode == 0 and " rho " in everyone.stdout, everyone.stdout
+    assert svc.cli("deadlines", "set", "final", "2030-12-04T23:59:00-06:00").returncode == 0
+    assert svc.cli("deadlines", "clear", "final").stdout == "final: no deadline\n"
+    assert svc.cli("deadlines", "list").stdout == "No deadlines set.\n"

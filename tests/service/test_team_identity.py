@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from servicekit import Service, service_on
+from servicekit import service_on
 
 from ece408_op.service import tokens as tokens_module
 from ece408_op.service.db import Database
@@ -151,22 +151,19 @@ def test_a_roster_imported_again_skips_its_teams(svc, tmp_path):
     assert again.returncode == 0, again.stderr
 
 
-def test_the_ascii_rule_lets_in_only_ascii_names(tmp_path):
-    service = Service(tmp_path / "svc", workers=0, args=["--names", "ascii"]).start()
-    try:
-        assert add(service, "team-1.ok_B").status_code == 200
-        answer = add(service, "\u00c9quipe")
-        assert answer.status_code == 400 and "serve --names ascii" in answer.json()["error"], answer.text
-        assert "U+00C9" in answer.json()["error"]
-        assert add(service, "team 2").status_code == 400                # a space: not in the rule
-        assert add(service, "TEAM-1.OK_b").status_code == 409           # case: as under the Unicode rule
-        roster = tmp_path / "roster.csv"                                 # an import holds to the same rule
-        roster.write_text("team\nplain-2\n\u00c9quipe\n", encoding="utf-8")
-        out = service.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens")
-        assert out.returncode == 2 and "line 3" in out.stderr and "serve --names ascii" in out.stderr, out.stderr
-        assert names(service) == ["team-1.ok_B"]
-    finally:
-        service.close()
+def test_the_ascii_rule_lets_in_only_ascii_names(running_service, tmp_path):
+    service = running_service(tmp_path / "svc", workers=0, args=["--names", "ascii"])
+    assert add(service, "team-1.ok_B").status_code == 200
+    answer = add(service, "\u00c9quipe")
+    assert answer.status_code == 400 and "serve --names ascii" in answer.json()["error"], answer.text
+    assert "U+00C9" in answer.json()["error"]
+    assert add(service, "team 2").status_code == 400                # a space: not in the rule
+    assert add(service, "TEAM-1.OK_b").status_code == 409           # case: as under the Unicode rule
+    roster = tmp_path / "roster.csv"                                 # an import holds to the same rule
+    roster.write_text("team\nplain-2\n\u00c9quipe\n", encoding="utf-8")
+    out = service.cli("teams", "import", roster, "--token-dir", tmp_path / "tokens")
+    assert out.returncode == 2 and "line 3" in out.stderr and "serve --names ascii" in out.stderr, out.stderr
+    assert names(service) == ["team-1.ok_B"]
 
 
 def test_a_class_keyed_by_an_older_rule_is_keyed_again(tmp_path):

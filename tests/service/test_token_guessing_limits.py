@@ -13,7 +13,7 @@ import pytest
 
 from ece408_op.service import logs
 from ece408_op.service.tokens import FailureLimiter, address_key
-from servicekit import Service, python_command, service_env, service_on
+from servicekit import python_command, service_env, service_on
 
 
 def _guess():
@@ -117,28 +117,25 @@ def test_a_repeated_line_names_the_addresses_it_stands_for(monkeypatch):
 
 
 @pytest.mark.service
-def test_guesses_from_200_addresses_get_no_more_checks_than_the_budget(tmp_path):
-    service = Service(tmp_path / "svc", workers=0, args=["--max-failures", "20", "--max-failures-total", "100"]).start()
-    try:
-        good = service.add_teams("honest")["honest"]
+def test_guesses_from_200_addresses_get_no_more_checks_than_the_budget(running_service, tmp_path):
+    service = running_service(tmp_path / "svc", workers=0, args=["--max-failures", "20", "--max-failures-total", "100"])
+    good = service.add_teams("honest")["honest"]
 
-        def guess(i):
-            address = f"127.0.{1 + i // 200}.{1 + i % 200}"
-            transport = httpx.HTTPTransport(local_address=address)
-            with httpx.Client(transport=transport, base_url=service.url, timeout=30) as client:
-                return client.get("/api/jobs", headers={"Authorization": f"Bearer {_guess()}"}).status_code
+    def guess(i):
+        address = f"127.0.{1 + i // 200}.{1 + i % 200}"
+        transport = httpx.HTTPTransport(local_address=address)
+        with httpx.Client(transport=transport, base_url=service.url, timeout=30) as client:
+            return client.get("/api/jobs", headers={"Authorization": f"Bearer {_guess()}"}).status_code
 
-        with ThreadPoolExecutor(16) as pool:
-            codes = list(pool.map(guess, range(1000)))
-        assert codes.count(401) <= 100 and codes.count(401) + codes.count(429) == 1000, \
-            (codes.count(401), codes.count(429))
-        assert codes.count(401) >= 80                                   # the budget is spent, not refused early
-        honest = httpx.get(service.url + "/api/jobs", headers={"Authorization": f"Bearer {good}"})
-        assert honest.status_code == 200                                 # a valid token passes all the same
-        wrong = httpx.get(service.url + "/api/jobs", headers={"Authorization": f"Bearer {_guess()}"})
-        assert wrong.status_code == 429 and "many addresses" in wrong.json()["error"], wrong.text
-    finally:
-        service.close()
+    with ThreadPoolExecutor(16) as pool:
+        codes = list(pool.map(guess, range(1000)))
+    assert codes.count(401) <= 100 and codes.count(401) + codes.count(429) == 1000, \
+        (codes.count(401), codes.count(429))
+    assert codes.count(401) >= 80                                   # the budget is spent, not refused early
+    honest = httpx.get(service.url + "/api/jobs", headers={"Authorization": f"Bearer {good}"})
+    assert honest.status_code == 200                                 # a valid token passes all the same
+    wrong = httpx.get(service.url + "/api/jobs", headers={"Authorization": f"Bearer {_guess()}"})
+    assert wrong.status_code == 429 and "many addresses" in wrong.json()["error"], wrong.text
 
 
 @pytest.mark.service

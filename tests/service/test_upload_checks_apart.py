@@ -90,18 +90,15 @@ def test_a_refusal_made_in_the_checking_process_reaches_the_client_whole(svc):
     assert not_gzip.status_code == 400 and "gzip" in not_gzip.json()["error"], not_gzip.text
 
 
-def test_uploads_are_received_no_faster_than_the_upload_rate(tmp_path):
-    svc = start_service(tmp_path / "paced", "sqlite", None, args=["--upload-rate", "4"])
-    try:
-        token = svc.add_teams("delta")["delta"]
-        body = development(member("data.bin", os.urandom(10 << 20)))     # 10 MiB, stored: it does not shrink
-        started = time.monotonic()
-        answer = post(svc, token, body)
-        took = time.monotonic() - started
-        assert answer.status_code == 201, answer.text
-        assert took >= len(body) / (4 << 20) - 0.25 - 1.0, f"{len(body)} bytes received in {took:.2f} s at 4 MiB/s"
-    finally:
-        svc.close()
+def test_uploads_are_received_no_faster_than_the_upload_rate(running_service, tmp_path):
+    svc = running_service.on(tmp_path / "paced", "sqlite", None, args=["--upload-rate", "4"])
+    token = svc.add_teams("delta")["delta"]
+    body = development(member("data.bin", os.urandom(10 << 20)))     # 10 MiB, stored: it does not shrink
+    started = time.monotonic()
+    answer = post(svc, token, body)
+    took = time.monotonic() - started
+    assert answer.status_code == 201, answer.text
+    assert took >= len(body) / (4 << 20) - 0.25 - 1.0, f"{len(body)} bytes received in {took:.2f} s at 4 MiB/s"
 
 
 def test_the_pace_holds_batches_to_its_rate_in_order_and_none_at_rate_zero():

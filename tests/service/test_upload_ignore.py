@@ -230,39 +230,36 @@ def test_a_token_in_a_needed_file_is_refused(tmp_path):
 @pytest.mark.service
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the worker's sandbox needs bubblewrap")
-def test_the_service_receives_none_of_what_is_left_out(tmp_path):
-    from servicekit import Service, job_id_of
-    svc = Service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"]).start()
-    try:
-        team = cluttered(tmp_path / "my-team")
-        (team / "rai_build.yml").write_text(rai_yaml(['/bin/sh -c "cd /src && find . | sort"']))   # a CPU run
-        token = svc.add_teams("my-team")["my-team"]
-        out = svc.cli("submit", cwd=team, token=token)
-        assert out.returncode == 0, out.stdout[-2000:] + out.stderr
-        upload_line = next(line for line in out.stderr.splitlines() if line.startswith("* Uploading to"))
-        assert upload_line == (f"* Uploading to {svc.url}: development run: 9 file(s), "
-                               f"{sum((team / n).stat().st_size for n in SENT)} bytes; left out 25 files: 3 tokens, "
-                               "3 databases, .git (3 files), .venv (2 files), env2 (2 files), 2 cache files, 2 editor "
-                               "or system files, 1 team folder: beta/, 3 by .ece408ignore (submit --dry-run lists "
-                               "them)")
-        job = svc.job(job_id_of(out.stderr))
-        assert sorted(f["name"] for f in job["files"]) == SENT            # what the server took
-        listed = re.search(r"\* Running /bin/sh -c .*?\n(.*?)\* ", out.stdout, re.S).group(1).split()
-        assert sorted(listed) == sorted(["."] + [f"./{n}" for n in SENT + ["src", "src/big"]]), out.stdout   # as run
-        assert not ignore.holds_token(svc.transcript(job["id"]).encode())
+def test_the_service_receives_none_of_what_is_left_out(running_service, tmp_path):
+    from servicekit import job_id_of
+    svc = running_service(tmp_path / "svc", workers=1, args=["--engine", "bubblewrap"])
+    team = cluttered(tmp_path / "my-team")
+    (team / "rai_build.yml").write_text(rai_yaml(['/bin/sh -c "cd /src && find . | sort"']))   # a CPU run
+    token = svc.add_teams("my-team")["my-team"]
+    out = svc.cli("submit", cwd=team, token=token)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    upload_line = next(line for line in out.stderr.splitlines() if line.startswith("* Uploading to"))
+    assert upload_line == (f"* Uploading to {svc.url}: development run: 9 file(s), "
+                           f"{sum((team / n).stat().st_size for n in SENT)} bytes; left out 25 files: 3 tokens, "
+                           "3 databases, .git (3 files), .venv (2 files), env2 (2 files), 2 cache files, 2 editor "
+                           "or system files, 1 team folder: beta/, 3 by .ece408ignore (submit --dry-run lists "
+                           "them)")
+    job = svc.job(job_id_of(out.stderr))
+    assert sorted(f["name"] for f in job["files"]) == SENT            # what the server took
+    listed = re.search(r"\* Running /bin/sh -c .*?\n(.*?)\* ", out.stdout, re.S).group(1).split()
+    assert sorted(listed) == sorted(["."] + [f"./{n}" for n in SENT + ["src", "src/big"]]), out.stdout   # as run
+    assert not ignore.holds_token(svc.transcript(job["id"]).encode())
 
-        # a client that leaves nothing out (an older one, a hostile one): the worker's copy still does
-        config = rai_yaml(['/bin/sh -c "cd /src && find . | sort"']).encode()
-        body = uploads._tar([uploads.Entry("rai_build.yml", config), uploads.Entry("tokens"),
-                             uploads.Entry("tokens/beta.token", TOKEN.encode()), uploads.Entry("service.db", b"db"),
-                             uploads.Entry("login.txt", f"token: {TOKEN}\n".encode())])
-        with svc.http(token) as http:
-            answer = http.post("/api/jobs", content=body)
-        assert answer.status_code == 201, answer.text
-        job = svc.wait_for_state(answer.json()["id"], ("done", "failed"), timeout=120)
-        text = svc.transcript(job["id"])
-        assert job["status"] == "ok" and "* Left out 3 files: 2 tokens, 1 database (python -m ece408_op submit " \
-            "--dry-run lists them)\n" in text, text
-        assert re.search(r"^\.\n\./rai_build\.yml\n\* ", text, re.M) and TOKEN not in text, text
-    finally:
-        svc.close()
+    # a client that leaves nothing out (an older one, a hostile one): the worker's copy still does
+    config = rai_yaml(['/bin/sh -c "cd /src && find . | sort"']).encode()
+    body = uploads._tar([uploads.Entry("rai_build.yml", config), uploads.Entry("tokens"),
+                         uploads.Entry("tokens/beta.token", TOKEN.encode()), uploads.Entry("service.db", b"db"),
+                         uploads.Entry("login.txt", f"token: {TOKEN}\n".encode())])
+    with svc.http(token) as http:
+        answer = http.post("/api/jobs", content=body)
+    assert answer.status_code == 201, answer.text
+    job = svc.wait_for_state(answer.json()["id"], ("done", "failed"), timeout=120)
+    text = svc.transcript(job["id"])
+    assert job["status"] == "ok" and "* Left out 3 files: 2 tokens, 1 database (python -m ece408_op submit " \
+        "--dry-run lists them)\n" in text, text
+    assert re.search(r"^\.\n\./rai_build\.yml\n\* ", text, re.M) and TOKEN not in text, text
