@@ -97,7 +97,8 @@ def markdown(result):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.hgmma", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ece408_op.bench.hgmma", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--nets", default="resnet50,vgg16")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..base.names import printable
 from ..errors import ModelError
 from .compat import import_mxnet
 from .messages import mxnet_error_line
@@ -167,8 +168,8 @@ def resolve_model(name):
                                  "file there, or re-save the checkpoint")
             return Path(name).name, prefix, epoch
     known = ", ".join(available_models()) or "none found"
-    where = ", ".join(str(p.parent) for p in candidates)
-    raise ModelNotFound(f"model {name!r} not found: looked for {Path(name).name}-symbol.json in {where} "
+    where = printable(", ".join(str(p.parent) for p in candidates), None)      # one line whatever the name holds
+    raise ModelNotFound(f"model {name!r} not found: looked for {printable(Path(name).name, 80)}-symbol.json in {where} "
                         f"(known models: {known}); give a known name or a checkpoint prefix path/to/name")
 
 
