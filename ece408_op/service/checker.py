@@ -77,7 +77,13 @@ class Checker:
     async def run(self, fn, *args):
         pool = self._pool_now()
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
+            try:                                  # submit starts a process where the pool lacks one
+                future = asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
+            except OSError as exc:                # none could start (descriptors, memory)
+                log("upload.checker_unstarted", level="warning", reason=str(exc))
+                raise Refused(503, "the upload could not be checked now (no checking process could start); "
+                                   "try again in a few seconds", retry_after=5) from None
+            return await future
         except BrokenProcessPool:
             if self._pool is pool:
                 self._pool = None                 # the next check starts a fresh pool
