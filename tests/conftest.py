@@ -8,7 +8,7 @@ import pytest
 
 import tiers
 
-from suitekit import ROOT, SCRIPTS  # noqa: F401  (the helpers tests import live in suitekit.py)
+from suitekit import ROOT        # (the helpers tests import live in suitekit.py)
 
 
 def _wings_on_path():

@@ -519,6 +519,11 @@ class Flood:
 
 # ---------------------------------------------------------------------------- the server process
 
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command's name (state first, then ppid, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def proc_kib(pid, key="VmHWM"):
     """A value of /proc/PID/status in KiB (VmHWM: the peak resident memory; VmRSS: now)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

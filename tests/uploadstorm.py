@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hostilekit import CONFIG, percentile, proc_kib, reset_peak  # noqa: E402
+from hostilekit import CONFIG, percentile, proc_kib, proc_stat, reset_peak  # noqa: E402
 from servicekit import Service, started_postgres  # noqa: E402
 
 QUIET_REQUESTS = 60
@@ -184,7 +184,7 @@ def children(pid):
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                if int(proc_stat(entry.name)[1]) == pid:
                     found.append(int(entry.name))
             except (OSError, IndexError, ValueError):
                 pass
@@ -193,7 +193,7 @@ def children(pid):
 
 def cpu_seconds(pid):
     """The CPU time (user and system) the process ``pid`` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

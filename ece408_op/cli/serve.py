@@ -8,18 +8,16 @@ from .argtypes import byte_size, count, positive, whole
 from .errors import ArgumentParser, run
 
 
-def days(text):
-    return 0.0 if float(text) == 0 else positive(text)
+def _zero_or_positive(kind):
+    """The type of numbers 0 or positive, named ``kind`` in argparse's error."""
+    def parse(text):
+        return 0.0 if float(text) == 0 else positive(text)
+    parse.__name__ = kind
+    return parse
 
 
-days.__name__ = "number of days, 0 or more"
-
-
-def rate(text):
-    return 0.0 if float(text) == 0 else positive(text)
-
-
-rate.__name__ = "number of MiB a second, 0 or more"
+days = _zero_or_positive("number of days, 0 or more")
+rate = _zero_or_positive("number of MiB a second, 0 or more")
 TABLE_ENV = "ECE408_FAILURE_TABLE"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hostilekit import development, member, start_service, tar_gz
+from hostilekit import development, member, proc_stat, start_service, tar_gz
 from uploadstorm import children
 
 from ece408_op.service.uploadstore import Pace
@@ -21,19 +21,15 @@ from ece408_op.service.uploadstore import Pace
 pytestmark = [pytest.mark.service]
 
 
-def _stat(pid):
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
 def checkers(pid):
     """The checking processes of the server ``pid`` (spawned workers of its process pool)."""
-    return [c for c in children(pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
-            and b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+    lines = {c: Path(f"/proc/{c}/cmdline").read_bytes() for c in children(pid)}
+    return [c for c, line in lines.items() if b"spawn_main" in line and b"resource_tracker" not in line]
 
 
 def alive(pid):
     try:
-        return _stat(pid)[0] != "Z"
+        return proc_stat(pid)[0] != "Z"
     except FileNotFoundError:
         return False
 
@@ -57,8 +53,8 @@ def test_an_upload_is_checked_in_a_niced_process_that_dies_with_the_server(svc):
     assert answer.status_code == 201, answer.text
     found = checkers(svc.proc.pid)
     assert found, children(svc.proc.pid)
-    server_nice = int(_stat(svc.proc.pid)[16])
-    assert all(int(_stat(c)[16]) >= server_nice + 5 for c in found), [(c, _stat(c)[16]) for c in found]
+    server_nice = int(proc_stat(svc.proc.pid)[16])
+    assert all(int(proc_stat(c)[16]) >= server_nice + 5 for c in found), [(c, proc_stat(c)[16]) for c in found]
     svc.kill()                                             # SIGKILL: no shutdown of its pool
     deadline = time.monotonic() + 10
     while any(alive(c) for c in found) and time.monotonic() < deadline:
